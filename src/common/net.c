@@ -1,0 +1,71 @@
+/* net.c — socket helpers (see net.h). */
+#include "common/net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int net_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL, 0);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+int net_listen(const char *host, unsigned port, int backlog, char *err, size_t errlen)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%u", port);
+    int rc = getaddrinfo(host && *host ? host : NULL, portstr, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve listen address '%s': %s; use an IP address with -l",
+                 host ? host : "", gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    /* Prefer IPv6 wildcard (dual stack) when no host is given, else the first that binds. */
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
+        last_errno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        if (last_errno == EADDRINUSE)
+            snprintf(err, errlen,
+                     "cannot listen on %s:%u: address already in use; stop the other process or "
+                     "choose another port with -p",
+                     host && *host ? host : "*", port);
+        else
+            snprintf(err, errlen, "cannot listen on %s:%u: %s", host && *host ? host : "*", port,
+                     strerror(last_errno));
+    }
+    return fd;
+}
+
+unsigned net_local_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) return 0;
+    if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}

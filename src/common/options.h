@@ -1,0 +1,52 @@
+/* options.h — command-line and config-file options from one table per program.
+ *
+ * A program lists each option once (name, short flag, type, default, bounds, help, where to
+ * store it). From that table come the defaults, `--help`, `--name=value` and memcached-style
+ * `-p 11211` parsing, a `name = value` config file (--config), and bounds checks whose errors
+ * name the option, the bad value and the accepted range. Command-line values override the
+ * config file whatever their order. */
+#ifndef SHOAL_COMMON_OPTIONS_H
+#define SHOAL_COMMON_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum opt_type {
+    OPT_UINT,  /* decimal unsigned, bounded by lo..hi */
+    OPT_SIZE,  /* like UINT, with an optional k/m/g suffix (powers of 1024) */
+    OPT_BOOL,  /* flag; "--name=false" or "name = no" in a config file turns it off */
+    OPT_STR,   /* text */
+    OPT_COUNT, /* each occurrence adds one (-v, -vv) */
+};
+
+struct opt_def {
+    const char *name;    /* long name with underscores; --name-with-dashes on the command line */
+    char shortf;         /* memcached-style short flag, or 0 */
+    enum opt_type type;
+    const char *def;     /* default, as text (NULL: use defnum) */
+    uint64_t defnum;     /* numeric default when def is NULL */
+    uint64_t lo, hi;     /* bounds for UINT/SIZE */
+    const char *help;
+    void *target;        /* uint64_t* for numbers, bool* for BOOL, const char** for STR */
+    const char *alias;   /* another accepted long name (memcached's), or NULL */
+};
+
+/* What options_parse() found besides the table's options. */
+struct opt_extra {
+    bool help;
+    bool version;
+    const char *config; /* --config FILE, or NULL */
+};
+
+/* Set every target to its default. */
+void options_defaults(const struct opt_def *defs, size_t n);
+/* Parse argv (and the config file it names). Unknown memcached flags that tools commonly pass
+ * (-o list, -u user, -A, -k, -L, -r, -S...) are accepted with a warning. Returns 0, or -1 with a
+ * message in err naming the option and the fix. */
+int options_parse(const struct opt_def *defs, size_t n, int argc, char **argv,
+                  struct opt_extra *extra, char *err, size_t errlen);
+/* Print usage: one line per option with its flags, default, range and help. */
+void options_usage(const struct opt_def *defs, size_t n, const char *prog, const char *summary);
+
+#endif

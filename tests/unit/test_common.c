@@ -1,0 +1,175 @@
+/* test_common.c — unit tests for src/common: byte buffer, option parsing, clock rules. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/options.h"
+
+static void test_buf_append_and_consume(void **state)
+{
+    struct buf b;
+    buf_init(&b);
+    for (int i = 0; i < 10000; i++) assert_int_equal(buf_append(&b, "abc", 3), 0);
+    assert_int_equal(buf_used(&b), 30000);
+    buf_consume(&b, 29997);
+    assert_memory_equal(buf_start(&b), "abc", 3);
+    buf_consume(&b, 3);
+    assert_int_equal(buf_used(&b), 0);
+    assert_int_equal(b.off, 0); /* fully consumed buffers rewind */
+    buf_release(&b);
+}
+
+static void test_buf_numbers(void **state)
+{
+    struct buf b;
+    buf_init(&b);
+    buf_append_u64(&b, 0);
+    buf_append_str(&b, " ");
+    buf_append_u64(&b, UINT64_MAX);
+    buf_append_str(&b, " ");
+    buf_append_i64(&b, INT64_MIN);
+    buf_append_str(&b, " ");
+    buf_printf(&b, "%s=%d", "x", 42);
+    const char *want = "0 18446744073709551615 -9223372036854775808 x=42";
+    assert_int_equal(buf_used(&b), strlen(want));
+    assert_memory_equal(buf_start(&b), want, strlen(want));
+    buf_release(&b);
+}
+
+static void test_buf_reserve_reuses_consumed_space(void **state)
+{
+    struct buf b;
+    buf_init(&b);
+    buf_reserve(&b, 100);
+    size_t cap = b.cap;
+    buf_append(&b, "0123456789", 10);
+    buf_consume(&b, 5);
+    assert_int_equal(buf_reserve(&b, cap - 5), 0);
+    assert_int_equal(b.cap, cap); /* compacted, not grown */
+    assert_memory_equal(buf_start(&b), "56789", 5);
+    buf_release(&b);
+}
+
+static uint64_t o_port, o_size, o_verbose;
+static bool o_flag;
+static const char *o_name;
+static const struct opt_def defs[] = {
+    {"port", 'p', OPT_UINT, "11211", 0, 1, 65535, "port", &o_port, "tcp-port"},
+    {"item_max", 'I', OPT_SIZE, "1m", 0, 1024, 1ull << 30, "item size", &o_size, NULL},
+    {"verbose", 'v', OPT_COUNT, NULL, 0, 0, 0, "verbosity", &o_verbose, NULL},
+    {"fast", 0, OPT_BOOL, "no", 0, 0, 0, "a flag", &o_flag, NULL},
+    {"name", 0, OPT_STR, "x", 0, 0, 0, "a name", &o_name, NULL},
+};
+#define NDEFS (sizeof defs / sizeof defs[0])
+
+static int parse(int argc, char **argv, char *err)
+{
+    struct opt_extra ex;
+    return options_parse(defs, NDEFS, argc, argv, &ex, err, 256);
+}
+
+static void test_options_defaults_and_flags(void **state)
+{
+    char err[256];
+    char *argv[] = {"prog", "-p", "22122", "-I2m", "-vv", "--fast", "--name=abc", NULL};
+    assert_int_equal(parse(7, argv, err), 0);
+    assert_int_equal(o_port, 22122);
+    assert_int_equal(o_size, 2u << 20);
+    assert_int_equal(o_verbose, 2);
+    assert_true(o_flag);
+    assert_string_equal(o_name, "abc");
+    char *argv2[] = {"prog", NULL};
+    assert_int_equal(parse(1, argv2, err), 0);
+    assert_int_equal(o_port, 11211);
+    assert_int_equal(o_size, 1u << 20);
+    assert_false(o_flag);
+}
+
+static void test_options_alias_and_ignored_memcached_flags(void **state)
+{
+    char err[256];
+    char *argv[] = {"prog", "--tcp-port", "1234", "-u", "root", "-o", "modern", "-A", NULL};
+    assert_int_equal(parse(8, argv, err), 0);
+    assert_int_equal(o_port, 1234);
+}
+
+static void test_options_errors_name_the_option(void **state)
+{
+    char err[256];
+    char *a1[] = {"prog", "-p", "70000", NULL};
+    assert_int_equal(parse(3, a1, err), -1);
+    assert_non_null(strstr(err, "port"));
+    assert_non_null(strstr(err, "65535"));
+    char *a2[] = {"prog", "-I", "12q", NULL};
+    assert_int_equal(parse(3, a2, err), -1);
+    assert_non_null(strstr(err, "item_max"));
+    char *a3[] = {"prog", "--nope", NULL};
+    assert_int_equal(parse(2, a3, err), -1);
+    assert_non_null(strstr(err, "--nope"));
+    char *a4[] = {"prog", "-p", NULL};
+    assert_int_equal(parse(2, a4, err), -1);
+}
+
+static void test_options_config_file_and_precedence(void **state)
+{
+    char path[] = "/tmp/shoal-opt-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "# comment\nport = 3000\nitem_max = 64k\nname = fromfile\nfast\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    char err[256];
+    char *argv[] = {"prog", "-p", "4000", "--config", path, NULL};
+    assert_int_equal(parse(5, argv, err), 0);
+    assert_int_equal(o_port, 4000); /* command line wins over the file */
+    assert_int_equal(o_size, 64 << 10);
+    assert_string_equal(o_name, "fromfile");
+    assert_true(o_flag);
+    FILE *f = fopen(path, "w");
+    fputs("bogus = 1\n", f);
+    fclose(f);
+    char *argv2[] = {"prog", "--config", path, NULL};
+    assert_int_equal(parse(3, argv2, err), -1);
+    assert_non_null(strstr(err, "line 1"));
+    unlink(path);
+}
+
+static void test_clock_exptime_rules(void **state)
+{
+    clock_setup();
+    uint32_t now = clock_now();
+    assert_true(now >= 2);
+    assert_int_equal(clock_exptime(0, now), 0);                 /* never */
+    assert_int_equal(clock_exptime(-1, now), 1);                /* already expired */
+    assert_int_equal(clock_exptime(100, now), now + 100);       /* relative */
+    assert_int_equal(clock_exptime(CLOCK_REL_MAX, now), now + CLOCK_REL_MAX);
+    time_t unix_now = clock_epoch() + now;
+    assert_int_equal(clock_exptime(unix_now + 50, now), now + 50); /* absolute */
+    assert_int_equal(clock_exptime(CLOCK_REL_MAX + 1, now), 1);    /* absolute, in the past */
+    assert_int_equal(clock_ttl_left(0, now), -1);
+    assert_int_equal(clock_ttl_left(now + 7, now), 7);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_buf_append_and_consume),
+        cmocka_unit_test(test_buf_numbers),
+        cmocka_unit_test(test_buf_reserve_reuses_consumed_space),
+        cmocka_unit_test(test_options_defaults_and_flags),
+        cmocka_unit_test(test_options_alias_and_ignored_memcached_flags),
+        cmocka_unit_test(test_options_errors_name_the_option),
+        cmocka_unit_test(test_options_config_file_and_precedence),
+        cmocka_unit_test(test_clock_exptime_rules),
+    };
+    return cmocka_run_group_tests_name("common", tests, NULL, NULL);
+}
