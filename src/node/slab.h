@@ -1,0 +1,120 @@
+/* slab.h — item memory for the store: one reservation cut into pages, pages handed to size
+ * classes, classes cut into fixed-size chunks; per-class CLOCK eviction and page moves between
+ * classes. Also declares the sweeper (sweeper.c), the background walker over slab pages.
+ *
+ * The slab layer knows the item header (it reads iflags, and the CLOCK bit through its visitor)
+ * but nothing of the index: whenever it needs a linked item gone it asks a visitor callback,
+ * supplied by store.c, which try-locks the item's shard and unlinks it.
+ *
+ * Locks: one mutex per class. A class lock is never held while blocking on a shard lock, and no
+ * code holds two class locks at once. */
+#ifndef SHOAL_NODE_SLAB_H
+#define SHOAL_NODE_SLAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "node/store.h"
+
+#define SLAB_CHUNK_MIN 48u
+#define SLAB_PAGE_MIN (1u << 20)
+#define SLAB_CLASS_MAX 255 /* clsid is a uint8_t; 0 means "no class" */
+#define SLAB_NONE UINT32_MAX
+
+/* Private iflags bit: the chunk is free (on its class free list, or freed inside a page that is
+ * being moved). A carved chunk with neither ITEM_LINKED nor ITEM_SLAB_FREE belongs to a caller of
+ * slab_alloc that has not linked or freed it yet ("in flight"). */
+#define ITEM_SLAB_FREE 0x80
+
+/* Why a visitor is called. */
+enum slab_visit {
+    SLAB_VISIT_EVICT, /* CLOCK hand of a full class: honour the CLOCK bit, take the item if you can */
+    SLAB_VISIT_STEAL, /* a page is being emptied for another class: take the item if you can */
+    SLAB_VISIT_SWEEP, /* background pass: take the item only if it is expired or flushed */
+};
+
+/* Visitor results, or-ed together. */
+enum {
+    SLAB_KEEP = 0,            /* stays linked */
+    SLAB_BUSY = 1,            /* its shard is locked elsewhere; another try may succeed */
+    SLAB_PINNED = 2,          /* the allocating caller may hold a pointer to it: never take it */
+    SLAB_GONE = 4,            /* unlinked from the index; its chunk is the slab's again */
+    SLAB_GONE_EXPIRED = 8,    /* with SLAB_GONE: it was already expired or flushed */
+    SLAB_GONE_UNFETCHED = 16, /* with SLAB_GONE: it was never read */
+};
+
+/* Called with the item's class lock held, for a chunk whose ITEM_LINKED bit was seen set
+ * (acquire load, so its key is readable). It must never block on a shard lock. On SLAB_GONE it
+ * has removed the item from the index and cleared ITEM_LINKED; the slab then reuses or frees the
+ * chunk itself (the visitor must not call slab_free). */
+typedef int (*slab_visit_fn)(void *ctx, struct item *it, enum slab_visit why);
+
+/* Counters kept per class under its lock. */
+struct slab_counters {
+    uint64_t evictions;
+    uint64_t evicted_unfetched;
+    uint64_t expired_unfetched;
+    uint64_t reclaimed;
+    uint64_t sweeper_reclaimed;
+    uint64_t pages_moved; /* pages this class received from another class */
+    uint64_t alloc_failures;
+};
+
+struct slab_class_info {
+    uint32_t chunk_size;
+    uint32_t chunks_per_page;
+    uint32_t pages;
+    uint64_t carved; /* chunks cut from the class's pages so far */
+    uint64_t nfree;  /* of those, on the free list */
+    uint32_t oldest_atime; /* smallest atime seen near the CLOCK hand (sampled), 0 if none */
+    struct slab_counters c;
+};
+
+struct slab;
+
+/* Reserve `memory` bytes (mmap, no reserve: RSS grows as pages are touched) and build the class
+ * table for items up to `item_max` bytes. Returns 0, or -1 with a message in err. */
+int slab_create(struct slab **out, uint64_t memory, uint64_t item_max, char *err, size_t errlen);
+/* Unmap everything; items become invalid. Sets *sp to NULL. */
+void slab_destroy(struct slab **sp);
+
+int slab_class_count(const struct slab *s);
+/* Smallest class whose chunks hold `total` bytes, or 0 if none does. */
+int slab_class_for(const struct slab *s, size_t total);
+uint32_t slab_chunk_size(const struct slab *s, int clsid);
+uint32_t slab_page_size(const struct slab *s);
+uint32_t slab_pages_total(const struct slab *s);
+/* Pages handed out from the unassigned pool so far (they never go back to it). */
+uint32_t slab_pages_used(const struct slab *s);
+
+/* A chunk of class `clsid` with iflags 0 and every other byte unspecified, or NULL when nothing
+ * could be freed (counted in alloc_failures). Order: free list, current page, unassigned page,
+ * CLOCK eviction in the class, then a page taken from another class. `fn`/`ctx` unlink victims.
+ * Takes and releases class locks; the caller may hold one shard lock. */
+struct item *slab_alloc(struct slab *s, int clsid, slab_visit_fn fn, void *ctx);
+/* Give back a chunk that is not linked. Takes its class lock. */
+void slab_free(struct slab *s, struct item *it);
+
+/* Visit up to `max` chunks of page `page` from chunk index `from`, calling fn (with
+ * SLAB_VISIT_SWEEP) on linked ones and freeing those it takes. Returns the index to continue
+ * from, or SLAB_NONE when the page is done (or unassigned, or moving). */
+uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max,
+                        slab_visit_fn fn, void *ctx);
+
+/* Add every class's counters into *out. */
+void slab_sum_counters(struct slab *s, struct slab_counters *out);
+/* Figures of one class; false if clsid is out of range. */
+bool slab_class_info(struct slab *s, int clsid, struct slab_class_info *out);
+
+/* The sweeper: a thread that every `interval_ms` walks the assigned pages (all of them, or a
+ * 256 MiB slice of a larger store, resuming where the last tick stopped) and lets `fn` (with
+ * SLAB_VISIT_SWEEP) reclaim expired and flushed items. */
+struct sweeper;
+/* Start the thread. Returns 0, or -1 with a message in err. */
+int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void *ctx,
+                   uint32_t interval_ms, char *err, size_t errlen);
+/* Stop the thread (promptly, even mid-pass) and free it. Sets *swp to NULL. */
+void sweeper_destroy(struct sweeper **swp);
+
+#endif

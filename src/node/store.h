@@ -1,0 +1,170 @@
+/* store.h — the node's storage engine: item memory, the hash index, eviction and expiry.
+ *
+ * The engine knows nothing of the wire protocol. It owns:
+ *  - item memory: slab pages carved from one reservation of `memory_limit` bytes, split into
+ *    size classes; RSS grows only as pages are first used;
+ *  - the index: a hash table split into shards, each with its own lock and its own table that
+ *    doubles independently, so growth pauses one small shard, never the whole node;
+ *  - eviction: a CLOCK per size class (a hit sets one bit in the item, nothing else is written);
+ *    when a class has no free chunk and no unassigned page, it evicts from itself, and a class with
+ *    no pages at all takes a page from the largest class;
+ *  - expiry: lazily on lookup, and by a background sweeper thread.
+ *
+ * Locking: every index operation needs the key's shard lock (store_lock/store_unlock). The order
+ * is shard lock, then class lock; code holding a class lock only ever try-locks a shard. So a
+ * caller may call store_alloc() and store_free() with zero or one shard lock held. */
+#ifndef SHOAL_NODE_STORE_H
+#define SHOAL_NODE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/metrics.h"
+
+/* iflags bits, changed only with the item's shard lock held. */
+enum {
+    ITEM_LINKED = 1 << 0,  /* in the index */
+    ITEM_FETCHED = 1 << 1, /* read at least once since stored (mg h, me fetch, *_unfetched) */
+    ITEM_STALE = 1 << 2,   /* marked stale by md I or ms I: served with X */
+    ITEM_TOKEN = 1 << 3,   /* a win (W) was handed out: later readers get Z */
+};
+
+/* One cached item. Header, then key bytes, then value bytes, in one slab chunk.
+ * Times are on the store clock (clock_now(): seconds since start); exptime 0 = never. */
+struct item {
+    struct item *hnext; /* next item in the same hash bucket */
+    uint64_t cas;
+    uint32_t exptime;
+    uint32_t atime;  /* last access or store, store clock */
+    uint32_t nbytes; /* value length, without \r\n */
+    uint32_t flags;  /* client flags, opaque */
+    uint8_t nkey;
+    uint8_t clsid;
+    uint8_t iflags;
+    uint8_t clock; /* CLOCK reference bit; written with relaxed atomics, no lock */
+    char data[];   /* key, then value */
+};
+
+static inline char *item_key(struct item *it) { return it->data; }
+static inline char *item_value(struct item *it) { return it->data + it->nkey; }
+
+#define STORE_OPTIONS(X)                                                                         \
+    X(memory_mb, UINT, 64, 1, 1 << 20, "item memory limit in megabytes (-m)")                    \
+    X(item_max, SIZE, 1 << 20, 1024, 1 << 30, "largest item accepted, in bytes (-I)")            \
+    X(hash_power, UINT, 16, 8, 30, "initial total hash buckets, as a power of two")              \
+    X(sweep_interval_ms, UINT, 1000, 10, 60000, "how often the sweeper reclaims expired items")
+
+/* Engine counters. Summed over shards and classes by store_stats(). */
+#define STORE_METRICS(X)                                                                         \
+    X(curr_items, GAUGE, "items stored now")                                                     \
+    X(total_items, COUNTER, "items stored since start")                                          \
+    X(bytes, GAUGE, "bytes used by stored items (header, key and value)")                        \
+    X(evictions, COUNTER, "live items removed to make room")                                     \
+    X(evicted_unfetched, COUNTER, "evicted items that were never read")                          \
+    X(expired_unfetched, COUNTER, "expired items reclaimed that were never read")                \
+    X(reclaimed, COUNTER, "times memory of an expired item was reused")                          \
+    X(sweeper_reclaimed, COUNTER, "expired items freed by the background sweeper")              \
+    X(slab_pages_moved, COUNTER, "slab pages taken from one size class for another")             \
+    X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \
+    X(hash_power_level, GAUGE, "log2 of total hash buckets")                                     \
+    X(hash_expansions, COUNTER, "shard table doublings")                                         \
+    X(alloc_failures, COUNTER, "allocations that found nothing to evict")
+
+struct store_options {
+#define X(name, type, def, lo, hi, help) uint64_t name;
+    STORE_OPTIONS(X)
+#undef X
+};
+
+struct store_stats {
+#define X(name, kind, help) uint64_t name;
+    STORE_METRICS(X)
+#undef X
+    uint64_t limit_maxbytes;
+    uint32_t page_size;
+    uint32_t pages_total;
+    uint32_t pages_used;
+};
+
+/* Per size class figures for `stats slabs` and `stats items`. */
+struct store_class_stats {
+    uint32_t chunk_size;
+    uint32_t chunks_per_page;
+    uint32_t total_pages;
+    uint64_t total_chunks;
+    uint64_t used_chunks;
+    uint64_t free_chunks;
+    uint64_t curr_items;
+    uint64_t evictions;
+    uint64_t evicted_unfetched;
+    uint64_t expired_unfetched;
+    uint64_t reclaimed;
+    uint32_t oldest_age; /* seconds since the least recently stored linked item was accessed */
+};
+
+struct store;
+
+/* Fill `o` with the defaults of STORE_OPTIONS. */
+void store_options_default(struct store_options *o);
+
+/* Create the engine and start its sweeper thread. Returns 0, or -1 with a message in `err`
+ * naming the bad option (e.g. item_max larger than half the memory). */
+int store_create(struct store **out, const struct store_options *o, char *err, size_t errlen);
+/* Stop the sweeper and free everything. Sets *st to NULL. */
+void store_destroy(struct store **st);
+
+/* 64-bit hash of a key (xxh3); selects shard and bucket. */
+uint64_t store_hash(const char *key, size_t nkey);
+void store_lock(struct store *st, uint64_t hv);
+void store_unlock(struct store *st, uint64_t hv);
+
+/* Total chunk bytes an item of this key and value length needs, or 0 when it exceeds
+ * item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
+size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes);
+
+/* Allocate an unlinked item for `key` with room for `nbytes` of value; key, nkey, nbytes and
+ * clsid are set, every other field is zero. Evicts when needed. Returns NULL when the size
+ * exceeds item_max or nothing could be evicted (counted in alloc_failures). The caller owns the
+ * item until it links it or frees it. May be called with zero or one shard lock held; with one
+ * held, items of that shard other than the one with this same key may be evicted during the call
+ * (to empty a page for another class), so keep no pointer to them across it. */
+struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t nbytes);
+/* Return an unlinked item's memory. */
+void store_free(struct store *st, struct item *it);
+
+enum store_miss { STORE_HIT, STORE_MISS_ABSENT, STORE_MISS_EXPIRED, STORE_MISS_FLUSHED };
+
+/* Look a key up. Shard lock of `hv` held. Returns the live item or NULL; an expired or
+ * flushed item found on the way is unlinked and freed, and *why (if not NULL) says which. */
+struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t nkey, uint32_t now,
+                        enum store_miss *why);
+/* Insert `it`, which must not be in the index and whose key must be absent. Shard lock held.
+ * Sets it->atime = now; gives it a fresh CAS unless it->cas is already non-zero. */
+void store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now);
+/* Put `it` in place of the linked `old` (same key) and free `old`. Shard lock held. CAS rule as
+ * store_link. */
+void store_replace(struct store *st, uint64_t hv, struct item *old, struct item *it, uint32_t now);
+/* Remove a linked item and free it. Shard lock held. */
+void store_unlink(struct store *st, uint64_t hv, struct item *it);
+
+/* Mark an access: sets the CLOCK bit (only if clear) and ITEM_FETCHED; atime only if it moved.
+ * Shard lock held. */
+void store_bump(struct item *it, uint32_t now);
+
+/* A new CAS value, unique and increasing across the node. */
+uint64_t store_next_cas(struct store *st);
+
+/* flush_all: with delay 0, every item stored before now is invalid at once; with a delay, items
+ * not stored or touched after `when` (store clock) are invalid from `when` on. */
+void store_flush(struct store *st, uint32_t when, uint32_t now);
+
+/* Sum the counters. Takes every shard and class lock in turn: call with no shard lock held. */
+void store_stats(struct store *st, struct store_stats *out);
+/* Number of size classes; class ids run from 1 to the returned value. */
+int store_class_count(const struct store *st);
+/* Figures of one class; returns false for an id out of range. No shard lock held (as above).
+ * oldest_age is sampled near the class's CLOCK hand, so it is an estimate. */
+bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out);
+
+#endif

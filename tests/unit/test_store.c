@@ -1,0 +1,836 @@
+/* test_store.c — unit tests of the storage engine (src/node/store.h): item lifecycle, CAS,
+ * expiry, flush, eviction, page moves between classes, hash growth, limits, threads, sweeper. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "node/store.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static struct store *mk(uint64_t mb, uint64_t item_max, uint64_t hash_power, uint64_t sweep_ms)
+{
+    struct store_options o;
+    store_options_default(&o);
+    o.memory_mb = mb;
+    o.item_max = item_max;
+    o.hash_power = hash_power;
+    o.sweep_interval_ms = sweep_ms;
+    char err[256] = "";
+    struct store *st = NULL;
+    if (store_create(&st, &o, err, sizeof err) != 0) fail_msg("store_create: %s", err);
+    return st;
+}
+
+/* A store that never sweeps during a test, so only the test's own `now` values matter. */
+static struct store *mk_quiet(uint64_t mb) { return mk(mb, 1 << 20, 16, 60000); }
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void fill_value(struct item *it, char fill) { memset(item_value(it), fill, it->nbytes); }
+
+/* Store key -> nbytes bytes of `fill`, set semantics. With `locked`, the allocation happens
+ * while holding the key's shard lock (as append/incr do). Returns false if allocation failed. */
+static bool put_ex(struct store *st, const char *key, size_t nbytes, char fill, uint32_t exptime,
+                   uint32_t now, bool locked)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    struct item *it = NULL;
+    if (!locked) {
+        it = store_alloc(st, key, nkey, nbytes);
+        if (!it) return false;
+        fill_value(it, fill);
+        it->exptime = exptime;
+    }
+    store_lock(st, hv);
+    struct item *old = store_find(st, hv, key, nkey, now, NULL);
+    if (locked) {
+        it = store_alloc(st, key, nkey, nbytes);
+        if (!it) {
+            store_unlock(st, hv);
+            return false;
+        }
+        fill_value(it, fill);
+        it->exptime = exptime;
+    }
+    if (old) store_replace(st, hv, old, it, now);
+    else store_link(st, hv, it, now);
+    store_unlock(st, hv);
+    return true;
+}
+
+static bool put(struct store *st, const char *key, size_t nbytes, char fill, uint32_t exptime,
+                uint32_t now)
+{
+    return put_ex(st, key, nbytes, fill, exptime, now, false);
+}
+
+/* Look key up; on a hit report its length, first value byte and cas. */
+static bool get(struct store *st, const char *key, uint32_t now, enum store_miss *why,
+                uint32_t *nbytes, char *first, uint64_t *cas)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    enum store_miss w;
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, key, nkey, now, &w);
+    if (it) {
+        if (nbytes) *nbytes = it->nbytes;
+        if (first && it->nbytes) *first = item_value(it)[0];
+        if (cas) *cas = it->cas;
+        store_bump(it, now);
+    }
+    store_unlock(st, hv);
+    if (why) *why = w;
+    return it != NULL;
+}
+
+static bool del(struct store *st, const char *key, uint32_t now)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, key, nkey, now, NULL);
+    if (it) store_unlink(st, hv, it);
+    store_unlock(st, hv);
+    return it != NULL;
+}
+
+static struct store_stats stats(struct store *st)
+{
+    struct store_stats s;
+    store_stats(st, &s);
+    return s;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_class_table(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(64);
+    int n = store_class_count(st);
+    assert_true(n > 27 && n < 256);
+    uint32_t prev = 0;
+    for (int i = 1; i <= n; i++) {
+        struct store_class_stats cs;
+        assert_true(store_class_stats(st, i, &cs));
+        assert_int_equal(cs.chunk_size % 8, 0);
+        assert_true(cs.chunk_size > prev);
+        if (i == 1) assert_int_equal(cs.chunk_size, 48);
+        else if (cs.chunk_size <= 256) assert_int_equal(cs.chunk_size, prev + 8);
+        else if (i < n) assert_true(cs.chunk_size <= prev * 1.08 + 8);
+        assert_int_equal(cs.chunks_per_page, (1u << 20) / cs.chunk_size);
+        prev = cs.chunk_size;
+    }
+    assert_int_equal(prev, 1 << 20); /* the last class holds item_max */
+    struct store_class_stats cs;
+    assert_false(store_class_stats(st, 0, &cs));
+    assert_false(store_class_stats(st, n + 1, &cs));
+    /* 40-byte header + 30-byte key + 100-byte value = 170 -> 176-byte chunk */
+    assert_int_equal(store_item_size(st, 30, 100), 176);
+    assert_int_equal(store_item_size(st, 1, 0), 48);
+    struct store_stats s = stats(st);
+    assert_int_equal(s.page_size, 1 << 20);
+    assert_int_equal(s.pages_total, 64);
+    assert_int_equal(s.pages_used, 0);
+    assert_int_equal(s.limit_maxbytes, 64ull << 20);
+    assert_int_equal(s.hash_power_level, 16);
+    assert_int_equal(s.hash_bytes, 8ull << 16);
+    store_destroy(&st);
+    assert_null(st);
+}
+
+static void test_basic_lifecycle(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(64);
+    uint32_t now = clock_now();
+    struct item *it = store_alloc(st, "foo", 3, 5);
+    assert_non_null(it);
+    assert_int_equal(it->nkey, 3);
+    assert_int_equal(it->nbytes, 5);
+    assert_memory_equal(item_key(it), "foo", 3);
+    assert_int_equal(it->cas, 0);
+    assert_int_equal(it->exptime, 0);
+    assert_int_equal(it->flags, 0);
+    assert_int_equal(it->iflags, 0);
+    assert_int_equal(it->clock, 0);
+    assert_true(it->clsid >= 1);
+    memcpy(item_value(it), "hello", 5);
+    it->flags = 42;
+
+    uint64_t hv = store_hash("foo", 3);
+    enum store_miss why;
+    store_lock(st, hv);
+    assert_null(store_find(st, hv, "foo", 3, now, &why));
+    assert_int_equal(why, STORE_MISS_ABSENT);
+    store_link(st, hv, it, now);
+    assert_true(it->iflags & ITEM_LINKED);
+    assert_int_equal(it->atime, now);
+    uint64_t cas1 = it->cas;
+    assert_true(cas1 > 0);
+    struct item *f = store_find(st, hv, "foo", 3, now, &why);
+    assert_ptr_equal(f, it);
+    assert_int_equal(why, STORE_HIT);
+    assert_memory_equal(item_value(f), "hello", 5);
+    assert_int_equal(f->flags, 42);
+    assert_null(store_find(st, hv, "fo", 2, now, NULL));
+    store_unlock(st, hv);
+
+    struct store_stats s = stats(st);
+    assert_int_equal(s.curr_items, 1);
+    assert_int_equal(s.total_items, 1);
+    assert_int_equal(s.bytes, 40 + 3 + 5);
+
+    /* replace: new value, higher cas, old memory returned */
+    struct item *it2 = store_alloc(st, "foo", 3, 11);
+    assert_non_null(it2);
+    memcpy(item_value(it2), "hello world", 11);
+    store_lock(st, hv);
+    struct item *old = store_find(st, hv, "foo", 3, now + 1, NULL);
+    assert_ptr_equal(old, it);
+    store_replace(st, hv, old, it2, now + 1);
+    f = store_find(st, hv, "foo", 3, now + 1, NULL);
+    assert_ptr_equal(f, it2);
+    assert_true(f->cas > cas1);
+    assert_int_equal(f->atime, now + 1);
+    assert_memory_equal(item_value(f), "hello world", 11);
+    store_unlock(st, hv);
+    s = stats(st);
+    assert_int_equal(s.curr_items, 1);
+    assert_int_equal(s.total_items, 2);
+    assert_int_equal(s.bytes, 40 + 3 + 11);
+
+    /* bump */
+    store_lock(st, hv);
+    f = store_find(st, hv, "foo", 3, now + 2, NULL);
+    assert_false(f->iflags & ITEM_FETCHED);
+    store_bump(f, now + 2);
+    assert_true(f->iflags & ITEM_FETCHED);
+    assert_int_equal(f->clock, 1);
+    assert_int_equal(f->atime, now + 2);
+    store_bump(f, now + 2); /* nothing changes, nothing breaks */
+    assert_int_equal(f->clock, 1);
+
+    /* unlink */
+    store_unlink(st, hv, f);
+    assert_null(store_find(st, hv, "foo", 3, now + 2, &why));
+    assert_int_equal(why, STORE_MISS_ABSENT);
+    store_unlock(st, hv);
+    s = stats(st);
+    assert_int_equal(s.curr_items, 0);
+    assert_int_equal(s.bytes, 0);
+
+    /* free of an unlinked item, and the chunk is reused */
+    struct item *a = store_alloc(st, "bar", 3, 5);
+    assert_non_null(a);
+    store_free(st, a);
+    struct item *b = store_alloc(st, "baz", 3, 5);
+    assert_ptr_equal(a, b);
+    store_free(st, b);
+
+    /* per-class accounting */
+    assert_true(put(st, "k1", 100, 'x', 0, now));
+    int cls = 0;
+    for (int i = 1; i <= store_class_count(st); i++) {
+        struct store_class_stats cs;
+        store_class_stats(st, i, &cs);
+        if (cs.curr_items) {
+            assert_int_equal(cs.curr_items, 1);
+            assert_int_equal(cs.used_chunks, 1);
+            assert_int_equal(cs.total_pages, 1);
+            assert_int_equal(cs.chunk_size, store_item_size(st, 2, 100));
+            cls = i;
+        }
+    }
+    assert_true(cls > 0);
+    store_destroy(&st);
+}
+
+static void test_cas_increasing(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    uint64_t last = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t c = store_next_cas(st);
+        assert_true(c > last);
+        last = c;
+    }
+    char key[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "cas%d", i % 10);
+        assert_true(put(st, key, 10, 'a', 0, now));
+        uint64_t cas;
+        assert_true(get(st, key, now, NULL, NULL, NULL, &cas));
+        assert_true(cas > last);
+        last = cas;
+    }
+    /* an explicit cas is kept */
+    struct item *it = store_alloc(st, "explicit", 8, 1);
+    it->cas = 7;
+    uint64_t hv = store_hash("explicit", 8);
+    store_lock(st, hv);
+    store_link(st, hv, it, now);
+    assert_int_equal(it->cas, 7);
+    store_unlock(st, hv);
+    store_destroy(&st);
+}
+
+static void test_expiry_lazy(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    assert_true(put(st, "short", 10, 's', now + 10, now));
+    assert_true(put(st, "forever", 10, 'f', 0, now));
+    assert_true(get(st, "short", now + 5, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_HIT);
+    assert_false(get(st, "short", now + 10, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    assert_false(get(st, "short", now + 11, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_ABSENT);
+    assert_true(get(st, "forever", now + 1000000, &why, NULL, NULL, NULL));
+    struct store_stats s = stats(st);
+    assert_int_equal(s.curr_items, 1);
+    /* "short" was read once before expiring, so not counted as unfetched */
+    assert_int_equal(s.expired_unfetched, 0);
+    assert_true(put(st, "unread", 10, 'u', now + 1, now));
+    assert_false(get(st, "unread", now + 2, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    s = stats(st);
+    assert_int_equal(s.expired_unfetched, 1);
+    assert_int_equal(s.bytes, 40 + 7 + 10);
+    store_destroy(&st);
+}
+
+static void test_flush_immediate(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    char key[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "f%d", i);
+        assert_true(put(st, key, 20, 'x', 0, now));
+    }
+    store_flush(st, now, now);
+    assert_false(get(st, "f0", now, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_FLUSHED);
+    /* stored after the flush, in the same second: alive */
+    assert_true(put(st, "after", 20, 'y', 0, now));
+    assert_true(get(st, "after", now, &why, NULL, NULL, NULL));
+    /* and in a later second */
+    assert_true(put(st, "later", 20, 'y', 0, now + 1));
+    assert_true(get(st, "later", now + 1, NULL, NULL, NULL, NULL));
+    for (int i = 1; i < 100; i++) {
+        snprintf(key, sizeof key, "f%d", i);
+        assert_false(get(st, key, now + 1, &why, NULL, NULL, NULL));
+        assert_int_equal(why, STORE_MISS_FLUSHED);
+    }
+    assert_int_equal(stats(st).curr_items, 2);
+    store_destroy(&st);
+}
+
+static void test_flush_delayed(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    assert_true(put(st, "old", 20, 'o', 0, now));
+    store_flush(st, now + 10, now);
+    assert_true(get(st, "old", now + 5, &why, NULL, NULL, NULL)); /* not yet */
+    assert_true(put(st, "mid", 20, 'm', 0, now + 6));
+    assert_false(get(st, "old", now + 10, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_FLUSHED);
+    assert_false(get(st, "mid", now + 10, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_FLUSHED);
+    assert_true(put(st, "new", 20, 'n', 0, now + 11));
+    assert_true(get(st, "new", now + 12, &why, NULL, NULL, NULL));
+    /* a later flush must not bring back what the first one killed */
+    assert_true(put(st, "x", 20, 'x', 0, now + 9));
+    store_flush(st, now + 100, now + 20);
+    assert_false(get(st, "x", now + 21, &why, NULL, NULL, NULL));
+    assert_true(get(st, "new", now + 21, &why, NULL, NULL, NULL));
+    /* an immediate flush cancels a pending delayed one and kills everything */
+    store_flush(st, now + 21, now + 21);
+    assert_false(get(st, "new", now + 22, &why, NULL, NULL, NULL));
+    assert_true(put(st, "y", 20, 'y', 0, now + 22));
+    assert_true(get(st, "y", now + 200, &why, NULL, NULL, NULL));
+    store_destroy(&st);
+}
+
+static void test_eviction_full(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(2);
+    uint32_t now = clock_now();
+    char key[32];
+    const int N = 60000; /* ~9 MB of items into 2 MB */
+    const char *hot = "hot-key";
+    assert_true(put(st, hot, 100, 'h', 0, now));
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "k%07d", i);
+        /* every other allocation with the shard lock held, as append/incr do */
+        assert_true(put_ex(st, key, 100, (char)('a' + i % 26), 0, now, i & 1));
+        if (i % 200 == 0) assert_true(get(st, hot, now, NULL, NULL, NULL, NULL));
+        if (i % 5000 == 0) {
+            struct store_stats s = stats(st);
+            assert_true(s.bytes <= 2u << 20);
+        }
+    }
+    struct store_stats s = stats(st);
+    assert_true(s.evictions > 0);
+    assert_int_equal(s.alloc_failures, 0);
+    assert_true(s.bytes <= 2u << 20);
+    assert_true(s.curr_items <= (2u << 20) / store_item_size(st, 8, 100));
+    assert_int_equal(s.curr_items + s.evictions, N + 1);
+    assert_int_equal(s.evicted_unfetched, s.evictions); /* none of those was read */
+    assert_int_equal(s.pages_used, 2);
+    /* the latest items and the hot one survive */
+    char first = 0;
+    uint32_t nb = 0;
+    snprintf(key, sizeof key, "k%07d", N - 1);
+    assert_true(get(st, key, now, NULL, &nb, &first, NULL));
+    assert_int_equal(nb, 100);
+    assert_int_equal(first, 'a' + (N - 1) % 26);
+    assert_true(get(st, hot, now, NULL, NULL, &first, NULL));
+    assert_int_equal(first, 'h');
+    /* the oldest are gone */
+    assert_false(get(st, "k0000000", now, NULL, NULL, NULL, NULL));
+    store_destroy(&st);
+}
+
+static void test_reclaim_expired(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(2);
+    uint32_t now = clock_now();
+    char key[32];
+    /* exptime 1 is "already expired" on the store clock: every reuse is a reclaim */
+    for (int i = 0; i < 40000; i++) {
+        snprintf(key, sizeof key, "e%07d", i);
+        assert_true(put(st, key, 100, 'e', 1, now));
+    }
+    struct store_stats s = stats(st);
+    assert_int_equal(s.evictions, 0);
+    assert_true(s.reclaimed > 0);
+    assert_int_equal(s.expired_unfetched, s.reclaimed);
+    assert_int_equal(s.curr_items + s.reclaimed, 40000);
+    store_destroy(&st);
+}
+
+static void test_steal_page(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(2);
+    uint32_t now = clock_now();
+    char key[32];
+    for (int i = 0; i < 30000; i++) {
+        snprintf(key, sizeof key, "s%07d", i);
+        assert_true(put(st, key, 100, 's', 0, now));
+    }
+    struct store_stats s = stats(st);
+    assert_int_equal(s.pages_used, 2);
+    uint64_t small_before = s.curr_items;
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof key, "big%d", i);
+        assert_true(put(st, key, 50 * 1024, (char)('A' + i), 0, now));
+        uint32_t nb = 0;
+        char first = 0;
+        assert_true(get(st, key, now, NULL, &nb, &first, NULL));
+        assert_int_equal(nb, 50 * 1024);
+        assert_int_equal(first, 'A' + i);
+    }
+    s = stats(st);
+    assert_true(s.slab_pages_moved >= 1);
+    assert_int_equal(s.alloc_failures, 0);
+    assert_true(s.curr_items < small_before + 20);
+    assert_true(s.bytes <= 2u << 20);
+    /* and back: the small class still works (it kept a page, or takes one back) */
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "t%07d", i);
+        assert_true(put(st, key, 100, 't', 0, now));
+    }
+    /* a third class with no page at all */
+    assert_true(put(st, "mid", 5000, 'm', 0, now));
+    assert_true(get(st, "mid", now, NULL, NULL, NULL, NULL));
+    assert_int_equal(stats(st).alloc_failures, 0);
+    store_destroy(&st);
+}
+
+/* A page move while the caller holds its key's shard lock and a pointer to the old item (the
+ * append path): the old item must survive until replaced. */
+static void test_steal_with_lock_held(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(2);
+    uint32_t now = clock_now();
+    char key[32];
+    for (int i = 0; i < 30000; i++) {
+        snprintf(key, sizeof key, "s%07d", i);
+        assert_true(put(st, key, 100, (char)('a' + i % 26), 0, now));
+    }
+    for (int j = 0; j < 10; j++) {
+        int i = 29999 - j * 997;
+        snprintf(key, sizeof key, "s%07d", i);
+        size_t nkey = strlen(key);
+        uint64_t hv = store_hash(key, nkey);
+        store_lock(st, hv);
+        struct item *old = store_find(st, hv, key, nkey, now, NULL);
+        if (!old) { /* evicted by an earlier round's page moves */
+            store_unlock(st, hv);
+            continue;
+        }
+        size_t big = 50 * 1024 + (size_t)j * 8192; /* a new class each round */
+        struct item *nit = store_alloc(st, key, nkey, big);
+        assert_non_null(nit);
+        /* old is intact */
+        assert_true(old->iflags & ITEM_LINKED);
+        assert_int_equal(old->nkey, nkey);
+        assert_memory_equal(item_key(old), key, nkey);
+        assert_int_equal(old->nbytes, 100);
+        for (int b = 0; b < 100; b++) assert_int_equal(item_value(old)[b], 'a' + i % 26);
+        memcpy(item_value(nit), item_value(old), 100);
+        memset(item_value(nit) + 100, 'z', big - 100);
+        store_replace(st, hv, old, nit, now);
+        store_unlock(st, hv);
+        uint32_t nb = 0;
+        char first = 0;
+        assert_true(get(st, key, now, NULL, &nb, &first, NULL));
+        assert_int_equal(nb, big);
+        assert_int_equal(first, 'a' + i % 26);
+    }
+    assert_true(stats(st).slab_pages_moved >= 1);
+    store_destroy(&st);
+}
+
+static void test_hash_growth(void **state)
+{
+    (void)state;
+    struct store *st = mk(64, 1 << 20, 12, 60000);
+    uint32_t now = clock_now();
+    char key[32];
+    const int N = 200000;
+    struct store_stats s = stats(st);
+    assert_int_equal(s.hash_power_level, 12);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "key:%d", i);
+        assert_true(put(st, key, 16, (char)i, 0, now));
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "key:%d", i);
+        char first = 0;
+        if (!get(st, key, now, NULL, NULL, &first, NULL)) fail_msg("lost %s", key);
+        assert_int_equal(first, (char)i);
+    }
+    s = stats(st);
+    assert_int_equal(s.curr_items, N);
+    assert_int_equal(s.evictions, 0);
+    assert_true(s.hash_expansions > 0);
+    assert_true(s.hash_power_level >= 17);
+    /* load at most 1.5 per bucket in every shard */
+    assert_true(s.hash_bytes / 8 * 3 / 2 >= (uint64_t)N);
+    for (int i = 0; i < N; i += 2) {
+        snprintf(key, sizeof key, "key:%d", i);
+        assert_true(del(st, key, now));
+    }
+    assert_int_equal(stats(st).curr_items, N / 2);
+    store_destroy(&st);
+}
+
+static void test_item_max_and_limits(void **state)
+{
+    (void)state;
+    struct store *st = mk(2, 1024, 16, 60000);
+    /* 40 + 10 + 972 + 2 (\r\n) = 1024 fits; one byte more does not */
+    assert_int_equal(store_item_size(st, 10, 972), 1024);
+    assert_int_equal(store_item_size(st, 10, 973), 0);
+    assert_int_equal(store_item_size(st, 256, 1), 0);
+    assert_null(store_alloc(st, "0123456789", 10, 973));
+    struct item *it = store_alloc(st, "0123456789", 10, 972);
+    assert_non_null(it);
+    store_free(st, it);
+    assert_int_equal(stats(st).alloc_failures, 0);
+    store_destroy(&st);
+
+    /* large item_max: the page grows to hold it */
+    st = mk(16, 3 << 20, 16, 60000);
+    struct store_stats s = stats(st);
+    assert_int_equal(s.page_size, 4 << 20);
+    assert_int_equal(s.pages_total, 4);
+    uint32_t now = clock_now();
+    assert_true(put(st, "huge", (3 << 20) - 100, 'H', 0, now));
+    uint32_t nb = 0;
+    assert_true(get(st, "huge", now, NULL, &nb, NULL, NULL));
+    assert_int_equal(nb, (3 << 20) - 100);
+    store_destroy(&st);
+
+    /* bad configurations */
+    struct store_options o;
+    char err[256];
+    store_options_default(&o);
+    o.memory_mb = 1; /* item_max 1 MB > half of 1 MB */
+    assert_int_equal(store_create(&st, &o, err, sizeof err), -1);
+    assert_null(st);
+    assert_non_null(strstr(err, "item_max"));
+    store_options_default(&o);
+    o.memory_mb = 3;
+    o.item_max = 1536 * 1024; /* 2 MB pages: only one fits in 3 MB */
+    assert_int_equal(store_create(&st, &o, err, sizeof err), -1);
+    assert_non_null(strstr(err, "2 slab pages"));
+    store_options_default(&o);
+    o.hash_power = 40;
+    assert_int_equal(store_create(&st, &o, err, sizeof err), -1);
+    assert_non_null(strstr(err, "hash_power"));
+}
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+#define CKEYS 20000
+
+struct cargs {
+    struct store *st;
+    unsigned seed;
+    uint32_t maxval;
+    volatile int *stop;
+    uint64_t ops, corrupt, alloc_fail;
+};
+
+static char ckey_fill(int k) { return (char)('!' + k % 90); }
+
+static void *cworker(void *p)
+{
+    struct cargs *a = p;
+    char key[32];
+    while (!__atomic_load_n(a->stop, __ATOMIC_RELAXED)) {
+        int k = (int)(rand_r(&a->seed) % CKEYS);
+        int nkey = snprintf(key, sizeof key, "ck:%d", k);
+        char fill = ckey_fill(k);
+        uint32_t now = clock_now();
+        uint64_t hv = store_hash(key, (size_t)nkey);
+        int op = (int)(rand_r(&a->seed) % 10);
+        size_t len = rand_r(&a->seed) % a->maxval;
+        a->ops++;
+        if (op < 5) {
+            store_lock(a->st, hv);
+            struct item *it = store_find(a->st, hv, key, (size_t)nkey, now, NULL);
+            if (it) {
+                if (it->nkey != nkey || memcmp(item_key(it), key, (size_t)nkey) != 0)
+                    a->corrupt++;
+                for (uint32_t b = 0; b < it->nbytes; b++)
+                    if (item_value(it)[b] != fill) {
+                        a->corrupt++;
+                        break;
+                    }
+                store_bump(it, now);
+            }
+            store_unlock(a->st, hv);
+        } else if (op < 9) {
+            bool locked = op == 8;
+            struct item *it = NULL;
+            if (!locked) {
+                it = store_alloc(a->st, key, (size_t)nkey, len);
+                if (!it) {
+                    a->alloc_fail++;
+                    continue;
+                }
+                fill_value(it, fill);
+            }
+            store_lock(a->st, hv);
+            struct item *old = store_find(a->st, hv, key, (size_t)nkey, now, NULL);
+            if (locked) {
+                it = store_alloc(a->st, key, (size_t)nkey, len);
+                if (!it) {
+                    a->alloc_fail++;
+                    store_unlock(a->st, hv);
+                    continue;
+                }
+                fill_value(it, fill);
+            }
+            if (old) store_replace(a->st, hv, old, it, now);
+            else store_link(a->st, hv, it, now);
+            store_unlock(a->st, hv);
+        } else {
+            store_lock(a->st, hv);
+            struct item *it = store_find(a->st, hv, key, (size_t)nkey, now, NULL);
+            if (it) store_unlink(a->st, hv, it);
+            store_unlock(a->st, hv);
+        }
+    }
+    return NULL;
+}
+
+static void run_concurrent(uint64_t mb, uint32_t maxval, bool expect_evictions)
+{
+    struct store *st = mk(mb, 1 << 20, 16, 50);
+    volatile int stop = 0;
+    struct cargs a[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct cargs){.st = st, .seed = 1234u + (unsigned)i, .maxval = maxval, .stop = &stop};
+        assert_int_equal(pthread_create(&th[i], NULL, cworker, &a[i]), 0);
+    }
+    nap_ms(1000);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+    uint64_t ops = 0, fails = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].corrupt, 0);
+        ops += a[i].ops;
+        fails += a[i].alloc_fail;
+    }
+    struct store_stats s = stats(st);
+    print_message("    %llu MB, values < %u: %llu ops, %llu items, %llu evictions, %llu pages moved, "
+                  "%llu alloc failures\n",
+                  (unsigned long long)mb, maxval, (unsigned long long)ops,
+                  (unsigned long long)s.curr_items, (unsigned long long)s.evictions,
+                  (unsigned long long)s.slab_pages_moved, (unsigned long long)fails);
+    assert_true(ops > 1000);
+    assert_int_equal(s.alloc_failures, fails);
+    if (expect_evictions) assert_true(s.evictions > 0);
+    else assert_int_equal(fails, 0);
+    /* counts agree with what can be found */
+    uint64_t found = 0, bytes = 0;
+    uint32_t now = clock_now();
+    char key[32];
+    for (int k = 0; k < CKEYS; k++) {
+        int nkey = snprintf(key, sizeof key, "ck:%d", k);
+        uint64_t hv = store_hash(key, (size_t)nkey);
+        store_lock(st, hv);
+        struct item *it = store_find(st, hv, key, (size_t)nkey, now, NULL);
+        if (it) {
+            found++;
+            bytes += 40 + it->nkey + it->nbytes;
+        }
+        store_unlock(st, hv);
+    }
+    assert_int_equal(s.curr_items, found);
+    assert_int_equal(s.bytes, bytes);
+    assert_true(s.bytes <= mb << 20);
+    uint64_t cls_items = 0, used = 0;
+    for (int i = 1; i <= store_class_count(st); i++) {
+        struct store_class_stats cs;
+        store_class_stats(st, i, &cs);
+        cls_items += cs.curr_items;
+        used += cs.used_chunks;
+        assert_true(cs.used_chunks + cs.free_chunks == cs.total_chunks);
+    }
+    assert_int_equal(cls_items, found);
+    assert_int_equal(used, found); /* nothing in flight, nothing leaked */
+    store_destroy(&st);
+}
+
+static void test_concurrent_roomy(void **state)
+{
+    (void)state;
+    run_concurrent(64, 300, false);
+}
+
+static void test_concurrent_evicting(void **state)
+{
+    (void)state;
+    run_concurrent(4, 2000, true);
+}
+
+/* ---- sweeper ------------------------------------------------------------------------------ */
+
+/* Poll stats until cond holds or `secs` pass; no fixed sleep. */
+#define WAIT_FOR(st, s, cond, secs)                                                              \
+    do {                                                                                         \
+        double t0_ = mono_now();                                                                 \
+        for (;;) {                                                                               \
+            store_stats((st), &(s));                                                             \
+            if (cond) break;                                                                     \
+            if (mono_now() - t0_ > (secs)) break;                                                \
+            nap_ms(5);                                                                           \
+        }                                                                                        \
+    } while (0)
+
+static void test_sweeper(void **state)
+{
+    (void)state;
+    struct store *st = mk(8, 1 << 20, 16, 10);
+    uint32_t now = clock_now();
+    char key[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "dead%d", i);
+        assert_true(put(st, key, 50, 'd', 1, now)); /* already expired */
+        snprintf(key, sizeof key, "live%d", i);
+        assert_true(put(st, key, 50, 'l', 0, now));
+    }
+    struct store_stats s;
+    WAIT_FOR(st, s, s.sweeper_reclaimed >= 1000, 10.0);
+    assert_int_equal(s.sweeper_reclaimed, 1000);
+    assert_int_equal(s.curr_items, 1000);
+    assert_int_equal(s.expired_unfetched, 1000);
+    uint64_t live_bytes = 0;
+    for (int i = 0; i < 1000; i++) live_bytes += 40 + (uint64_t)snprintf(key, sizeof key, "live%d", i) + 50;
+    assert_int_equal(s.bytes, live_bytes);
+    /* flushed items are reclaimed too */
+    store_flush(st, now, now);
+    WAIT_FOR(st, s, s.curr_items == 0, 10.0);
+    assert_int_equal(s.curr_items, 0);
+    assert_int_equal(s.sweeper_reclaimed, 2000);
+    assert_int_equal(s.bytes, 0);
+    store_destroy(&st);
+}
+
+static void test_destroy_prompt(void **state)
+{
+    (void)state;
+    double t0 = mono_now();
+    struct store *st = mk(8, 1 << 20, 16, 60000);
+    store_destroy(&st);
+    assert_true(mono_now() - t0 < 1.0);
+}
+
+int main(void)
+{
+    clock_setup();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_class_table),
+        cmocka_unit_test(test_basic_lifecycle),
+        cmocka_unit_test(test_cas_increasing),
+        cmocka_unit_test(test_expiry_lazy),
+        cmocka_unit_test(test_flush_immediate),
+        cmocka_unit_test(test_flush_delayed),
+        cmocka_unit_test(test_eviction_full),
+        cmocka_unit_test(test_reclaim_expired),
+        cmocka_unit_test(test_steal_page),
+        cmocka_unit_test(test_steal_with_lock_held),
+        cmocka_unit_test(test_hash_growth),
+        cmocka_unit_test(test_item_max_and_limits),
+        cmocka_unit_test(test_concurrent_roomy),
+        cmocka_unit_test(test_concurrent_evicting),
+        cmocka_unit_test(test_sweeper),
+        cmocka_unit_test(test_destroy_prompt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
