@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# bench-node.sh — compare shoal-node with Debian's memcached under identical shoal-bench load.
+#
+# Each server runs alone, one after the other, on a free 127.0.0.1 port with the same memory
+# and thread flags. For each: prefill the key space, then for each pipeline depth a short
+# unmeasured warmup run and a measured run, sampling the server's CPU time (utime + stime from
+# /proc/<pid>/stat) just before and after the measured run. Prints per depth the throughput of
+# both, their ratio, server CPU seconds per million operations and that ratio, then the exact
+# commands used. Every step is bounded by `timeout`; servers are stopped on any exit.
+#
+# Settings come from flags or, for unattended use, from the environment (flags win):
+#   --depths "1 16"     DEPTHS          pipeline depths to run
+#   --duration S        DURATION        measured seconds per run (default 10)
+#   --warmup S          WARMUP          unmeasured seconds before each run (default 1; 0: none)
+#   --conns N           CONNS           client connections (default 50)
+#   --bench-threads N   BENCH_THREADS   client threads (default 2)
+#   --ratio S:G         RATIO           set:get ratio (default 1:9)
+#   --keys N            KEYS            key space, prefilled (default 100000)
+#   --value-size N      VALUE_SIZE      bytes per value (default 100)
+#   --dist D            DIST            uniform or zipf (default uniform)
+#   --server-threads N  SERVER_THREADS  -t for both servers (default 2)
+#   --memory MB         SERVER_MEM      -m for both servers (default 1024)
+#   --shoal-bin PATH    SHOAL_NODE_BIN  default build/bin/shoal-node
+#   --memcached-bin P   MEMCACHED_BIN   default /usr/bin/memcached
+#   --bench-bin PATH    BENCH_BIN       default build/bin/shoal-bench
+#   --keep-logs         KEEP_LOGS=1     keep server and bench output (path is printed)
+# SHOAL_NODE_BIN=/usr/bin/memcached runs memcached in both roles, to check the script itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEPTHS=${DEPTHS:-"1 16"}
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-1}
+CONNS=${CONNS:-50}
+BENCH_THREADS=${BENCH_THREADS:-2}
+RATIO=${RATIO:-1:9}
+KEYS=${KEYS:-100000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+DIST=${DIST:-uniform}
+SERVER_THREADS=${SERVER_THREADS:-2}
+SERVER_MEM=${SERVER_MEM:-1024}
+SHOAL_NODE_BIN=${SHOAL_NODE_BIN:-build/bin/shoal-node}
+MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
+BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
+KEEP_LOGS=${KEEP_LOGS:-0}
+
+die() { echo "bench-node.sh: $*" >&2; exit 1; }
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+need_arg() { [ $# -ge 2 ] || die "option $1 needs a value (see --help)"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --depths) need_arg "$@"; DEPTHS=$2; shift 2 ;;
+    --duration) need_arg "$@"; DURATION=$2; shift 2 ;;
+    --warmup) need_arg "$@"; WARMUP=$2; shift 2 ;;
+    --conns) need_arg "$@"; CONNS=$2; shift 2 ;;
+    --bench-threads) need_arg "$@"; BENCH_THREADS=$2; shift 2 ;;
+    --ratio) need_arg "$@"; RATIO=$2; shift 2 ;;
+    --keys) need_arg "$@"; KEYS=$2; shift 2 ;;
+    --value-size) need_arg "$@"; VALUE_SIZE=$2; shift 2 ;;
+    --dist) need_arg "$@"; DIST=$2; shift 2 ;;
+    --server-threads) need_arg "$@"; SERVER_THREADS=$2; shift 2 ;;
+    --memory) need_arg "$@"; SERVER_MEM=$2; shift 2 ;;
+    --shoal-bin) need_arg "$@"; SHOAL_NODE_BIN=$2; shift 2 ;;
+    --memcached-bin) need_arg "$@"; MEMCACHED_BIN=$2; shift 2 ;;
+    --bench-bin) need_arg "$@"; BENCH_BIN=$2; shift 2 ;;
+    --keep-logs) KEEP_LOGS=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+    esac
+done
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+is_secs() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+for d in $DEPTHS; do
+    if ! is_uint "$d" || [ "$d" -lt 1 ]; then die "--depths: '$d' is not a depth >= 1"; fi
+done
+[ -n "${DEPTHS// /}" ] || die "--depths is empty; e.g. --depths \"1 16\""
+if ! is_secs "$DURATION" || [ "$(awk -v d="$DURATION" 'BEGIN{print (d > 0)}')" != 1 ]; then
+    die "--duration: '$DURATION' must be seconds > 0"
+fi
+is_secs "$WARMUP" || die "--warmup: '$WARMUP' must be seconds >= 0"
+for v in CONNS BENCH_THREADS KEYS VALUE_SIZE SERVER_THREADS SERVER_MEM; do
+    is_uint "${!v}" || die "$v: '${!v}' is not a whole number"
+done
+
+[ -x "$BENCH_BIN" ] || die "$BENCH_BIN not found or not executable: build it with 'make $BENCH_BIN' (or set BENCH_BIN)"
+[ -x "$SHOAL_NODE_BIN" ] || die "$SHOAL_NODE_BIN does not exist yet: build it with 'make build/bin/shoal-node', or point SHOAL_NODE_BIN (--shoal-bin) at another memcached-compatible server, e.g. SHOAL_NODE_BIN=/usr/bin/memcached to check this script"
+[ -x "$MEMCACHED_BIN" ] || die "$MEMCACHED_BIN not found: install Debian's memcached (apt-get install memcached) or set MEMCACHED_BIN"
+
+CLK_TCK=$(getconf CLK_TCK)
+WORK=$(mktemp -d /tmp/bench-node.XXXXXX)
+SERVER_PID=""
+CHILD_PID=""
+COMMANDS=()
+
+stop_server() {
+    [ -n "$SERVER_PID" ] || return 0
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+}
+cleanup() {
+    if [ -n "$CHILD_PID" ]; then
+        kill -TERM "$CHILD_PID" 2>/dev/null || true # timeout passes it on to shoal-bench
+        wait "$CHILD_PID" 2>/dev/null || true
+    fi
+    stop_server
+    if [ "$KEEP_LOGS" = 1 ]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A random port in 20000-59999 that nothing listens on; the caller still copes with losing a race.
+pick_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 40000))
+        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return 0; fi
+    done
+    die "no free port found in 20000-59999"
+}
+
+# utime + stime of the whole process (all threads), in clock ticks.
+cpu_ticks() {
+    local stat rest
+    stat=$(cat "/proc/$1/stat") || die "server pid $1 vanished"
+    rest=${stat##*) } # the command name may contain spaces; fields resume after the last ')'
+    # shellcheck disable=SC2086
+    set -- $rest
+    echo $((${12} + ${13}))
+}
+
+# start_server NAME BIN: sets SERVER_PID and PORT, or dies with the server's log.
+start_server() {
+    local name=$1 bin=$2 log
+    local user_flag=()
+    [ "$(id -u)" = 0 ] && user_flag=(-u root) # memcached refuses to run as root without -u
+    for _ in 1 2 3; do
+        PORT=$(pick_port)
+        log="$WORK/$name.server.log"
+        SERVER_CMD=("$bin" -p "$PORT" -l 127.0.0.1 -U 0 -m "$SERVER_MEM" -t "$SERVER_THREADS" -c 4096 "${user_flag[@]}")
+        "${SERVER_CMD[@]}" >"$log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 100); do
+            if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
+            if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+                COMMANDS+=("$name server: ${SERVER_CMD[*]}")
+                return 0
+            fi
+            sleep 0.1
+        done
+        if kill -0 "$SERVER_PID" 2>/dev/null; then
+            stop_server
+            die "$name ($bin) did not accept connections on 127.0.0.1:$PORT within 10 s; log: $(tail -5 "$log")"
+        fi
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+        grep -qi "address already in use" "$log" || die "$name ($bin) exited at startup: $(tail -5 "$log")"
+    done
+    die "$name: three ports in a row were taken; try again"
+}
+
+bench_common() {
+    echo --server "127.0.0.1:$PORT" --threads "$BENCH_THREADS" --conns "$CONNS" --ratio "$RATIO" \
+        --keys "$KEYS" --value-size "$VALUE_SIZE" --dist "$DIST" --seed 1
+}
+
+# run_bench LABEL TIMEOUT ARGS...: run shoal-bench, output in $WORK/LABEL.out, die on failure.
+run_bench() {
+    local label=$1 limit=$2
+    shift 2
+    local cmd=("$BENCH_BIN" "$@")
+    COMMANDS+=("$label: ${cmd[*]}")
+    # In the background so that `wait` returns at once on INT/TERM and the trap can clean up.
+    timeout -k 5 "$limit" "${cmd[@]}" >"$WORK/$label.out" 2>"$WORK/$label.err" &
+    CHILD_PID=$!
+    if ! wait "$CHILD_PID"; then
+        CHILD_PID=""
+        cat "$WORK/$label.out" "$WORK/$label.err" >&2
+        die "$label failed (exit status above); command: ${cmd[*]}"
+    fi
+    CHILD_PID=""
+}
+
+json_field() { # json_field FILE NAME: a numeric field of the bench's JSON line
+    grep '^{' "$1" | tail -1 | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2
+}
+
+# measure NAME BIN: prefill, then one warmup + one measured run per depth.
+measure() {
+    local name=$1 bin=$2 depth before after
+    start_server "$name" "$bin"
+    echo "== $name: $bin on 127.0.0.1:$PORT (pid $SERVER_PID)" >&2
+    # shellcheck disable=SC2046
+    run_bench "$name-prefill" 600 $(bench_common) --prefill --duration 0 --warmup 0
+    grep prefill: "$WORK/$name-prefill.err" | tail -1 | sed 's/^.*\r//; s/^/   /' >&2
+    for depth in $DEPTHS; do
+        if [ "$(awk -v w="$WARMUP" 'BEGIN{print (w > 0)}')" = 1 ]; then
+            # shellcheck disable=SC2046
+            run_bench "$name-warmup-d$depth" "$(awk -v w="$WARMUP" 'BEGIN{print int(w) + 60}')" \
+                $(bench_common) --pipeline "$depth" --duration "$WARMUP" --warmup 0
+        fi
+        before=$(cpu_ticks "$SERVER_PID")
+        # shellcheck disable=SC2046
+        run_bench "$name-d$depth" "$(awk -v d="$DURATION" 'BEGIN{print int(d) + 60}')" \
+            $(bench_common) --pipeline "$depth" --duration "$DURATION" --warmup 0 --json
+        after=$(cpu_ticks "$SERVER_PID")
+        local out="$WORK/$name-d$depth.out"
+        OPS_S[$name.$depth]=$(json_field "$out" ops_per_sec)
+        OPS[$name.$depth]=$(json_field "$out" ops)
+        P99[$name.$depth]=$(json_field "$out" p99_us)
+        ERRS[$name.$depth]=$(json_field "$out" errors)
+        HIT[$name.$depth]=$(json_field "$out" hit_ratio)
+        CPU[$name.$depth]=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", t / hz}')
+        printf '   depth %-4s %10.0f ops/s  p99 %8.1f us  hit %.4f  errors %s  server cpu %s s\n' \
+            "$depth" "${OPS_S[$name.$depth]}" "${P99[$name.$depth]}" "${HIT[$name.$depth]}" \
+            "${ERRS[$name.$depth]}" "${CPU[$name.$depth]}" >&2
+    done
+    stop_server
+}
+
+declare -A OPS_S OPS P99 ERRS HIT CPU
+MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
+measure shoal "$SHOAL_NODE_BIN"
+measure memcached "$MEMCACHED_BIN"
+
+# cpu-s per million ops; "-" when there were no ops.
+per_mop() { awk -v c="$1" -v n="$2" 'BEGIN{ if (n > 0) printf "%.3f", c / (n / 1e6); else print "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0 && a != "-" && b != "-") printf "%.2f", a / b; else print "-" }'; }
+
+echo
+echo "shoal-node ($SHOAL_NODE_BIN) vs ${MC_VERSION:-memcached} ($MEMCACHED_BIN)"
+echo "servers: -t $SERVER_THREADS -m $SERVER_MEM, one at a time on 127.0.0.1; load: $CONNS conns," \
+    "$BENCH_THREADS bench threads, set:get $RATIO, $KEYS keys ($DIST, prefilled), $VALUE_SIZE B values," \
+    "${DURATION} s measured after ${WARMUP} s warmup"
+echo "cpu = server utime+stime over the measured run; cpu/Mop = server CPU seconds per million ops"
+echo
+printf '%-6s %13s %13s %7s %12s %12s %7s %10s %10s %8s\n' depth "shoal ops/s" "mc ops/s" ratio \
+    "shoal cpu/Mop" "mc cpu/Mop" ratio "shoal p99" "mc p99" errors
+for depth in $DEPTHS; do
+    s_mop=$(per_mop "${CPU[shoal.$depth]}" "${OPS[shoal.$depth]}")
+    m_mop=$(per_mop "${CPU[memcached.$depth]}" "${OPS[memcached.$depth]}")
+    printf '%-6s %13.0f %13.0f %7s %12s %12s %7s %10.1f %10.1f %8s\n' "$depth" \
+        "${OPS_S[shoal.$depth]}" "${OPS_S[memcached.$depth]}" \
+        "$(ratio "${OPS_S[shoal.$depth]}" "${OPS_S[memcached.$depth]}")" \
+        "$s_mop" "$m_mop" "$(ratio "$s_mop" "$m_mop")" \
+        "${P99[shoal.$depth]}" "${P99[memcached.$depth]}" \
+        "${ERRS[shoal.$depth]}/${ERRS[memcached.$depth]}"
+done
+echo "(throughput ratio = shoal/memcached, higher is better; cpu ratio = shoal/memcached, lower is better;"
+echo " p99 in us; errors = shoal/memcached)"
+echo
+echo "commands:"
+for c in "${COMMANDS[@]}"; do echo "  $c"; done

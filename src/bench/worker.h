@@ -1,0 +1,73 @@
+/* worker.h — a shoal-bench load thread: one epoll loop over its share of the connections.
+ *
+ * The main thread owns the run's timeline and publishes it through bench_ctx.phase; workers
+ * only read it (once per wakeup), so the hot loop has no shared writes except the prefill
+ * progress counter. A worker is started twice at most: once to prefill its slice of the key
+ * space, once for the load run; its connections stay open in between. */
+#ifndef SHOAL_BENCH_WORKER_H
+#define SHOAL_BENCH_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "bench/conn.h"
+#include "bench/keys.h"
+#include "bench/opts.h"
+#include "bench/rng.h"
+#include "bench/stats.h"
+#include "bench/zipf.h"
+
+enum bench_phase { BENCH_PHASE_WARMUP, BENCH_PHASE_MEASURE, BENCH_PHASE_STOP };
+
+/* Read-only during a run, except `phase` (written by the main thread). */
+struct bench_ctx {
+    const struct bench_opts *o;
+    struct bench_keys keys;
+    struct bench_zipf zipf;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    unsigned prefill_depth;
+    _Atomic int phase;
+};
+
+struct bench_worker {
+    unsigned id;
+    pthread_t tid;
+    const struct bench_ctx *ctx;
+    int epfd;
+    struct bench_conn *conns;
+    unsigned nconns;
+    unsigned live; /* connections not given up on */
+    struct bench_rng rng;
+
+    /* prefill: keys [pf_next, pf_end) still to send; pf_done is read by the main thread */
+    uint64_t pf_next, pf_end;
+    _Atomic uint64_t pf_done;
+
+    uint64_t quota; /* measured replies after which to stop; 0: none */
+    uint64_t measured; /* measured replies so far */
+    unsigned msgs; /* connection messages printed, to rate-limit them */
+    _Atomic bool finished; /* the run loop returned (quota, all connections lost, or stop) */
+
+    struct bench_stats unmeasured; /* prefill, warmup */
+    struct bench_stats measured_st;
+};
+
+/* Allocate `nconns` connections for worker `id`, sized for depth max(pipeline, prefill).
+ * Returns 0 or -1 (out of memory / epoll_create failed, reported). */
+int bench_worker_init(struct bench_worker *w, unsigned id, const struct bench_ctx *ctx,
+                      unsigned nconns);
+void bench_worker_free(struct bench_worker *w);
+
+/* Open every connection. Returns 0, or -1 with errno of the first failure. */
+int bench_worker_connect(struct bench_worker *w);
+
+/* Thread bodies (arg is the worker): set every key of [pf_next, pf_end) once; or drive the
+ * configured mix until phase STOP, the quota, or the loss of every connection. */
+void *bench_worker_prefill(void *arg);
+void *bench_worker_run(void *arg);
+
+#endif
