@@ -1,0 +1,148 @@
+/* cmd.c — dispatch and the storage path shared by text and meta commands.
+ *
+ * Every store (set/add/replace/append/prepend/cas and ms in all modes) ends in cmd_store_apply,
+ * so the rules for CAS, modes, stale sets and failure clean-up exist once. */
+#include "node/cmd.h"
+
+#include <string.h>
+
+#include "common/clock.h"
+#include "node/cmd_store.h"
+
+void cmd_run(struct conn *c, struct proto_req *req)
+{
+    if (req->cmd >= CMD_MG) cmd_meta_run(c, req);
+    else cmd_text_run(c, req);
+}
+
+/* memcached removes the old value when a set cannot be stored, so a failed refresh never leaves
+ * stale data behind. */
+static void cmd_drop_key(struct conn *c, const char *key, size_t nkey)
+{
+    struct store *st = c->node->store;
+    uint64_t hv = store_hash(key, nkey);
+    store_lock(st, hv);
+    struct item *old = store_find(st, hv, key, nkey, clock_now(), NULL);
+    if (old) store_unlink(st, hv, old);
+    store_unlock(st, hv);
+}
+
+void cmd_store_refuse(struct conn *c, struct proto_req *req, const char *msg)
+{
+    bool meta = req->cmd == CMD_MS;
+    if (meta || req->cmd == CMD_SET) cmd_drop_key(c, req->key, req->nkey);
+    if (meta || !req->noreply) conn_reply_str(c, msg); /* ms always reports errors */
+}
+
+struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallow)
+{
+    struct store *st = c->node->store;
+    *swallow = true;
+    if (store_item_size(st, req->nkey, (size_t)req->nbytes) == 0) {
+        c->w->m.store_too_large++;
+        cmd_store_refuse(c, req, "SERVER_ERROR object too large for cache\r\n");
+        return NULL;
+    }
+    struct item *it = store_alloc(st, req->key, req->nkey, (size_t)req->nbytes);
+    if (it == NULL) {
+        c->w->m.store_no_memory++;
+        cmd_store_refuse(c, req, "SERVER_ERROR out of memory storing object\r\n");
+        return NULL;
+    }
+    return it;
+}
+
+void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bool crlf_ok)
+{
+    if (!crlf_ok) {
+        store_free(c->node->store, it);
+        c->w->m.protocol_errors++;
+        if (req->cmd == CMD_MS || !req->noreply) conn_reply_str(c, "CLIENT_ERROR bad data chunk\r\n");
+        return;
+    }
+    c->w->m.cmd_set++;
+    if (req->cmd == CMD_MS) cmd_meta_store(c, req, it);
+    else cmd_text_store(c, req, it);
+}
+
+/* Build append/prepend's combined item under the shard lock. */
+static struct item *cmd_concat(struct store *st, struct item *old, struct item *it, bool append)
+{
+    size_t n = (size_t)old->nbytes + it->nbytes;
+    if (store_item_size(st, old->nkey, n) == 0) return NULL;
+    struct item *nit = store_alloc(st, item_key(old), old->nkey, n);
+    if (nit == NULL) return NULL;
+    nit->flags = old->flags;
+    nit->exptime = old->exptime;
+    char *v = item_value(nit);
+    if (append) {
+        memcpy(v, item_value(old), old->nbytes);
+        memcpy(v + old->nbytes, item_value(it), it->nbytes);
+    } else {
+        memcpy(v, item_value(it), it->nbytes);
+        memcpy(v + it->nbytes, item_value(old), old->nbytes);
+    }
+    nit->cas = it->cas; /* an explicit E cas carries over */
+    return nit;
+}
+
+enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct cmd_store_args *a,
+                                   uint64_t *cas_out)
+{
+    struct store *st = c->node->store;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(item_key(it), it->nkey);
+    enum cmd_store_res res;
+    struct item *stored = NULL;
+    store_lock(st, hv);
+    struct item *old = store_find(st, hv, item_key(it), it->nkey, now, NULL);
+    if (old == NULL) {
+        if (a->has_cas) res = CS_NOT_FOUND;
+        else if (a->mode == CS_SET || a->mode == CS_ADD) res = CS_STORED;
+        else res = CS_NOT_STORED;
+        if (res == CS_STORED) {
+            store_link(st, hv, it, now);
+            stored = it;
+        }
+    } else if (a->mode == CS_ADD) {
+        store_bump(old, now);
+        res = CS_NOT_STORED;
+    } else {
+        res = CS_STORED;
+        if (a->has_cas && a->cas != old->cas) {
+            if (a->set_stale && a->cas < old->cas) {
+                /* a fill that lost a race with an invalidation: keep it, marked stale, with the
+                 * old item's TTL and win state (memcached's ms I) */
+                it->exptime = old->exptime;
+                it->iflags |= ITEM_STALE | (old->iflags & ITEM_TOKEN);
+            } else {
+                res = CS_EXISTS;
+            }
+        }
+        if (res == CS_STORED) {
+            if (a->mode == CS_APPEND || a->mode == CS_PREPEND) {
+                struct item *nit = cmd_concat(st, old, it, a->mode == CS_APPEND);
+                if (nit == NULL) {
+                    res = CS_NO_MEMORY;
+                } else {
+                    store_free(st, it);
+                    it = nit;
+                }
+            }
+            if (res == CS_STORED) {
+                store_replace(st, hv, old, it, now);
+                stored = it;
+            }
+        }
+    }
+    if (stored && cas_out) *cas_out = stored->cas;
+    store_unlock(st, hv);
+    if (stored == NULL) store_free(st, it);
+    if (a->has_cas) {
+        if (res == CS_STORED) c->w->m.cas_hits++;
+        else if (res == CS_EXISTS) c->w->m.cas_badval++;
+        else if (res == CS_NOT_FOUND) c->w->m.cas_misses++;
+    }
+    if (res == CS_NO_MEMORY) c->w->m.store_no_memory++;
+    return res;
+}

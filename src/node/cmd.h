@@ -1,0 +1,36 @@
+/* cmd.h — shoal-node's request handlers: what each memcache command does to the store.
+ *
+ * The connection layer parses a line and calls cmd_run(). Storage commands come in two steps:
+ * cmd_store_begin() allocates the item (or refuses the command), the connection fills in the
+ * data block, then cmd_store_finish() applies the command. All replies go through conn_reply*. */
+#ifndef SHOAL_NODE_CMD_H
+#define SHOAL_NODE_CMD_H
+
+#include <stdbool.h>
+
+#include "node/conn.h"
+
+/* Run a parsed non-storage request. */
+void cmd_run(struct conn *c, struct proto_req *req);
+
+/* Is this a command followed by a data block (set/add/.../cas, ms)? */
+static inline bool cmd_is_storage(enum proto_cmd cmd)
+{
+    return (cmd >= CMD_SET && cmd <= CMD_CAS) || cmd == CMD_MS;
+}
+
+/* Start a storage request: returns an item to receive req->nbytes of value, or NULL after
+ * replying with an error; *swallow is then set when the data block must be discarded. */
+struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallow);
+/* Finish a storage request whose value is complete. `crlf_ok` is false when the data block was
+ * not followed by \r\n ("CLIENT_ERROR bad data chunk"). Consumes `it`. */
+void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bool crlf_ok);
+
+/* Text and meta halves (cmd_text.c, cmd_meta.c, cmd_stats.c). */
+void cmd_text_run(struct conn *c, struct proto_req *req);
+void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it);
+void cmd_meta_run(struct conn *c, struct proto_req *req);
+void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it);
+void cmd_stats(struct conn *c, struct proto_req *req);
+
+#endif

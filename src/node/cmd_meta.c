@@ -1,0 +1,380 @@
+/* cmd_meta.c — memcached's meta commands: mg, ms, md, ma, me, mn.
+ *
+ * Besides plain reads and writes these carry the cache-aside protocol the product depends on:
+ * a miss with N creates an empty placeholder and hands exactly one client the win (W), later
+ * readers see Z until the winner's fill replaces it; R hands one client an early recache; md I
+ * marks an item stale (X) so the next reader wins and the rest may serve the old value; a fill
+ * whose CAS no longer matches is refused, or with I stored as stale. Reply flags come back in
+ * the order they were asked, then Z, X, W as memcached orders them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "node/cmd.h"
+#include "node/cmd_store.h"
+
+/* One reply line being built: code, then flags. Sized for every flag's largest token. */
+struct mline {
+    char b[1200];
+    size_t n;
+};
+
+static void ml_put(struct mline *l, const char *s, size_t n)
+{
+    if (l->n + n <= sizeof l->b) {
+        memcpy(l->b + l->n, s, n);
+        l->n += n;
+    }
+}
+
+static void ml_flag(struct mline *l, char f)
+{
+    char s[2] = {' ', f};
+    ml_put(l, s, 2);
+}
+
+static void ml_u64(struct mline *l, char f, uint64_t v)
+{
+    char s[24];
+    s[0] = ' ', s[1] = f;
+    size_t n = 2 + fmt_u64(s + 2, v);
+    ml_put(l, s, n);
+}
+
+static void ml_ttl(struct mline *l, uint32_t exptime, uint32_t now)
+{
+    if (exptime == 0) ml_put(l, " t-1", 4);
+    else ml_u64(l, 't', (uint64_t)clock_ttl_left(exptime, now));
+}
+
+/* Echo O (opaque) and k (key; base64 with a trailing b when the request used b). */
+static void ml_common(struct mline *l, const struct proto_req *req, const struct proto_mflag *f)
+{
+    if (f->flag == 'O') {
+        ml_flag(l, 'O');
+        ml_put(l, f->tok, f->ntok);
+    } else if (f->flag == 'k') {
+        ml_flag(l, 'k');
+        if (req->meta.base64) {
+            char enc[PROTO_KEY_MAX * 2];
+            int n = proto_base64_encode(req->key, req->nkey, enc, sizeof enc);
+            if (n > 0) ml_put(l, enc, (size_t)n);
+            ml_flag(l, 'b');
+        } else {
+            ml_put(l, req->key, req->nkey);
+        }
+    }
+}
+
+static void ml_send(struct conn *c, struct mline *l)
+{
+    ml_put(l, "\r\n", 2);
+    conn_reply(c, l->b, l->n);
+}
+
+static void meta_get(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    struct node_metrics *m = &c->w->m;
+    const struct proto_meta *mf = &req->meta;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    enum store_miss why;
+    bool created = false, won = false;
+    m->cmd_get++;
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
+    if (it == NULL && proto_meta_has(mf, 'N')) {
+        /* vivify: an empty placeholder whose creator wins the right to fill it */
+        it = store_alloc(st, req->key, req->nkey, 0);
+        if (it) {
+            it->exptime = clock_exptime(mf->vivify, now);
+            if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+            store_link(st, hv, it, now);
+            created = true;
+        }
+    }
+    if (it == NULL || created) {
+        m->get_misses++;
+        if (why == STORE_MISS_EXPIRED) m->get_expired++;
+        else if (why == STORE_MISS_FLUSHED) m->get_flushed++;
+    } else {
+        m->get_hits++;
+    }
+    if (it == NULL) {
+        store_unlock(st, hv);
+        if (!mf->quiet) conn_reply(c, "EN\r\n", 4);
+        return;
+    }
+    bool want_value = proto_meta_has(mf, 'v');
+    size_t need = 64 + sizeof(struct mline) + (want_value ? it->nbytes : 0);
+    if (!conn_out_room(c, need)) {
+        store_unlock(st, hv);
+        m->conn_closed_out_limit++;
+        conn_reply_str(c, "SERVER_ERROR out of memory writing get response\r\n");
+        return;
+    }
+    /* h and l report the state before this access */
+    bool fetched = it->iflags & ITEM_FETCHED;
+    uint32_t idle = now > it->atime ? now - it->atime : 0;
+    struct mline l = {.n = 0};
+    if (want_value) {
+        ml_put(&l, "VA ", 3);
+        char num[20];
+        ml_put(&l, num, fmt_u64(num, it->nbytes));
+    } else {
+        ml_put(&l, "HD", 2);
+    }
+    for (int i = 0; i < mf->nflags; i++) {
+        const struct proto_mflag *f = &mf->flag[i];
+        switch (f->flag) {
+        case 'T':
+            it->exptime = clock_exptime(mf->ttl, now);
+            m->cmd_touch++;
+            m->touch_hits++;
+            break;
+        case 'N':
+            if (created) won = true;
+            break;
+        case 'R':
+            if (!(it->iflags & ITEM_TOKEN) && !created && it->exptime != 0 &&
+                it->exptime < clock_exptime(mf->recache, now))
+                won = true;
+            break;
+        case 's': ml_u64(&l, 's', it->nbytes); break;
+        case 't': ml_ttl(&l, it->exptime, now); break;
+        case 'c': ml_u64(&l, 'c', it->cas); break;
+        case 'f': ml_u64(&l, 'f', it->flags); break;
+        case 'l': ml_u64(&l, 'l', idle); break;
+        case 'h': ml_put(&l, fetched ? " h1" : " h0", 3); break;
+        default: ml_common(&l, req, f); break;
+        }
+    }
+    if (it->iflags & ITEM_TOKEN) {
+        ml_flag(&l, 'Z');
+        m->lease_waits++;
+    }
+    if (it->iflags & ITEM_STALE) {
+        ml_flag(&l, 'X');
+        m->stale_hits++;
+        if (!(it->iflags & ITEM_TOKEN)) won = true;
+    }
+    if (won) {
+        ml_flag(&l, 'W');
+        it->iflags |= ITEM_TOKEN;
+        m->lease_wins++;
+    }
+    if (!proto_meta_has(mf, 'u') && !created) store_bump(it, now);
+    ml_send(c, &l);
+    if (want_value) {
+        conn_reply(c, item_value(it), it->nbytes);
+        conn_reply(c, "\r\n", 2);
+    }
+    store_unlock(st, hv);
+}
+
+void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it)
+{
+    const struct proto_meta *mf = &req->meta;
+    struct cmd_store_args a = {.mode = CS_SET};
+    it->flags = mf->flags;
+    it->exptime = proto_meta_has(mf, 'T') ? clock_exptime(mf->ttl, clock_now()) : 0;
+    if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+    switch (mf->mode) {
+    case 'E': case 'e': a.mode = CS_ADD; break;
+    case 'A': case 'a': a.mode = CS_APPEND; break;
+    case 'P': case 'p': a.mode = CS_PREPEND; break;
+    case 'R': case 'r': a.mode = CS_REPLACE; break;
+    default: a.mode = CS_SET; break;
+    }
+    a.has_cas = proto_meta_has(mf, 'C');
+    a.cas = mf->cas_in;
+    a.set_stale = mf->invalidate;
+    uint64_t cas = 0;
+    enum cmd_store_res r = cmd_store_apply(c, it, &a, &cas);
+    if (r == CS_NO_MEMORY) {
+        conn_reply_str(c, "SERVER_ERROR out of memory storing object\r\n");
+        return;
+    }
+    if (r == CS_STORED && mf->quiet) return;
+    static const char codes[][3] = {[CS_STORED] = "HD", [CS_NOT_STORED] = "NS",
+                                    [CS_EXISTS] = "EX", [CS_NOT_FOUND] = "NF"};
+    struct mline l = {.n = 0};
+    ml_put(&l, codes[r], 2);
+    for (int i = 0; i < mf->nflags; i++) {
+        const struct proto_mflag *f = &mf->flag[i];
+        if (f->flag == 'c') ml_u64(&l, 'c', cas);
+        else ml_common(&l, req, f);
+    }
+    ml_send(c, &l);
+}
+
+static void meta_delete(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    const struct proto_meta *mf = &req->meta;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    const char *code = "HD";
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    if (it == NULL) {
+        code = "NF";
+        c->w->m.delete_misses++;
+    } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
+        code = "EX";
+    } else {
+        c->w->m.delete_hits++;
+        if (proto_meta_has(mf, 'x')) {
+            /* drop the value but keep the item (and its TTL) in place */
+            struct item *nit = store_alloc(st, req->key, req->nkey, 0);
+            if (nit) {
+                nit->exptime = it->exptime;
+                store_replace(st, hv, it, nit, now);
+                it = nit;
+            } else {
+                code = "SERVER_ERROR out of memory";
+            }
+        }
+        if (mf->invalidate) {
+            it->iflags = (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN);
+            it->cas = proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st);
+            if (proto_meta_has(mf, 'T')) it->exptime = clock_exptime(mf->ttl, now);
+        } else if (!proto_meta_has(mf, 'x')) {
+            store_unlink(st, hv, it);
+        }
+    }
+    store_unlock(st, hv);
+    if (code[0] == 'H' && mf->quiet) return;
+    struct mline l = {.n = 0};
+    ml_put(&l, code, strlen(code));
+    if (code[0] != 'S')
+        for (int i = 0; i < mf->nflags; i++) ml_common(&l, req, &mf->flag[i]);
+    ml_send(c, &l);
+}
+
+static void meta_arith(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    struct node_metrics *m = &c->w->m;
+    const struct proto_meta *mf = &req->meta;
+    bool incr = !(mf->mode == 'D' || mf->mode == 'd' || mf->mode == '-');
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    uint64_t value = 0;
+    const char *err = NULL, *code = NULL;
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    if (it == NULL) {
+        if (incr) m->incr_misses++;
+        else m->decr_misses++;
+        if (proto_meta_has(mf, 'N')) {
+            char digits[20];
+            size_t len = fmt_u64(digits, mf->initial);
+            it = store_alloc(st, req->key, req->nkey, len);
+            if (it) {
+                memcpy(item_value(it), digits, len);
+                it->exptime = clock_exptime(mf->vivify, now);
+                if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+                store_link(st, hv, it, now);
+                value = mf->initial;
+            } else {
+                code = "NS";
+            }
+        } else {
+            code = "NF";
+        }
+    } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
+        code = "EX";
+    } else {
+        switch (cmd_delta_locked(st, hv, &it, incr, mf->delta, now, &value)) {
+        case DELTA_OK:
+            if (incr) m->incr_hits++;
+            else m->decr_hits++;
+            if (proto_meta_has(mf, 'T')) it->exptime = clock_exptime(mf->ttl, now);
+            if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+            break;
+        case DELTA_NON_NUMERIC:
+            err = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+            break;
+        default: err = "SERVER_ERROR out of memory\r\n"; break;
+        }
+    }
+    if (err) {
+        store_unlock(st, hv);
+        conn_reply_str(c, err);
+        return;
+    }
+    bool ok = code == NULL, want_value = ok && proto_meta_has(mf, 'v');
+    if (ok && !want_value && mf->quiet) {
+        store_unlock(st, hv);
+        return;
+    }
+    struct mline l = {.n = 0};
+    char digits[20];
+    size_t nd = fmt_u64(digits, value);
+    if (want_value) {
+        ml_put(&l, "VA ", 3);
+        char num[20];
+        ml_put(&l, num, fmt_u64(num, nd));
+    } else {
+        ml_put(&l, ok ? "HD" : code, 2);
+    }
+    for (int i = 0; i < mf->nflags; i++) {
+        const struct proto_mflag *f = &mf->flag[i];
+        if (ok && f->flag == 't') ml_ttl(&l, it->exptime, now);
+        else if (ok && f->flag == 'c') ml_u64(&l, 'c', it->cas);
+        else ml_common(&l, req, f);
+    }
+    store_unlock(st, hv);
+    ml_send(c, &l);
+    if (want_value) {
+        conn_reply(c, digits, nd);
+        conn_reply(c, "\r\n", 2);
+    }
+}
+
+static void meta_debug(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    if (it == NULL) {
+        store_unlock(st, hv);
+        conn_reply(c, "EN\r\n", 4);
+        return;
+    }
+    struct mline l = {.n = 0};
+    ml_put(&l, "ME ", 3);
+    if (req->meta.base64) {
+        char enc[PROTO_KEY_MAX * 2];
+        int n = proto_base64_encode(req->key, req->nkey, enc, sizeof enc);
+        if (n > 0) ml_put(&l, enc, (size_t)n);
+    } else {
+        ml_put(&l, req->key, req->nkey);
+    }
+    char tail[160];
+    int n = snprintf(tail, sizeof tail, " exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%zu",
+                     (long long)clock_ttl_left(it->exptime, now),
+                     now > it->atime ? now - it->atime : 0, (unsigned long long)it->cas,
+                     (it->iflags & ITEM_FETCHED) ? "yes" : "no", it->clsid,
+                     sizeof(struct item) + it->nkey + it->nbytes);
+    ml_put(&l, tail, (size_t)n);
+    store_unlock(st, hv);
+    ml_send(c, &l);
+}
+
+void cmd_meta_run(struct conn *c, struct proto_req *req)
+{
+    c->w->m.cmd_meta++;
+    switch (req->cmd) {
+    case CMD_MG: meta_get(c, req); break;
+    case CMD_MD: meta_delete(c, req); break;
+    case CMD_MA: meta_arith(c, req); break;
+    case CMD_ME: meta_debug(c, req); break;
+    case CMD_MN: conn_reply(c, "MN\r\n", 4); break;
+    default: conn_reply_str(c, "ERROR\r\n"); break;
+    }
+}

@@ -1,0 +1,156 @@
+/* cmd_stats.c — the `stats` family on the data port: general, settings, items, slabs, sizes,
+ * reset. Field names are memcached's wherever the concept exists, so dashboards and tools
+ * written for memcached read shoal unchanged; shoal's own counters follow them. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "node/cmd.h"
+
+static const struct metric_desc node_metric_descs[] = {
+#define X(name, kind, help) METRIC_DESC(struct node_metrics, name, kind, help),
+    NODE_METRICS(X)
+#undef X
+};
+
+static const struct metric_desc store_metric_descs[] = {
+#define X(name, kind, help) METRIC_DESC(struct store_stats, name, kind, help),
+    STORE_METRICS(X)
+#undef X
+};
+
+const struct metric_desc *node_metric_table(size_t *n)
+{
+    *n = sizeof node_metric_descs / sizeof node_metric_descs[0];
+    return node_metric_descs;
+}
+
+const struct metric_desc *store_metric_table(size_t *n)
+{
+    *n = sizeof store_metric_descs / sizeof store_metric_descs[0];
+    return store_metric_descs;
+}
+
+static void stats_general(struct conn *c)
+{
+    struct node *n = c->node;
+    struct buf *b = &c->wbuf;
+    struct node_metrics m;
+    struct store_stats ss;
+    node_metrics_sum(n, &m);
+    store_stats(n->store, &ss);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    uint32_t now = clock_now();
+    buf_printf(b,
+               "STAT pid %d\r\nSTAT uptime %u\r\nSTAT time %lld\r\nSTAT version %s\r\n"
+               "STAT pointer_size %d\r\nSTAT rusage_user %ld.%06ld\r\n"
+               "STAT rusage_system %ld.%06ld\r\nSTAT max_connections %llu\r\n"
+               "STAT curr_connections %llu\r\nSTAT total_connections %llu\r\n"
+               "STAT rejected_connections %llu\r\nSTAT connection_structures %llu\r\n",
+               (int)getpid(), now - 2, (long long)(clock_epoch() + now), SHOAL_WIRE_VERSION,
+               (int)(8 * sizeof(void *)), (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec,
+               (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec,
+               (unsigned long long)n->cfg.conn_limit,
+               (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED),
+               (unsigned long long)__atomic_load_n(&n->total_conns, __ATOMIC_RELAXED),
+               (unsigned long long)__atomic_load_n(&n->rejected_conns, __ATOMIC_RELAXED),
+               (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED));
+    metrics_write_stats(b, node_metric_descs, sizeof node_metric_descs / sizeof node_metric_descs[0],
+                        &m);
+    metrics_write_stats(b, store_metric_descs,
+                        sizeof store_metric_descs / sizeof store_metric_descs[0], &ss);
+    buf_printf(b,
+               "STAT limit_maxbytes %llu\r\nSTAT accepting_conns 1\r\nSTAT threads %llu\r\n"
+               "STAT hash_is_expanding 0\r\nSTAT slab_page_size %u\r\nSTAT total_pages %u\r\n"
+               "STAT used_pages %u\r\n",
+               (unsigned long long)ss.limit_maxbytes, (unsigned long long)n->cfg.threads,
+               ss.page_size, ss.pages_total, ss.pages_used);
+}
+
+static void stats_settings(struct conn *c)
+{
+    const struct node_config *cfg = &c->node->cfg;
+    buf_printf(&c->wbuf,
+               "STAT maxbytes %llu\r\nSTAT maxconns %llu\r\nSTAT tcpport %u\r\n"
+               "STAT udpport 0\r\nSTAT inter %s\r\nSTAT verbosity %d\r\nSTAT evictions on\r\n"
+               "STAT num_threads %llu\r\nSTAT cas_enabled yes\r\nSTAT tcp_backlog %llu\r\n"
+               "STAT item_size_max %llu\r\nSTAT hashpower_init %llu\r\n"
+               "STAT line_max %llu\r\nSTAT out_max %llu\r\nSTAT eviction_policy clock\r\n",
+               (unsigned long long)cfg->store.memory_mb << 20, (unsigned long long)cfg->conn_limit,
+               c->node->bound_port, cfg->listen && *cfg->listen ? cfg->listen : "NULL",
+               log_get_level(), (unsigned long long)cfg->threads,
+               (unsigned long long)cfg->backlog, (unsigned long long)cfg->store.item_max,
+               (unsigned long long)cfg->store.hash_power, (unsigned long long)cfg->line_max,
+               (unsigned long long)cfg->out_max);
+}
+
+static void stats_items(struct conn *c)
+{
+    struct store *st = c->node->store;
+    int n = store_class_count(st);
+    for (int i = 1; i <= n; i++) {
+        struct store_class_stats cs;
+        if (!store_class_stats(st, i, &cs) || cs.total_pages == 0) continue;
+        buf_printf(&c->wbuf,
+                   "STAT items:%d:number %llu\r\nSTAT items:%d:age %u\r\n"
+                   "STAT items:%d:evicted %llu\r\nSTAT items:%d:evicted_unfetched %llu\r\n"
+                   "STAT items:%d:expired_unfetched %llu\r\nSTAT items:%d:reclaimed %llu\r\n"
+                   "STAT items:%d:outofmemory 0\r\n",
+                   i, (unsigned long long)cs.curr_items, i, cs.oldest_age, i,
+                   (unsigned long long)cs.evictions, i, (unsigned long long)cs.evicted_unfetched,
+                   i, (unsigned long long)cs.expired_unfetched, i,
+                   (unsigned long long)cs.reclaimed, i);
+    }
+}
+
+static void stats_slabs(struct conn *c)
+{
+    struct store *st = c->node->store;
+    int n = store_class_count(st), active = 0;
+    uint64_t malloced = 0;
+    for (int i = 1; i <= n; i++) {
+        struct store_class_stats cs;
+        if (!store_class_stats(st, i, &cs) || cs.total_pages == 0) continue;
+        active++;
+        malloced += (uint64_t)cs.total_pages * cs.chunk_size * cs.chunks_per_page;
+        buf_printf(&c->wbuf,
+                   "STAT %d:chunk_size %u\r\nSTAT %d:chunks_per_page %u\r\n"
+                   "STAT %d:total_pages %u\r\nSTAT %d:total_chunks %llu\r\n"
+                   "STAT %d:used_chunks %llu\r\nSTAT %d:free_chunks %llu\r\n",
+                   i, cs.chunk_size, i, cs.chunks_per_page, i, cs.total_pages, i,
+                   (unsigned long long)cs.total_chunks, i, (unsigned long long)cs.used_chunks, i,
+                   (unsigned long long)cs.free_chunks);
+    }
+    buf_printf(&c->wbuf, "STAT active_slabs %d\r\nSTAT total_malloced %llu\r\n", active,
+               (unsigned long long)malloced);
+}
+
+void cmd_stats(struct conn *c, struct proto_req *req)
+{
+    const char *arg = req->arg;
+    size_t n = arg ? req->narg : 0;
+#define IS(s) (n == sizeof(s) - 1 && !memcmp(arg, s, n))
+    if (n == 0) stats_general(c);
+    else if (IS("settings")) stats_settings(c);
+    else if (IS("items")) stats_items(c);
+    else if (IS("slabs")) stats_slabs(c);
+    else if (IS("sizes")) buf_printf(&c->wbuf, "STAT sizes_status disabled\r\n");
+    else if (IS("reset")) {
+        for (uint64_t i = 0; i < c->node->cfg.threads; i++)
+            memset(&c->node->workers[i].m, 0, sizeof c->node->workers[i].m);
+        conn_reply_str(c, "RESET\r\n");
+        return;
+    } else if (n >= 6 && !memcmp(arg, "detail", 6)) {
+        conn_reply_str(c, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        return;
+    } else {
+        conn_reply_str(c, "ERROR\r\n");
+        return;
+    }
+#undef IS
+    conn_reply(c, "END\r\n", 5);
+}

@@ -1,0 +1,286 @@
+/* cmd_text.c — memcached's classic text commands: get family, storage, delete, incr/decr,
+ * touch, flush_all, version, verbosity, quit, shutdown, cache_memlimit. Replies and counters
+ * follow memcached 1.6. */
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "node/cmd.h"
+#include "node/cmd_store.h"
+
+static void reply_unless_noreply(struct conn *c, const struct proto_req *req, const char *s)
+{
+    if (!req->noreply) conn_reply_str(c, s);
+}
+
+/* Append "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n". False when out_max forbids it. */
+static bool text_value(struct conn *c, struct item *it, bool with_cas)
+{
+    size_t need = 6 + it->nkey + 1 + 10 + 1 + 10 + 1 + 20 + 2 + it->nbytes + 2;
+    if (!conn_out_room(c, need)) return false;
+    if (buf_reserve(&c->wbuf, need) < 0) {
+        c->w->m.conn_oom++;
+        return false;
+    }
+    char *p = c->wbuf.data + c->wbuf.len;
+    memcpy(p, "VALUE ", 6);
+    p += 6;
+    memcpy(p, item_key(it), it->nkey);
+    p += it->nkey;
+    *p++ = ' ';
+    p += fmt_u64(p, it->flags);
+    *p++ = ' ';
+    p += fmt_u64(p, it->nbytes);
+    if (with_cas) {
+        *p++ = ' ';
+        p += fmt_u64(p, it->cas);
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, item_value(it), it->nbytes);
+    p += it->nbytes;
+    *p++ = '\r';
+    *p++ = '\n';
+    c->wbuf.len = (size_t)(p - c->wbuf.data);
+    return true;
+}
+
+static void text_get(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    struct node_metrics *m = &c->w->m;
+    bool with_cas = req->cmd == CMD_GETS || req->cmd == CMD_GATS;
+    bool touch = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
+    if (!proto_keys_valid(req->keys, req->keys_end)) {
+        m->protocol_errors++;
+        conn_reply_str(c, "CLIENT_ERROR bad command line format\r\n");
+        return;
+    }
+    uint32_t now = clock_now();
+    uint32_t exp = touch ? clock_exptime(req->exptime, now) : 0;
+    size_t mark = buf_used(&c->wbuf);
+    bool overflow = false;
+    const char *cur = req->keys, *key;
+    uint8_t nkey;
+    while (!overflow && proto_next_key(&cur, req->keys_end, &key, &nkey)) {
+        uint64_t hv = store_hash(key, nkey);
+        enum store_miss why;
+        m->cmd_get++;
+        if (touch) m->cmd_touch++;
+        store_lock(st, hv);
+        struct item *it = store_find(st, hv, key, nkey, now, &why);
+        if (it) {
+            if (touch) {
+                it->exptime = exp;
+                m->touch_hits++;
+            } else {
+                m->get_hits++;
+            }
+            store_bump(it, now);
+            overflow = !text_value(c, it, with_cas);
+        } else {
+            if (touch) m->touch_misses++;
+            else m->get_misses++;
+            if (why == STORE_MISS_EXPIRED) m->get_expired++;
+            else if (why == STORE_MISS_FLUSHED) m->get_flushed++;
+        }
+        store_unlock(st, hv);
+    }
+    if (overflow) {
+        /* Drop this reply's partial output so the stream stays well formed. */
+        c->wbuf.len = c->wbuf.off + mark;
+        m->conn_closed_out_limit++;
+        conn_reply_str(c, "SERVER_ERROR out of memory writing get response\r\n");
+        return;
+    }
+    conn_reply(c, "END\r\n", 5);
+}
+
+void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it)
+{
+    struct cmd_store_args a = {0};
+    it->flags = req->flags;
+    it->exptime = clock_exptime(req->exptime, clock_now());
+    switch (req->cmd) {
+    case CMD_ADD: a.mode = CS_ADD; break;
+    case CMD_REPLACE: a.mode = CS_REPLACE; break;
+    case CMD_APPEND: a.mode = CS_APPEND; break;
+    case CMD_PREPEND: a.mode = CS_PREPEND; break;
+    case CMD_CAS:
+        a.mode = CS_REPLACE;
+        a.has_cas = true;
+        a.cas = req->cas;
+        break;
+    default: a.mode = CS_SET; break;
+    }
+    static const char *const replies[] = {
+        [CS_STORED] = "STORED\r\n",       [CS_NOT_STORED] = "NOT_STORED\r\n",
+        [CS_EXISTS] = "EXISTS\r\n",       [CS_NOT_FOUND] = "NOT_FOUND\r\n",
+        [CS_NO_MEMORY] = "SERVER_ERROR out of memory storing object\r\n",
+    };
+    enum cmd_store_res r = cmd_store_apply(c, it, &a, NULL);
+    reply_unless_noreply(c, req, replies[r]);
+}
+
+static void text_delete(struct conn *c, struct proto_req *req)
+{
+    if (req->has_arg && req->exptime != 0) {
+        c->w->m.protocol_errors++;
+        reply_unless_noreply(c, req,
+                             "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+        return;
+    }
+    struct store *st = c->node->store;
+    uint64_t hv = store_hash(req->key, req->nkey);
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, clock_now(), NULL);
+    if (it) store_unlink(st, hv, it);
+    store_unlock(st, hv);
+    if (it) c->w->m.delete_hits++;
+    else c->w->m.delete_misses++;
+    reply_unless_noreply(c, req, it ? "DELETED\r\n" : "NOT_FOUND\r\n");
+}
+
+/* Parse an item value as memcached's incr does: decimal digits, optionally followed by the
+ * spaces an earlier in-place decr left. */
+static bool text_value_u64(const struct item *it, uint64_t *out)
+{
+    const char *v = item_value((struct item *)it);
+    size_t n = it->nbytes, digits = 0;
+    while (digits < n && v[digits] >= '0' && v[digits] <= '9') digits++;
+    for (size_t i = digits; i < n; i++)
+        if (v[i] != ' ') return false;
+    return digits > 0 && proto_parse_u64(v, digits, out);
+}
+
+/* incr/decr on a linked item with its shard lock held; shared with ma. The new number is
+ * written in place when it is no longer than the old (padded with spaces, as memcached does),
+ * else into a new item that replaces *itp. */
+enum delta_res cmd_delta_locked(struct store *st, uint64_t hv, struct item **itp, bool incr,
+                                uint64_t delta, uint32_t now, uint64_t *value)
+{
+    struct item *it = *itp;
+    uint64_t v;
+    if (!text_value_u64(it, &v)) return DELTA_NON_NUMERIC;
+    v = incr ? v + delta : (delta > v ? 0 : v - delta);
+    char digits[20];
+    size_t len = fmt_u64(digits, v);
+    if (len <= it->nbytes) {
+        memcpy(item_value(it), digits, len);
+        memset(item_value(it) + len, ' ', it->nbytes - len);
+        it->cas = store_next_cas(st);
+        store_bump(it, now);
+    } else {
+        struct item *nit = store_alloc(st, item_key(it), it->nkey, len);
+        if (nit == NULL) return DELTA_NO_MEMORY;
+        nit->flags = it->flags;
+        nit->exptime = it->exptime;
+        nit->iflags |= it->iflags & ITEM_FETCHED;
+        memcpy(item_value(nit), digits, len);
+        store_replace(st, hv, it, nit, now);
+        *itp = nit;
+    }
+    *value = v;
+    return DELTA_OK;
+}
+
+static enum delta_res text_apply_delta(struct conn *c, const struct proto_req *req, bool incr,
+                                       uint64_t *value)
+{
+    struct store *st = c->node->store;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    enum delta_res res =
+        it ? cmd_delta_locked(st, hv, &it, incr, req->delta, now, value) : DELTA_MISS;
+    store_unlock(st, hv);
+    return res;
+}
+
+static void text_delta(struct conn *c, struct proto_req *req)
+{
+    bool incr = req->cmd == CMD_INCR;
+    uint64_t v;
+    char out[24];
+    switch (text_apply_delta(c, req, incr, &v)) {
+    case DELTA_OK:
+        if (incr) c->w->m.incr_hits++;
+        else c->w->m.decr_hits++;
+        if (!req->noreply) {
+            size_t n = fmt_u64(out, v);
+            out[n++] = '\r', out[n++] = '\n';
+            conn_reply(c, out, n);
+        }
+        break;
+    case DELTA_MISS:
+        if (incr) c->w->m.incr_misses++;
+        else c->w->m.decr_misses++;
+        reply_unless_noreply(c, req, "NOT_FOUND\r\n");
+        break;
+    case DELTA_NON_NUMERIC:
+        c->w->m.protocol_errors++;
+        reply_unless_noreply(c, req, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+        break;
+    case DELTA_NO_MEMORY:
+        c->w->m.store_no_memory++;
+        reply_unless_noreply(c, req, "SERVER_ERROR out of memory\r\n");
+        break;
+    }
+}
+
+static void text_touch(struct conn *c, struct proto_req *req)
+{
+    struct store *st = c->node->store;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(req->key, req->nkey);
+    c->w->m.cmd_touch++;
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    if (it) {
+        it->exptime = clock_exptime(req->exptime, now);
+        store_bump(it, now);
+    }
+    store_unlock(st, hv);
+    if (it) c->w->m.touch_hits++;
+    else c->w->m.touch_misses++;
+    reply_unless_noreply(c, req, it ? "TOUCHED\r\n" : "NOT_FOUND\r\n");
+}
+
+static void text_flush(struct conn *c, struct proto_req *req)
+{
+    uint32_t now = clock_now();
+    int64_t delay = (int64_t)req->delta;
+    c->w->m.cmd_flush++;
+    store_flush(c->node->store, delay > 0 ? clock_exptime(delay, now) : now, now);
+    log_info("flush_all%s%lld", delay > 0 ? " in " : "", delay > 0 ? (long long)delay : 0LL);
+    reply_unless_noreply(c, req, "OK\r\n");
+}
+
+void cmd_text_run(struct conn *c, struct proto_req *req)
+{
+    switch (req->cmd) {
+    case CMD_GET:
+    case CMD_GETS:
+    case CMD_GAT:
+    case CMD_GATS: text_get(c, req); break;
+    case CMD_DELETE: text_delete(c, req); break;
+    case CMD_INCR:
+    case CMD_DECR: text_delta(c, req); break;
+    case CMD_TOUCH: text_touch(c, req); break;
+    case CMD_FLUSH_ALL: text_flush(c, req); break;
+    case CMD_VERSION: conn_reply_str(c, "VERSION " SHOAL_WIRE_VERSION "\r\n"); break;
+    case CMD_VERBOSITY:
+        log_set_level((int)(req->delta > 2 ? 2 : req->delta));
+        reply_unless_noreply(c, req, "OK\r\n");
+        break;
+    case CMD_QUIT: c->state = CONN_CLOSE; break;
+    case CMD_STATS: cmd_stats(c, req); break;
+    case CMD_SHUTDOWN: conn_reply_str(c, "ERROR: shutdown not enabled\r\n"); break;
+    case CMD_CACHE_MEMLIMIT:
+        /* The memory reservation is fixed at start; say so rather than pretend. */
+        conn_reply_str(c, "SERVER_ERROR cache_memlimit is not supported; restart with -m\r\n");
+        break;
+    default: conn_reply_str(c, "ERROR\r\n"); break;
+    }
+}

@@ -1,0 +1,327 @@
+/* conn.c — connection I/O and the request loop (see conn.h). */
+#include "node/conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "node/cmd.h"
+#include "node/cmd_store.h"
+
+#define CONN_READ_CHUNK 16384
+/* Values at least this large are read straight into the item when the input buffer is empty. */
+#define CONN_DIRECT_READ 8192
+/* Buffers larger than this are freed when the connection goes idle. */
+#define CONN_BUF_KEEP (64 * 1024)
+
+static void conn_update_events(struct conn *c)
+{
+    struct epoll_event ev = {.data.ptr = c};
+    ev.events = (c->paused ? 0 : EPOLLIN) | (c->epollout ? EPOLLOUT : 0) | EPOLLRDHUP;
+    epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+struct conn *conn_create(struct worker *w, int fd)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        close(fd);
+        return NULL;
+    }
+    c->w = w;
+    c->node = w->node;
+    c->fd = fd;
+    c->state = CONN_LINE;
+    buf_init(&c->rbuf);
+    buf_init(&c->wbuf);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    c->next = w->conns;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    return c;
+}
+
+void conn_destroy(struct conn *c)
+{
+    struct worker *w = c->w;
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->it) store_free(c->node->store, c->it);
+    if (c->prev) c->prev->next = c->next;
+    else w->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    buf_release(&c->rbuf);
+    buf_release(&c->wbuf);
+    free(c->pline);
+    free(c);
+    __atomic_fetch_sub(&w->node->curr_conns, 1, __ATOMIC_RELAXED);
+}
+
+bool conn_out_room(const struct conn *c, size_t n)
+{
+    return buf_used(&c->wbuf) + n <= c->node->cfg.out_max;
+}
+
+void conn_reply(struct conn *c, const char *s, size_t n)
+{
+    if (buf_append(&c->wbuf, s, n) < 0) {
+        c->w->m.conn_oom++;
+        c->state = CONN_CLOSE;
+    }
+}
+
+void conn_reply_str(struct conn *c, const char *s) { conn_reply(c, s, strlen(s)); }
+
+/* Keep the pending request valid while more input arrives: copy its line into the connection
+ * and move every pointer that pointed into the old line. */
+static int conn_keep_request(struct conn *c, const char *line, size_t len, struct proto_req *req)
+{
+    if (c->plinecap < len + 1) {
+        char *p = realloc(c->pline, len + 1);
+        if (p == NULL) return -1;
+        c->pline = p;
+        c->plinecap = len + 1;
+    }
+    memcpy(c->pline, line, len);
+    c->preq = *req;
+    const char *lo = line, *hi = line + len;
+#define REBASE(ptr)                                                                              \
+    do {                                                                                         \
+        if ((ptr) >= lo && (ptr) <= hi) (ptr) = c->pline + ((ptr) - lo);                        \
+    } while (0)
+    struct proto_req *r = &c->preq;
+    if (req->key == req->keybuf) r->key = r->keybuf;
+    else REBASE(r->key);
+    REBASE(r->keys);
+    REBASE(r->keys_end);
+    REBASE(r->arg);
+    REBASE(r->meta.opaque);
+    for (int i = 0; i < r->meta.nflags; i++) REBASE(r->meta.flag[i].tok);
+#undef REBASE
+    return 0;
+}
+
+/* Parse and run one request line. `avail` is what the input buffer holds from the line's start
+ * (line, \n and anything after). Returns the bytes consumed. */
+static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail)
+{
+    struct proto_req req;
+    const char *err = NULL;
+    size_t used = len + 1;
+    enum proto_status st = proto_parse(line, len, c->node->cfg.store.item_max, &req, &err);
+    if (st == PROTO_ERR_TOO_LARGE) {
+        c->w->m.store_too_large++;
+        cmd_store_refuse(c, &req, "SERVER_ERROR object too large for cache\r\n");
+        c->swallow = (uint64_t)req.nbytes + 2;
+        c->state = CONN_SWALLOW;
+        return used;
+    }
+    if (st != PROTO_OK) {
+        c->w->m.protocol_errors++;
+        /* memcached stays silent about a text command's errors when it ends in noreply;
+         * meta commands always report them */
+        if (!(req.noreply && req.cmd < CMD_MG && st != PROTO_ERR_UNKNOWN)) {
+            conn_reply_str(c, err);
+            conn_reply(c, "\r\n", 2);
+        }
+        if (st == PROTO_ERR_CLIENT_SWALLOW) { /* ms with a known length: drop its data */
+            c->swallow = (uint64_t)req.nbytes + 2;
+            c->state = CONN_SWALLOW;
+        }
+        return used;
+    }
+    if (!cmd_is_storage(req.cmd)) {
+        cmd_run(c, &req);
+        return used;
+    }
+    bool swallow = false;
+    struct item *it = cmd_store_begin(c, &req, &swallow);
+    if (it == NULL) {
+        if (swallow) {
+            c->swallow = (uint64_t)req.nbytes + 2;
+            c->state = CONN_SWALLOW;
+        }
+        return used;
+    }
+    size_t need = (size_t)req.nbytes + 2;
+    if (avail - used >= need) { /* whole data block already here: the common, copy-once case */
+        const char *v = line + used;
+        memcpy(item_value(it), v, (size_t)req.nbytes);
+        cmd_store_finish(c, &req, it, v[req.nbytes] == '\r' && v[req.nbytes + 1] == '\n');
+        return used + need;
+    }
+    if (conn_keep_request(c, line, len, &req) < 0) {
+        store_free(c->node->store, it);
+        c->w->m.conn_oom++;
+        conn_reply_str(c, "SERVER_ERROR out of memory storing object\r\n");
+        c->swallow = need;
+        c->state = CONN_SWALLOW;
+        return used;
+    }
+    c->it = it;
+    c->vgot = 0;
+    c->state = CONN_VALUE;
+    return used;
+}
+
+/* Feed buffered input to the value being received; finish the command when complete. */
+static void conn_fill_value(struct conn *c)
+{
+    uint64_t need = (uint64_t)c->preq.nbytes + 2;
+    size_t avail = buf_used(&c->rbuf);
+    uint64_t want = need - c->vgot;
+    size_t take = avail < want ? avail : (size_t)want;
+    const char *src = buf_start(&c->rbuf);
+    /* bytes into the value proper, then up to two into the terminator check */
+    for (size_t i = 0; i < take;) {
+        if (c->vgot < (uint64_t)c->preq.nbytes) {
+            size_t n = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
+            if (n > take - i) n = take - i;
+            memcpy(item_value(c->it) + c->vgot, src + i, n);
+            c->vgot += n, i += n;
+        } else {
+            size_t k = (size_t)(c->vgot - (uint64_t)c->preq.nbytes);
+            if (src[i] != (k == 0 ? '\r' : '\n')) c->badchunk = true;
+            c->vgot++, i++;
+        }
+    }
+    buf_consume(&c->rbuf, take);
+    if (c->vgot < need) return;
+    struct item *it = c->it;
+    c->it = NULL;
+    bool ok = !c->badchunk;
+    c->badchunk = false;
+    c->state = CONN_LINE;
+    cmd_store_finish(c, &c->preq, it, ok);
+}
+
+/* Run requests from the input buffer until it runs dry, output backs up, or the connection
+ * is to close. */
+static void conn_process(struct conn *c)
+{
+    size_t soft = c->node->cfg.out_max / 4;
+    while (c->state != CONN_CLOSE) {
+        if (buf_used(&c->wbuf) > soft) {
+            if (!c->paused) {
+                c->paused = true;
+                conn_update_events(c);
+            }
+            return;
+        }
+        size_t avail = buf_used(&c->rbuf);
+        if (avail == 0) return;
+        if (c->state == CONN_SWALLOW) {
+            size_t n = avail < c->swallow ? avail : (size_t)c->swallow;
+            buf_consume(&c->rbuf, n);
+            c->swallow -= n;
+            if (c->swallow == 0) c->state = CONN_LINE;
+            continue;
+        }
+        if (c->state == CONN_VALUE) {
+            conn_fill_value(c);
+            continue;
+        }
+        char *start = buf_start(&c->rbuf);
+        char *nl = memchr(start, '\n', avail);
+        if (nl == NULL || (size_t)(nl - start) > c->node->cfg.line_max) {
+            if (nl == NULL && avail <= c->node->cfg.line_max) return; /* wait for the rest */
+            c->w->m.conn_closed_line_too_long++;
+            conn_reply_str(c, "CLIENT_ERROR line too long\r\n");
+            c->state = CONN_CLOSE;
+            return;
+        }
+        size_t used = conn_run_line(c, start, (size_t)(nl - start), avail);
+        buf_consume(&c->rbuf, used);
+    }
+}
+
+/* Write queued output. Returns -1 when the connection must close. */
+static int conn_flush(struct conn *c)
+{
+    while (buf_used(&c->wbuf) > 0) {
+        ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
+        if (n > 0) {
+            c->w->m.bytes_written += (uint64_t)n;
+            buf_consume(&c->wbuf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!c->epollout) {
+                c->epollout = true;
+                conn_update_events(c);
+            }
+            return 0;
+        }
+        return -1;
+    }
+    buf_compact(&c->wbuf, CONN_BUF_KEEP);
+    if (c->epollout || c->paused) {
+        c->epollout = false;
+        c->paused = false;
+        conn_update_events(c);
+    }
+    return 0;
+}
+
+/* Read once from the socket. Returns bytes read, 0 on EOF, -1 on error, -2 when nothing is
+ * there now. */
+static ssize_t conn_read(struct conn *c)
+{
+    ssize_t n;
+    if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
+        (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
+        /* large value: straight into the item, skipping the input buffer */
+        n = read(c->fd, item_value(c->it) + c->vgot, (size_t)((uint64_t)c->preq.nbytes - c->vgot));
+        if (n > 0) {
+            c->vgot += (uint64_t)n;
+            c->w->m.bytes_read += (uint64_t)n;
+        }
+    } else {
+        if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
+            c->w->m.conn_oom++;
+            return -1;
+        }
+        n = read(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
+        if (n > 0) {
+            c->rbuf.len += (size_t)n;
+            c->w->m.bytes_read += (uint64_t)n;
+        }
+    }
+    if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
+    return n;
+}
+
+void conn_event(struct conn *c, uint32_t events)
+{
+    if (events & EPOLLOUT) {
+        if (conn_flush(c) < 0) goto close;
+        if (buf_used(&c->wbuf) == 0) conn_process(c); /* resume paused input */
+    }
+    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->paused &&
+        c->state != CONN_CLOSE) {
+        ssize_t n = conn_read(c);
+        if (n == 0 || n == -1) {
+            /* Peer closed (or failed): run what it sent, send what we can, then close. */
+            conn_process(c);
+            conn_flush(c);
+            goto close;
+        }
+        conn_process(c);
+    }
+    if (conn_flush(c) < 0) goto close;
+    if (c->state == CONN_CLOSE && buf_used(&c->wbuf) == 0) goto close;
+    if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CONN_BUF_KEEP);
+    return;
+close:
+    conn_destroy(c);
+}

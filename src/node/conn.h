@@ -1,0 +1,61 @@
+/* conn.h — one client connection of shoal-node: input parsing loop, value reception, output.
+ *
+ * A connection reads whatever the socket has, runs every complete request in its input buffer,
+ * appends each reply to one output buffer in request order, and writes that buffer once per
+ * batch (so a pipeline of N requests costs one read and one write). Limits: a request line
+ * longer than line_max closes the connection after an error; new requests are not taken while
+ * more than out_max/4 reply bytes wait to be sent, and a single reply that would push the
+ * queue past out_max is refused with a SERVER_ERROR. */
+#ifndef SHOAL_NODE_CONN_H
+#define SHOAL_NODE_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "node/node.h"
+#include "protocol/protocol.h"
+
+enum conn_state {
+    CONN_LINE,    /* waiting for a request line */
+    CONN_VALUE,   /* receiving a storage command's data block into `it` */
+    CONN_SWALLOW, /* discarding the data block of a refused storage command */
+    CONN_CLOSE,   /* close once the output is written */
+};
+
+struct conn {
+    struct conn *next, *prev;
+    struct worker *w;
+    struct node *node;
+    int fd;
+    enum conn_state state;
+    bool epollout;  /* EPOLLOUT is registered */
+    bool paused;    /* EPOLLIN is off while output drains */
+    struct buf rbuf;
+    struct buf wbuf;
+    /* storage command in progress (CONN_VALUE) */
+    struct item *it;
+    uint64_t vgot;     /* value bytes received so far */
+    bool badchunk;     /* the data block was not followed by \r\n */
+    uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
+    char *pline;       /* copy of the request line the pending request points into */
+    size_t plinecap;
+    struct proto_req preq;
+};
+
+/* Create a connection for an accepted, non-blocking socket and register it with the worker's
+ * epoll. Returns NULL (and closes fd) when memory runs out. */
+struct conn *conn_create(struct worker *w, int fd);
+/* Handle readiness reported by epoll for this connection. May destroy it. */
+void conn_event(struct conn *c, uint32_t events);
+/* Close the socket, free buffers and any item being received, unlink from the worker. */
+void conn_destroy(struct conn *c);
+
+/* Reply helpers for command handlers: append to the output buffer. Allocation failure marks
+ * the connection for closing (the reply stream would otherwise be corrupt). */
+void conn_reply(struct conn *c, const char *s, size_t n);
+void conn_reply_str(struct conn *c, const char *s);
+/* Is there room for `n` more reply bytes under out_max? */
+bool conn_out_room(const struct conn *c, size_t n);
+
+#endif

@@ -1,0 +1,154 @@
+/* main.c — shoal-node: a memcached-compatible cache server.
+ *
+ * Start-up order: options, clock, store, listener, workers, admin HTTP; SIGINT/SIGTERM stop in
+ * reverse. A bad option stops the process before anything listens, with a message naming the
+ * option and the fix. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/admin.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/options.h"
+#include "node/node.h"
+#include "node/worker.h"
+
+const struct metric_desc *node_metric_table(size_t *n);
+const struct metric_desc *store_metric_table(size_t *n);
+
+static struct node node;
+
+/* Short flags and memcached long names for the engine's options. */
+static char store_short(const char *name, const char **alias)
+{
+    if (!strcmp(name, "memory_mb")) return *alias = "memory-limit", 'm';
+    if (!strcmp(name, "item_max")) return *alias = "max-item-size", 'I';
+    *alias = NULL;
+    return 0;
+}
+
+static size_t build_options(struct opt_def *defs, struct node_config *cfg)
+{
+    size_t n = 0;
+#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
+    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
+                                 &cfg->name_, alias_};
+    NODE_OPTIONS(X)
+#undef X
+#define X(name_, type_, def_, lo_, hi_, help_)                                                   \
+    defs[n] = (struct opt_def){#name_, 0, OPT_##type_, NULL, def_, lo_, hi_, help_,              \
+                               &cfg->store.name_, NULL};                                         \
+    defs[n].shortf = store_short(#name_, &defs[n].alias);                                        \
+    n++;
+    STORE_OPTIONS(X)
+#undef X
+    return n;
+}
+
+static void render_metrics(void *ctx, struct buf *out)
+{
+    struct node *n = ctx;
+    struct node_metrics m;
+    struct store_stats ss;
+    node_metrics_sum(n, &m);
+    store_stats(n->store, &ss);
+    size_t nn, ns;
+    const struct metric_desc *nd = node_metric_table(&nn), *sd = store_metric_table(&ns);
+    metrics_write_prom(out, "shoal_node", nd, nn, &m, NULL);
+    metrics_write_prom(out, "shoal_node", sd, ns, &ss, NULL);
+    buf_printf(out,
+               "# HELP shoal_node_curr_connections client connections open now\n"
+               "# TYPE shoal_node_curr_connections gauge\nshoal_node_curr_connections %llu\n"
+               "# HELP shoal_node_limit_maxbytes item memory limit in bytes\n"
+               "# TYPE shoal_node_limit_maxbytes gauge\nshoal_node_limit_maxbytes %llu\n",
+               (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED),
+               (unsigned long long)ss.limit_maxbytes);
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+int main(int argc, char **argv)
+{
+    struct opt_def defs[64];
+    size_t ndefs = build_options(defs, &node.cfg);
+    struct opt_extra extra;
+    char err[512];
+    log_set_name("shoal-node");
+    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
+    if (extra.help) {
+        options_usage(defs, ndefs, "shoal-node",
+                      "A memcached-compatible cache node: text and meta protocol, leases.");
+        return 0;
+    }
+    if (extra.version) {
+        printf("shoal-node %s (memcached protocol %s)\n", SHOAL_VERSION, "1.6");
+        return 0;
+    }
+    log_set_level((int)(node.cfg.verbose > 2 ? 2 : node.cfg.verbose));
+    if (node.cfg.udp_port != 0)
+        log_warn("UDP is not supported; -U %llu ignored, UDP stays off",
+                 (unsigned long long)node.cfg.udp_port);
+
+    signal(SIGPIPE, SIG_IGN);
+    clock_setup();
+    if (store_create(&node.store, &node.cfg.store, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
+    node.listen_fd = net_listen(node.cfg.listen, (unsigned)node.cfg.port, (int)node.cfg.backlog,
+                                err, sizeof err);
+    if (node.listen_fd < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
+    node.bound_port = net_local_port(node.listen_fd);
+    node.started = time(NULL);
+
+    struct admin *admin = NULL;
+    if (node.cfg.admin_port) {
+        admin = admin_create(node.cfg.admin_listen, (unsigned)node.cfg.admin_port, render_metrics,
+                             &node, err, sizeof err);
+        if (admin == NULL) {
+            fprintf(stderr, "shoal-node: %s\n", err);
+            return 2;
+        }
+    }
+    if (worker_setup(&node, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
+    if (node.cfg.port_file) {
+        FILE *f = fopen(node.cfg.port_file, "w");
+        if (f == NULL || fprintf(f, "%u\n", node.bound_port) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "shoal-node: cannot write --port-file %s: %s\n", node.cfg.port_file,
+                    strerror(errno));
+            return 2;
+        }
+    }
+    log_msg(LOG_WARN, "listening on %s:%u, %llu MB, %llu threads, item max %llu bytes%s",
+            node.cfg.listen && *node.cfg.listen ? node.cfg.listen : "*", node.bound_port,
+            (unsigned long long)node.cfg.store.memory_mb, (unsigned long long)node.cfg.threads,
+            (unsigned long long)node.cfg.store.item_max, admin ? ", admin HTTP on" : "");
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    while (!got_signal) pause();
+
+    log_msg(LOG_WARN, "signal %d: shutting down", (int)got_signal);
+    worker_teardown(&node);
+    admin_destroy(&admin);
+    close(node.listen_fd);
+    store_destroy(&node.store);
+    return 0;
+}

@@ -1,0 +1,118 @@
+/* node.h — shoal-node's process-wide state: configuration, workers, connections, counters.
+ *
+ * One `struct node` exists per process. Each worker thread owns an epoll loop and the
+ * connections it accepted; connections never move between workers, so a connection's state is
+ * touched by one thread only. Request counters are per worker (no shared cache lines on the hot
+ * path) and summed when `stats` or `/metrics` asks. */
+#ifndef SHOAL_NODE_NODE_H
+#define SHOAL_NODE_NODE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "common/metrics.h"
+#include "node/store.h"
+#include "protocol/protocol.h"
+
+#define SHOAL_VERSION "0.1.0"
+/* What `version` answers: memcached's version first so client libraries that gate features on
+ * it keep working, then ours. */
+#define SHOAL_WIRE_VERSION "1.6.18-shoal-" SHOAL_VERSION
+
+/* Node options beyond the engine's (STORE_OPTIONS): X(name, short, type, default, lo, hi, help,
+ * memcached long name). */
+#define NODE_OPTIONS(X)                                                                           \
+    X(port, 'p', UINT, "11211", 0, 65535, "TCP port to listen on (0 picks a free port)", "port") \
+    X(listen, 'l', STR, "", 0, 0, "address to listen on (default: all)", "listen")               \
+    X(conn_limit, 'c', UINT, "1024", 1, 1000000, "most client connections at once", "conn-limit") \
+    X(threads, 't', UINT, "4", 1, 256, "worker threads", "threads")                             \
+    X(udp_port, 'U', UINT, "0", 0, 65535, "UDP port; UDP is not supported, only 0", "udp-port")  \
+    X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", "verbose")              \
+    X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
+    X(out_max, 0, SIZE, "32m", 65536, 1ull << 32, "most reply bytes queued per connection",      \
+      NULL)                                                                                      \
+    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
+      NULL)                                                                                      \
+    X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
+    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL)
+
+struct node_config {
+    uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
+        admin_port;
+    const char *listen, *admin_listen, *port_file;
+    struct store_options store;
+};
+
+/* Request counters, one set per worker. Names follow memcached's `stats` where the concept
+ * exists. */
+#define NODE_METRICS(X)                                                                          \
+    X(cmd_get, COUNTER, "keys requested by get, gets, gat, gats and mg")                          \
+    X(cmd_set, COUNTER, "storage requests")                                                      \
+    X(cmd_flush, COUNTER, "flush_all requests")                                                  \
+    X(cmd_touch, COUNTER, "touch and gat requests")                                              \
+    X(cmd_meta, COUNTER, "meta protocol requests")                                               \
+    X(get_hits, COUNTER, "keys found by a get")                                                  \
+    X(get_misses, COUNTER, "keys not found by a get")                                            \
+    X(get_expired, COUNTER, "gets that found an expired item")                                   \
+    X(get_flushed, COUNTER, "gets that found a flushed item")                                    \
+    X(delete_misses, COUNTER, "deletes of absent keys")                                          \
+    X(delete_hits, COUNTER, "deletes that removed an item")                                      \
+    X(incr_misses, COUNTER, "incr of absent keys")                                               \
+    X(incr_hits, COUNTER, "successful incr")                                                     \
+    X(decr_misses, COUNTER, "decr of absent keys")                                               \
+    X(decr_hits, COUNTER, "successful decr")                                                     \
+    X(cas_misses, COUNTER, "cas of absent keys")                                                 \
+    X(cas_hits, COUNTER, "successful cas")                                                       \
+    X(cas_badval, COUNTER, "cas with a stale value")                                             \
+    X(touch_hits, COUNTER, "touches that found the key")                                         \
+    X(touch_misses, COUNTER, "touches of absent keys")                                           \
+    X(store_too_large, COUNTER, "stores refused: item larger than the item size limit")          \
+    X(store_no_memory, COUNTER, "stores refused: no memory could be freed")                      \
+    X(lease_wins, COUNTER, "W flags handed out (the right to fill or recache)")                  \
+    X(lease_waits, COUNTER, "Z flags handed out (another client holds the win)")                 \
+    X(stale_hits, COUNTER, "reads served a stale (X) value")                                     \
+    X(bytes_read, COUNTER, "bytes read from clients")                                            \
+    X(bytes_written, COUNTER, "bytes sent to clients")                                           \
+    X(protocol_errors, COUNTER, "requests answered ERROR or CLIENT_ERROR")                       \
+    X(conn_closed_line_too_long, COUNTER, "connections closed for a request line over line_max") \
+    X(conn_closed_out_limit, COUNTER, "replies refused because out_max would be exceeded")      \
+    X(conn_oom, COUNTER, "connection buffer allocations that failed")
+
+struct node_metrics {
+    NODE_METRICS(METRIC_FIELD)
+};
+
+struct node;
+
+struct worker {
+    struct node *node;
+    int id;
+    int epfd;
+    int wakefd; /* eventfd to stop the loop */
+    pthread_t thread;
+    struct node_metrics m;
+    struct conn *conns; /* list of this worker's connections */
+};
+
+struct node {
+    struct node_config cfg;
+    struct store *store;
+    struct worker *workers;
+    int listen_fd;
+    unsigned bound_port;
+    time_t started;
+    volatile int stopping;
+    /* connection counts: changed on accept/close only */
+    uint64_t curr_conns;
+    uint64_t total_conns;
+    uint64_t rejected_conns;
+};
+
+/* Sum every worker's counters into `out`. */
+void node_metrics_sum(struct node *n, struct node_metrics *out);
+
+#endif

@@ -1,0 +1,140 @@
+/* worker.c — per-thread event loops: accept, dispatch readiness to connections, stop. */
+#include "node/worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "node/conn.h"
+
+#define WORKER_EVENTS 256
+#define WORKER_ACCEPT_BATCH 32
+
+/* Markers in epoll data for the two non-connection fds. */
+static char worker_listen_tag, worker_wake_tag;
+
+static const char too_many[] = "ERROR Too many open connections\r\n";
+
+static void worker_accept(struct worker *w)
+{
+    struct node *n = w->node;
+    for (int i = 0; i < WORKER_ACCEPT_BATCH; i++) {
+        int fd = accept4(n->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_warn("accept failed: %s", strerror(errno));
+            return;
+        }
+        uint64_t cur = __atomic_add_fetch(&n->curr_conns, 1, __ATOMIC_RELAXED);
+        if (cur > n->cfg.conn_limit) {
+            /* memcached's answer at its connection limit, then close */
+            __atomic_fetch_sub(&n->curr_conns, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&n->rejected_conns, 1, __ATOMIC_RELAXED);
+            ssize_t wr = send(fd, too_many, sizeof too_many - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)wr;
+            close(fd);
+            log_info("connection refused: %llu connections open, limit -c %llu",
+                     (unsigned long long)cur - 1, (unsigned long long)n->cfg.conn_limit);
+            continue;
+        }
+        __atomic_fetch_add(&n->total_conns, 1, __ATOMIC_RELAXED);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (conn_create(w, fd) == NULL) {
+            __atomic_fetch_sub(&n->curr_conns, 1, __ATOMIC_RELAXED);
+            w->m.conn_oom++;
+        }
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct epoll_event evs[WORKER_EVENTS];
+    for (;;) {
+        int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, -1);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < k; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &worker_wake_tag) goto out;
+            if (p == &worker_listen_tag) worker_accept(w);
+            else conn_event(p, evs[i].events);
+        }
+    }
+out:
+    while (w->conns) conn_destroy(w->conns);
+    return NULL;
+}
+
+int worker_setup(struct node *n, char *err, size_t errlen)
+{
+    n->workers = calloc(n->cfg.threads, sizeof *n->workers);
+    if (n->workers == NULL) {
+        snprintf(err, errlen, "out of memory creating %llu workers",
+                 (unsigned long long)n->cfg.threads);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n->cfg.threads; i++) {
+        struct worker *w = &n->workers[i];
+        w->node = n;
+        w->id = (int)i;
+        w->epfd = epoll_create1(EPOLL_CLOEXEC);
+        w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->epfd < 0 || w->wakefd < 0) {
+            snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
+            return -1;
+        }
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &worker_listen_tag};
+        struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &worker_wake_tag};
+        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, n->listen_fd, &ev) < 0 ||
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wakefd, &wev) < 0) {
+            snprintf(err, errlen, "cannot register worker fds: %s", strerror(errno));
+            return -1;
+        }
+    }
+    for (uint64_t i = 0; i < n->cfg.threads; i++) {
+        if (pthread_create(&n->workers[i].thread, NULL, worker_main, &n->workers[i]) != 0) {
+            snprintf(err, errlen, "cannot start worker thread %llu", (unsigned long long)i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void worker_teardown(struct node *n)
+{
+    if (n->workers == NULL) return;
+    for (uint64_t i = 0; i < n->cfg.threads; i++) {
+        uint64_t one = 1;
+        ssize_t wr = write(n->workers[i].wakefd, &one, sizeof one);
+        (void)wr;
+    }
+    for (uint64_t i = 0; i < n->cfg.threads; i++) {
+        pthread_join(n->workers[i].thread, NULL);
+        close(n->workers[i].epfd);
+        close(n->workers[i].wakefd);
+    }
+    free(n->workers);
+    n->workers = NULL;
+}
+
+void node_metrics_sum(struct node *n, struct node_metrics *out)
+{
+    memset(out, 0, sizeof *out);
+    for (uint64_t i = 0; i < n->cfg.threads; i++)
+        metrics_sum((uint64_t *)out, (const uint64_t *)&n->workers[i].m,
+                    sizeof *out / sizeof(uint64_t));
+}

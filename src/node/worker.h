@@ -1,0 +1,14 @@
+/* worker.h — worker threads of shoal-node: each runs one epoll loop over the shared listening
+ * socket (registered with EPOLLEXCLUSIVE, so one worker wakes per new connection) and over the
+ * connections it accepted. */
+#ifndef SHOAL_NODE_WORKER_H
+#define SHOAL_NODE_WORKER_H
+
+#include "node/node.h"
+
+/* Create the workers' epoll sets and start their threads. 0, or -1 with a message in err. */
+int worker_setup(struct node *n, char *err, size_t errlen);
+/* Ask every worker to stop, join them and close their connections. */
+void worker_teardown(struct node *n);
+
+#endif
