@@ -161,7 +161,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
     }
     if (won) {
         ml_flag(&l, 'W');
-        it->iflags |= ITEM_TOKEN;
+        item_set_iflags(it, it->iflags | ITEM_TOKEN);
         m->lease_wins++;
     }
     if (!proto_meta_has(mf, 'u') && !created) store_bump(it, now);
@@ -237,7 +237,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
             }
         }
         if (mf->invalidate) {
-            it->iflags = (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN);
+            item_set_iflags(it, (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN));
             it->cas = proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st);
             if (proto_meta_has(mf, 'T')) it->exptime = clock_exptime(mf->ttl, now);
         } else if (!proto_meta_has(mf, 'x')) {

@@ -47,6 +47,13 @@ struct item {
 };
 
 static inline char *item_key(struct item *it) { return it->data; }
+
+/* Change iflags of a linked item (shard lock held). The store, as an atomic store, because the
+ * allocator's page walkers read iflags without the shard lock. */
+static inline void item_set_iflags(struct item *it, uint8_t v)
+{
+    __atomic_store_n(&it->iflags, v, __ATOMIC_RELAXED);
+}
 static inline char *item_value(struct item *it) { return it->data + it->nkey; }
 
 #define STORE_OPTIONS(X)                                                                         \
