@@ -117,8 +117,90 @@ static const struct { char f; bool arg; } ignored_flags[] = {
     {'F', false}, {'X', false}, {'W', false}, {'Y', true}, {'e', true}, {'s', true},
 };
 
+/* Strings from config files: options point into these for the life of the process. */
+static char **kept;
+static size_t nkept;
+
+static char *keep_string(const char *s, size_t n)
+{
+    char *copy = strndup(s, n);
+    if (copy == NULL) return NULL;
+    char **grown = realloc(kept, (nkept + 1) * sizeof *kept);
+    if (grown == NULL) {
+        free(copy);
+        return NULL;
+    }
+    kept = grown;
+    kept[nkept++] = copy;
+    return copy;
+}
+
+void options_release(void)
+{
+    for (size_t i = 0; i < nkept; i++) free(kept[i]);
+    free(kept);
+    kept = NULL;
+    nkept = 0;
+}
+
+static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
+
+int options_load_text(const struct opt_def *defs, size_t n, const char *text, size_t len,
+                      const char *origin, char *err, size_t errlen)
+{
+    int lineno = 0;
+    for (size_t pos = 0; pos < len;) {
+        const char *line = text + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t ll = nl ? (size_t)(nl - line) : len - pos;
+        pos += ll + (nl != NULL);
+        lineno++;
+        const char *hash = memchr(line, '#', ll);
+        if (hash) ll = (size_t)(hash - line);
+        size_t b = 0, e = ll;
+        while (b < e && is_blank(line[b])) b++;
+        while (e > b && is_blank(line[e - 1])) e--;
+        if (b == e) continue;
+        if (memchr(line + b, 0, e - b)) {
+            snprintf(err, errlen, "%s line %d: NUL byte; the file must be text", origin, lineno);
+            return -1;
+        }
+        const char *eq = memchr(line + b, '=', e - b);
+        size_t kb = b, ke = eq ? (size_t)(eq - line) : e;
+        while (ke > kb && is_blank(line[ke - 1])) ke--;
+        const struct opt_def *d = opt_find_long(defs, n, line + kb, ke - kb);
+        if (d == NULL) {
+            snprintf(err, errlen, "%s line %d: unknown option '%.*s'; see --help", origin, lineno,
+                     (int)(ke - kb > 64 ? 64 : ke - kb), line + kb);
+            return -1;
+        }
+        const char *val = NULL;
+        if (eq) {
+            size_t vb = (size_t)(eq - line) + 1;
+            while (vb < e && is_blank(line[vb])) vb++;
+            val = keep_string(line + vb, e - vb);
+            if (val == NULL) {
+                snprintf(err, errlen, "%s: out of memory", origin);
+                return -1;
+            }
+        } else if (d->type != OPT_BOOL && d->type != OPT_COUNT) {
+            snprintf(err, errlen, "%s line %d: option %s needs '= value'", origin, lineno,
+                     d->name);
+            return -1;
+        }
+        char msg[256];
+        if (opt_set(d, val, msg, sizeof msg) < 0) {
+            snprintf(err, errlen, "%s line %d: %s", origin, lineno, msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define CONFIG_MAX_BYTES (1 << 20)
+
 static int config_load(const struct opt_def *defs, size_t n, const char *path, char *err,
-                       size_t errlen, char ***kept, size_t *nkept)
+                       size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
@@ -126,63 +208,19 @@ static int config_load(const struct opt_def *defs, size_t n, const char *path, c
                  strerror(errno));
         return -1;
     }
-    char line[1024];
-    int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(line, sizeof line, f)) {
-        lineno++;
-        char *s = line;
-        while (isspace((unsigned char)*s)) s++;
-        char *hash = strchr(s, '#');
-        if (hash) *hash = 0;
-        size_t len = strlen(s);
-        while (len && isspace((unsigned char)s[len - 1])) s[--len] = 0;
-        if (len == 0) continue;
-        char *eq = strchr(s, '=');
-        char *key = s, *val = NULL;
-        if (eq) {
-            *eq = 0;
-            val = eq + 1;
-            while (isspace((unsigned char)*val)) val++;
-            size_t kl = strlen(key);
-            while (kl && isspace((unsigned char)key[kl - 1])) key[--kl] = 0;
-        }
-        const struct opt_def *d = opt_find_long(defs, n, key, strlen(key));
-        if (d == NULL) {
-            snprintf(err, errlen, "config file %s line %d: unknown option '%s'; see --help", path,
-                     lineno, key);
-            rc = -1;
-            break;
-        }
-        if (val == NULL && d->type != OPT_BOOL && d->type != OPT_COUNT) {
-            snprintf(err, errlen, "config file %s line %d: option %s needs '= value'", path,
-                     lineno, d->name);
-            rc = -1;
-            break;
-        }
-        char *copy = val ? strdup(val) : NULL;
-        if (val && copy == NULL) {
-            snprintf(err, errlen, "out of memory reading %s", path);
-            rc = -1;
-            break;
-        }
-        if (copy) { /* string options keep pointing at the copy for the process lifetime */
-            char **grown = realloc(*kept, (*nkept + 1) * sizeof **kept);
-            if (grown == NULL) {
-                free(copy);
-                snprintf(err, errlen, "out of memory reading %s", path);
-                rc = -1;
-                break;
-            }
-            *kept = grown;
-            (*kept)[(*nkept)++] = copy;
-        }
-        char msg[256];
-        if (opt_set(d, copy, msg, sizeof msg) < 0) {
-            snprintf(err, errlen, "config file %s line %d: %s", path, lineno, msg);
-            rc = -1;
-        }
-    }
+    char *text = malloc(CONFIG_MAX_BYTES + 1);
+    size_t len = text ? fread(text, 1, CONFIG_MAX_BYTES + 1, f) : 0;
     fclose(f);
+    if (text == NULL || len > CONFIG_MAX_BYTES) {
+        free(text);
+        snprintf(err, errlen, "config file %s: larger than %d bytes or out of memory", path,
+                 CONFIG_MAX_BYTES);
+        return -1;
+    }
+    char origin[300];
+    snprintf(origin, sizeof origin, "config file %s", path);
+    int rc = options_load_text(defs, n, text, len, origin, err, errlen);
+    free(text);
     return rc;
 }
 
@@ -271,15 +309,12 @@ static int options_walk(const struct opt_def *defs, size_t n, int argc, char **a
 int options_parse(const struct opt_def *defs, size_t n, int argc, char **argv,
                   struct opt_extra *extra, char *err, size_t errlen)
 {
-    static char **kept;
-    static size_t nkept;
     memset(extra, 0, sizeof *extra);
     options_defaults(defs, n);
     if (options_walk(defs, n, argc, argv, extra, false, err, errlen) < 0) return -1;
-    if (extra->config && config_load(defs, n, extra->config, err, errlen, &kept, &nkept) < 0)
+    if (extra->config && config_load(defs, n, extra->config, err, errlen) < 0)
         return -1;
-    /* -v counts must not double: reset counters the config file did not set is not needed,
-     * since config files cannot use short flags; apply argv on top. */
+    /* argv is applied after the file so the command line wins */
     return options_walk(defs, n, argc, argv, extra, true, err, errlen);
 }
 

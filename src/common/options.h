@@ -46,6 +46,12 @@ void options_defaults(const struct opt_def *defs, size_t n);
  * message in err naming the option and the fix. */
 int options_parse(const struct opt_def *defs, size_t n, int argc, char **argv,
                   struct opt_extra *extra, char *err, size_t errlen);
+/* Apply `name = value` lines from `text` (a config file's contents). `origin` names the source
+ * in error messages ("config file x.conf"). Returns 0, or -1 with a message naming the line. */
+int options_load_text(const struct opt_def *defs, size_t n, const char *text, size_t len,
+                      const char *origin, char *err, size_t errlen);
+/* Free the strings kept for STR options read from config text. */
+void options_release(void);
 /* Print usage: one line per option with its flags, default, range and help. */
 void options_usage(const struct opt_def *defs, size_t n, const char *prog, const char *summary);
 
