@@ -21,7 +21,9 @@
 static void conn_update_events(struct conn *c)
 {
     struct epoll_event ev = {.data.ptr = c};
-    ev.events = (c->paused ? 0 : EPOLLIN) | (c->epollout ? EPOLLOUT : 0) | EPOLLRDHUP;
+    /* While paused, leave out EPOLLRDHUP too: level-triggered, a half-closed peer would
+     * otherwise be reported again and again while we cannot read. */
+    ev.events = (c->paused ? 0 : EPOLLIN | EPOLLRDHUP) | (c->epollout ? EPOLLOUT : 0);
     epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
@@ -303,11 +305,13 @@ static ssize_t conn_read(struct conn *c)
 
 void conn_event(struct conn *c, uint32_t events)
 {
+    /* Reset or fully shut down: nothing more can be sent, so nothing is worth running. */
+    if (events & (EPOLLERR | EPOLLHUP)) goto close;
     if (events & EPOLLOUT) {
         if (conn_flush(c) < 0) goto close;
         if (buf_used(&c->wbuf) == 0) conn_process(c); /* resume paused input */
     }
-    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->paused &&
+    if ((events & (EPOLLIN | EPOLLRDHUP)) && !c->paused &&
         c->state != CONN_CLOSE) {
         ssize_t n = conn_read(c);
         if (n == 0 || n == -1) {
