@@ -6,8 +6,8 @@
 #   make unit          build and run the C unit tests
 #   make fuzz          build libFuzzer targets (clang)
 #
-# Each src/<part>/main.c is a binary's entry point; every other .c under src/ goes into one
-# internal archive that binaries, unit tests and fuzz targets link against.
+# Each src/<part>/main.c is a binary's entry point, linked with src/<part>/*.c and the shared
+# code (src/common, src/protocol); unit tests link one archive of every non-main file.
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -50,7 +50,12 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $(LIB)
+# A binary links its own part (src/<part>/*.c) and the shared code only, so one part's
+# half-finished change never stops another binary from building.
+SHARED_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/common/*.c src/protocol/*.c))
+part_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard src/$(1)/*.c)))
+.SECONDEXPANSION:
+$(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $$(call part_obj,$$*) $(SHARED_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

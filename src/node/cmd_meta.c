@@ -88,7 +88,9 @@ static void meta_get(struct conn *c, struct proto_req *req)
         /* vivify: an empty placeholder whose creator wins the right to fill it */
         it = store_alloc(st, req->key, req->nkey, 0);
         if (it) {
-            it->exptime = clock_exptime(mf->vivify, now);
+            /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
+             * before N reports -1 */
+            it->exptime = 0;
             if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
             store_link(st, hv, it, now);
             created = true;
@@ -103,7 +105,12 @@ static void meta_get(struct conn *c, struct proto_req *req)
     }
     if (it == NULL) {
         store_unlock(st, hv);
-        if (!mf->quiet) conn_reply(c, "EN\r\n", 4);
+        if (!mf->quiet) { /* memcached echoes O and k on a miss too */
+            struct mline l = {.n = 0};
+            ml_put(&l, "EN", 2);
+            for (int i = 0; i < mf->nflags; i++) ml_common(&l, req, &mf->flag[i]);
+            ml_send(c, &l);
+        }
         return;
     }
     bool want_value = proto_meta_has(mf, 'v');
@@ -134,7 +141,10 @@ static void meta_get(struct conn *c, struct proto_req *req)
             m->touch_hits++;
             break;
         case 'N':
-            if (created) won = true;
+            if (created) {
+                it->exptime = clock_exptime(mf->vivify, now);
+                won = true;
+            }
             break;
         case 'R':
             if (!(it->iflags & ITEM_TOKEN) && !created && it->exptime != 0 &&
@@ -262,6 +272,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     uint32_t now = clock_now();
     uint64_t hv = store_hash(req->key, req->nkey);
     uint64_t value = 0;
+    uint32_t ttl_before = UINT32_MAX; /* t reports the TTL as it was before this command's T */
     const char *err = NULL, *code = NULL;
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
@@ -287,6 +298,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
         code = "EX";
     } else {
+        ttl_before = it->exptime;
         switch (cmd_delta_locked(st, hv, &it, incr, mf->delta, now, &value)) {
         case DELTA_OK:
             if (incr) m->incr_hits++;
@@ -322,7 +334,8 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     }
     for (int i = 0; i < mf->nflags; i++) {
         const struct proto_mflag *f = &mf->flag[i];
-        if (ok && f->flag == 't') ml_ttl(&l, it->exptime, now);
+        if (ok && f->flag == 't')
+            ml_ttl(&l, ttl_before != UINT32_MAX ? ttl_before : it->exptime, now);
         else if (ok && f->flag == 'c') ml_u64(&l, 'c', it->cas);
         else ml_common(&l, req, f);
     }
@@ -348,16 +361,12 @@ static void meta_debug(struct conn *c, struct proto_req *req)
     }
     struct mline l = {.n = 0};
     ml_put(&l, "ME ", 3);
-    if (req->meta.base64) {
-        char enc[PROTO_KEY_MAX * 2];
-        int n = proto_base64_encode(req->key, req->nkey, enc, sizeof enc);
-        if (n > 0) ml_put(&l, enc, (size_t)n);
-    } else {
-        ml_put(&l, req->key, req->nkey);
-    }
+    ml_put(&l, req->key, req->nkey); /* memcached prints the key decoded, even with b */
+    /* memcached 1.6 prints exp as now - exptime: negative while the item lives */
+    long long exp = it->exptime == 0 ? -1 : (long long)now - (long long)it->exptime;
     char tail[160];
     int n = snprintf(tail, sizeof tail, " exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%zu",
-                     (long long)clock_ttl_left(it->exptime, now),
+                     exp,
                      now > it->atime ? now - it->atime : 0, (unsigned long long)it->cas,
                      (it->iflags & ITEM_FETCHED) ? "yes" : "no", it->clsid,
                      sizeof(struct item) + it->nkey + it->nbytes);

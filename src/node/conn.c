@@ -280,7 +280,9 @@ static int conn_flush(struct conn *c)
 static ssize_t conn_read(struct conn *c)
 {
     ssize_t n;
+    /* vgot also counts the \r\n after the value, so check it is still inside the value */
     if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
+        c->vgot < (uint64_t)c->preq.nbytes &&
         (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
         /* large value: straight into the item, skipping the input buffer */
         n = read(c->fd, item_value(c->it) + c->vgot, (size_t)((uint64_t)c->preq.nbytes - c->vgot));
@@ -322,7 +324,16 @@ void conn_event(struct conn *c, uint32_t events)
         }
         conn_process(c);
     }
-    if (conn_flush(c) < 0) goto close;
+    /* A flush that drains the output un-pauses the connection; requests already in the input
+     * buffer must then run now, since no new socket data may ever come to wake us. */
+    for (;;) {
+        if (conn_flush(c) < 0) goto close;
+        if (c->paused || c->state == CONN_CLOSE || buf_used(&c->wbuf) > 0) break;
+        size_t before = buf_used(&c->rbuf);
+        if (before == 0) break;
+        conn_process(c);
+        if (buf_used(&c->rbuf) == before && c->state != CONN_CLOSE) break; /* partial request */
+    }
     if (c->state == CONN_CLOSE && buf_used(&c->wbuf) == 0) goto close;
     if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CONN_BUF_KEEP);
     return;

@@ -23,6 +23,34 @@ static char worker_listen_tag, worker_wake_tag;
 
 static const char too_many[] = "ERROR Too many open connections\r\n";
 
+/* Close this worker's connections whose peers have already gone (EOF not yet handled), so
+ * they stop counting against -c. Called only at the connection limit. */
+static void worker_reap_closed(struct worker *w)
+{
+    for (struct conn *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        char b;
+        if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) conn_destroy(c);
+    }
+}
+
+/* Is there room for one more connection? A peer that disconnected a moment ago may still be
+ * counted until its worker sees the EOF: reap our own, give the others a moment, recheck. */
+static bool worker_conn_room(struct worker *w)
+{
+    struct node *n = w->node;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint64_t cur = __atomic_add_fetch(&n->curr_conns, 1, __ATOMIC_RELAXED);
+        if (cur <= n->cfg.conn_limit) return true;
+        __atomic_fetch_sub(&n->curr_conns, 1, __ATOMIC_RELAXED);
+        if (attempt == 0) {
+            worker_reap_closed(w);
+            usleep(2000);
+        }
+    }
+    return false;
+}
+
 static void worker_accept(struct worker *w)
 {
     struct node *n = w->node;
@@ -34,16 +62,14 @@ static void worker_accept(struct worker *w)
                 log_warn("accept failed: %s", strerror(errno));
             return;
         }
-        uint64_t cur = __atomic_add_fetch(&n->curr_conns, 1, __ATOMIC_RELAXED);
-        if (cur > n->cfg.conn_limit) {
+        if (!worker_conn_room(w)) {
             /* memcached's answer at its connection limit, then close */
-            __atomic_fetch_sub(&n->curr_conns, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(&n->rejected_conns, 1, __ATOMIC_RELAXED);
             ssize_t wr = send(fd, too_many, sizeof too_many - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)wr;
             close(fd);
-            log_info("connection refused: %llu connections open, limit -c %llu",
-                     (unsigned long long)cur - 1, (unsigned long long)n->cfg.conn_limit);
+            log_info("connection refused: limit -c %llu reached",
+                     (unsigned long long)n->cfg.conn_limit);
             continue;
         }
         __atomic_fetch_add(&n->total_conns, 1, __ATOMIC_RELAXED);
