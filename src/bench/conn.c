@@ -17,7 +17,8 @@
 /* Refuse VALUE lengths no memcached-compatible server can send, instead of skipping forever. */
 #define CONN_MAX_VALUE (1ULL << 40)
 
-int bench_conn_init(struct bench_conn *c, unsigned depth, const struct bench_keys *k)
+int bench_conn_init(struct bench_conn *c, unsigned depth, const struct bench_keys *k,
+                    bool cache_aside)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -28,7 +29,8 @@ int bench_conn_init(struct bench_conn *c, unsigned depth, const struct bench_key
     c->fifo = calloc(depth, sizeof(*c->fifo));
     c->wbuf = malloc(c->wcap);
     c->rbuf = malloc(c->rcap);
-    if (!c->fifo || !c->wbuf || !c->rbuf) {
+    if (cache_aside) c->miss = calloc(depth, sizeof(*c->miss));
+    if (!c->fifo || !c->wbuf || !c->rbuf || (cache_aside && !c->miss)) {
         bench_conn_free(c);
         return -1;
     }
@@ -42,6 +44,8 @@ void bench_conn_free(struct bench_conn *c)
     free(c->fifo);
     free(c->wbuf);
     free(c->rbuf);
+    free(c->miss);
+    c->miss = NULL;
     c->fifo = NULL;
     c->wbuf = c->rbuf = NULL;
 }
@@ -218,23 +222,61 @@ static void lose(struct bench_conn *c, struct bench_stats *st, enum bench_err e,
     c->lost_why[n] = '\0';
 }
 
-/* Pop the FIFO head, which must be of kind `op`; record its latency. */
+/* Where the FIFO head (or, with nothing in flight, a measured request) is counted. */
+static inline struct bench_stats *head_sink(const struct bench_conn *c,
+                                            struct bench_stats *const sink[2])
+{
+    if (c->count == 0) return sink[1];
+    return sink[(c->fifo[c->head].flags & BENCH_REQ_MEASURED) ? 1 : 0];
+}
+
+/* Pop the FIFO head, which must be of kind `op`, into *out; record its latency if it was
+ * measured and `record` is set. Returns false, popping nothing, if the head is another kind. */
 static inline bool complete(struct bench_conn *c, enum bench_op op, uint64_t now_ns,
-                            struct bench_stats *st, bool record)
+                            struct bench_stats *const sink[2], bool record, struct bench_req *out)
 {
     struct bench_req *r = &c->fifo[c->head];
     if (r->op != op) return false;
-    if (record) bench_hist_record(&st->hist, now_ns > r->sent_ns ? now_ns - r->sent_ns : 0);
+    if (record && (r->flags & BENCH_REQ_MEASURED))
+        bench_hist_record(&sink[1]->hist, now_ns > r->sent_ns ? now_ns - r->sent_ns : 0);
+    *out = *r;
     if (++c->head == c->cap) c->head = 0;
     c->count--;
     return true;
 }
 
+/* Count a get's reply and, on a miss with a miss queue, queue its key for the loading set. */
+static void count_get(struct bench_conn *c, const struct bench_req *r, bool hit,
+                      struct bench_stats *const sink[2])
+{
+    struct bench_counts *n = &sink[(r->flags & BENCH_REQ_MEASURED) ? 1 : 0]->c;
+    bool scan = (r->flags & BENCH_REQ_SCAN) != 0;
+    n->gets++;
+    n->scan_gets += scan;
+    if (hit) {
+        n->hits++;
+        n->scan_hits += scan;
+        return;
+    }
+    n->misses++;
+    n->scan_misses += scan;
+    if (!c->miss) return;
+    /* Room: every queued miss came from a get that has left the FIFO, and the worker keeps
+     * count + miss_count <= cap. */
+    unsigned tail = c->miss_head + c->miss_count;
+    if (tail >= c->cap) tail -= c->cap;
+    c->miss[tail].key = r->key;
+    c->miss[tail].flags = r->flags;
+    c->miss_count++;
+}
+
 /* Act on one reply line (without CRLF). Returns 1 if it completed a request, 0 if it did not
  * (a VALUE header), -1 if the connection lost its framing (error already counted). */
 static int parse_line(struct bench_conn *c, const char *line, size_t len, uint64_t now_ns,
-                      struct bench_stats *st, bool record)
+                      struct bench_stats *const sink[2], bool record)
 {
+    struct bench_stats *st = head_sink(c, sink);
+    struct bench_req done;
     /* A reply with nothing asked, or anything but END after our single VALUE: the stream is
      * out of step with our FIFO. */
     if (c->count == 0 || (c->value_seen && !IS("END"))) goto unexpected;
@@ -251,12 +293,8 @@ static int parse_line(struct bench_conn *c, const char *line, size_t len, uint64
         break;
     case 'E':
         if (IS("END")) {
-            if (!complete(c, BENCH_OP_GET, now_ns, st, record)) goto unexpected;
-            st->c.gets++;
-            if (c->value_seen)
-                st->c.hits++;
-            else
-                st->c.misses++;
+            if (!complete(c, BENCH_OP_GET, now_ns, sink, record, &done)) goto unexpected;
+            count_get(c, &done, c->value_seen, sink);
             c->value_seen = false;
             return 1;
         }
@@ -269,13 +307,13 @@ static int parse_line(struct bench_conn *c, const char *line, size_t len, uint64
         break;
     case 'S':
         if (IS("STORED")) {
-            if (!complete(c, BENCH_OP_SET, now_ns, st, record)) goto unexpected;
+            if (!complete(c, BENCH_OP_SET, now_ns, sink, record, &done)) goto unexpected;
             st->c.sets++;
             return 1;
         }
         if (STARTS("SERVER_ERROR")) {
             /* memcached swallows the value of a refused set, so framing survives. */
-            complete(c, head_op, now_ns, st, false);
+            complete(c, head_op, now_ns, sink, false, &done);
             bench_stats_error(st, BENCH_ERR_SERVER, line, len);
             return 1;
         }
@@ -297,13 +335,13 @@ unexpected:
     lose(c, st, BENCH_ERR_PROTOCOL, line, len);
     return -1;
 not_stored:
-    if (!complete(c, BENCH_OP_SET, now_ns, st, false)) goto unexpected;
+    if (!complete(c, BENCH_OP_SET, now_ns, sink, false, &done)) goto unexpected;
     bench_stats_error(st, BENCH_ERR_NOT_STORED, line, len);
     return 1;
 }
 
-int bench_conn_parse(struct bench_conn *c, uint64_t now_ns, struct bench_stats *st, bool record,
-                     unsigned *completed)
+int bench_conn_parse(struct bench_conn *c, uint64_t now_ns, struct bench_stats *const sink[2],
+                     bool record, unsigned *completed)
 {
     unsigned done = 0;
     int rc = 0;
@@ -318,7 +356,8 @@ int bench_conn_parse(struct bench_conn *c, uint64_t now_ns, struct bench_stats *
                 continue;
             }
             if (c->rbuf[c->rpos] != (c->skip == 2 ? '\r' : '\n')) {
-                lose(c, st, BENCH_ERR_PROTOCOL, "value not followed by CRLF", 26);
+                lose(c, head_sink(c, sink), BENCH_ERR_PROTOCOL, "value not followed by CRLF",
+                     26);
                 rc = -1;
                 break;
             }
@@ -330,7 +369,8 @@ int bench_conn_parse(struct bench_conn *c, uint64_t now_ns, struct bench_stats *
         const char *nl = memchr(line, '\n', avail);
         if (!nl) {
             if (avail == c->rcap) {
-                lose(c, st, BENCH_ERR_PROTOCOL, "reply line longer than 64 KiB", 29);
+                lose(c, head_sink(c, sink), BENCH_ERR_PROTOCOL,
+                     "reply line longer than 64 KiB", 29);
                 rc = -1;
             }
             break;
@@ -338,11 +378,11 @@ int bench_conn_parse(struct bench_conn *c, uint64_t now_ns, struct bench_stats *
         size_t len = (size_t)(nl - line);
         c->rpos += len + 1;
         if (len == 0 || line[len - 1] != '\r') {
-            lose(c, st, BENCH_ERR_PROTOCOL, line, len);
+            lose(c, head_sink(c, sink), BENCH_ERR_PROTOCOL, line, len);
             rc = -1;
             break;
         }
-        int r = parse_line(c, line, len - 1, now_ns, st, record);
+        int r = parse_line(c, line, len - 1, now_ns, sink, record);
         if (r < 0)
             rc = -1;
         else

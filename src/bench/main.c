@@ -2,7 +2,10 @@
  *
  * The main thread parses options, opens every connection up front (so an unreachable server
  * fails fast with exit 1), optionally prefills the key space, then runs the workers through
- * warmup -> measure -> stop, keeping the clock itself, and prints the merged results. */
+ * warmup -> measure -> stop, keeping the clock itself, and prints the merged results. A
+ * cache-aside run with --requests is counted instead of timed: the workers switch from warm-up
+ * to measuring and stop by themselves, and the main thread only waits, reports progress and
+ * takes the measured window from the workers' timestamps. */
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -109,6 +112,68 @@ static uint64_t wait_until(uint64_t deadline_ns, struct bench_worker *w, unsigne
     }
 }
 
+/* Every worker has sent its first measured get, or will never send one. */
+static bool all_measuring(struct bench_worker *w, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (!atomic_load_explicit(&w[i].measure_start_ns, memory_order_relaxed) &&
+            !atomic_load_explicit(&w[i].finished, memory_order_acquire) &&
+            w[i].get_limit > w[i].get_warm)
+            return false;
+    return true;
+}
+
+/* Wait for a --requests run to finish (or an interrupt, which stops it), printing progress.
+ * *cpu0 is read once every worker measures; *t0 is when the first one started measuring
+ * (`start` if none did). Returns when the wait ended. */
+static uint64_t wait_counted(struct bench_ctx *ctx, struct bench_worker *w, unsigned n,
+                             uint64_t start, uint64_t *t0, double *cpu0)
+{
+    const struct bench_opts *o = ctx->o;
+    uint64_t total = o->requests + o->warmup_requests;
+    bool tty = isatty(STDERR_FILENO), measuring = false;
+    uint64_t every = (tty ? 500 : 10000) * 1000000ULL;
+    uint64_t next_print = start + every, now;
+    *cpu0 = cpu_seconds();
+    for (;;) {
+        now = bench_now_ns();
+        if (g_interrupted || all_finished(w, n)) break;
+        if (!measuring && all_measuring(w, n)) {
+            measuring = true;
+            *cpu0 = cpu_seconds();
+        }
+        if (now >= next_print) {
+            uint64_t sent = 0;
+            for (unsigned i = 0; i < n; i++)
+                sent += atomic_load_explicit(&w[i].gets_progress, memory_order_relaxed);
+            fprintf(stderr, "%sgets sent: %" PRIu64 "/%" PRIu64 " (%.0f%%), %.1f s%s",
+                    tty ? "\r" : "", sent, total, 100.0 * (double)sent / (double)total,
+                    secs_since(start), tty ? "" : "\n");
+            next_print = now + every;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)MAIN_TICK_NS};
+        nanosleep(&ts, NULL);
+    }
+    if (tty && now >= start + every) fputc('\n', stderr);
+    if (g_interrupted) atomic_store(&ctx->phase, BENCH_PHASE_STOP);
+    *t0 = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t s = atomic_load_explicit(&w[i].measure_start_ns, memory_order_relaxed);
+        if (s && (!*t0 || s < *t0)) *t0 = s;
+    }
+    if (!*t0) *t0 = start;
+    return now;
+}
+
+/* Share of `total` for the thread whose connections are [first, first + share) of `conns`;
+ * the shares add up to exactly `total`. */
+static uint64_t split(uint64_t total, unsigned first, unsigned share, unsigned conns)
+{
+    uint64_t lo = (uint64_t)((unsigned __int128)total * first / conns);
+    uint64_t hi = (uint64_t)((unsigned __int128)total * (first + share) / conns);
+    return hi - lo;
+}
+
 static int start_all(struct bench_worker *w, unsigned n, void *(*fn)(void *))
 {
     for (unsigned i = 0; i < n; i++) {
@@ -201,7 +266,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int exit_code = 1;
-    unsigned inited = 0;
+    unsigned inited = 0, first_conn = 0;
     for (; inited < o.threads; inited++) {
         unsigned share = o.conns / o.threads + (inited < o.conns % o.threads);
         if (bench_worker_init(&w[inited], inited, &ctx, share) < 0) {
@@ -213,6 +278,10 @@ int main(int argc, char **argv)
             uint64_t q = (uint64_t)((unsigned __int128)o.max_requests * share / o.conns);
             w[inited].quota = q ? q : 1;
         }
+        /* --requests and --warmup-requests: split exactly, so the total is what was asked. */
+        w[inited].get_warm = split(o.warmup_requests, first_conn, share, o.conns);
+        w[inited].get_limit = w[inited].get_warm + split(o.requests, first_conn, share, o.conns);
+        first_conn += share;
     }
     for (unsigned i = 0; i < o.threads; i++) {
         if (bench_worker_connect(&w[i]) < 0) {
@@ -251,14 +320,20 @@ int main(int argc, char **argv)
         join_all(w, (unsigned)(-src - 1));
         goto out;
     }
-    uint64_t t0 = start;
-    if (o.warmup > 0) {
-        t0 = wait_until(start + (uint64_t)(o.warmup * 1e9), w, o.threads);
-        atomic_store(&ctx.phase, BENCH_PHASE_MEASURE);
+    uint64_t t0 = start, t1;
+    double cpu0, cpu1;
+    if (o.requests) {
+        t1 = wait_counted(&ctx, w, o.threads, start, &t0, &cpu0);
+        cpu1 = cpu_seconds();
+    } else {
+        if (o.warmup > 0) {
+            t0 = wait_until(start + (uint64_t)(o.warmup * 1e9), w, o.threads);
+            atomic_store(&ctx.phase, BENCH_PHASE_MEASURE);
+        }
+        cpu0 = cpu_seconds();
+        t1 = wait_until(t0 + (uint64_t)(o.duration * 1e9), w, o.threads);
+        cpu1 = cpu_seconds();
     }
-    double cpu0 = cpu_seconds();
-    uint64_t t1 = wait_until(t0 + (uint64_t)(o.duration * 1e9), w, o.threads);
-    double cpu1 = cpu_seconds();
     atomic_store(&ctx.phase, BENCH_PHASE_STOP);
     join_all(w, o.threads);
 
@@ -279,6 +354,7 @@ int main(int argc, char **argv)
         .client_cpu_s = cpu1 - cpu0,
         .warm = &warm,
         .interrupted = g_interrupted != 0,
+        .value_mean = bench_keys_value_mean(&ctx.keys),
     };
     bench_report_print(stdout, &rep);
     fflush(stdout);

@@ -30,6 +30,12 @@ enum {
     OPT_SEED,
     OPT_MAX_REQUESTS,
     OPT_REFILL_MIN,
+    OPT_MODE,
+    OPT_REQUESTS,
+    OPT_WARMUP_REQUESTS,
+    OPT_SCAN_EVERY,
+    OPT_SCAN_LENGTH,
+    OPT_SCAN_KEYS,
 };
 
 static const struct option long_opts[] = {
@@ -51,6 +57,12 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"max-requests", required_argument, NULL, OPT_MAX_REQUESTS},
     {"refill-min", required_argument, NULL, OPT_REFILL_MIN},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"requests", required_argument, NULL, OPT_REQUESTS},
+    {"warmup-requests", required_argument, NULL, OPT_WARMUP_REQUESTS},
+    {"scan-every", required_argument, NULL, OPT_SCAN_EVERY},
+    {"scan-length", required_argument, NULL, OPT_SCAN_LENGTH},
+    {"scan-keys", required_argument, NULL, OPT_SCAN_KEYS},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -74,7 +86,13 @@ static void usage(FILE *f)
         "                           fewer, bigger batches (default 1; at most --pipeline)\n"
         "\n"
         "Workload:\n"
-        "      --ratio S:G          set:get mix: 1:9 = 10%% sets, 0:1 = gets only (default 1:9)\n"
+        "      --mode mixed|cache-aside\n"
+        "                           mixed: gets and sets by --ratio (default). cache-aside:\n"
+        "                           every request is a get, and a miss is followed at once by\n"
+        "                           a set of that key (\"load from the database\"), so the hit\n"
+        "                           ratio is the one an application sees\n"
+        "      --ratio S:G          set:get mix: 1:9 = 10%% sets, 0:1 = gets only (default 1:9;\n"
+        "                           mixed mode only)\n"
         "      --keys N             key space: keys are PREFIX + index 0..N-1 (default 100000)\n"
         "      --key-prefix STR     key prefix without spaces or controls (default \"key:\")\n"
         "      --key-size N         pad every key to exactly N bytes by zero-padding the index\n"
@@ -82,7 +100,12 @@ static void usage(FILE *f)
         "      --dist uniform|zipf  key popularity (default uniform)\n"
         "      --zipf-theta F       zipf skew, 0 <= F < 1 (default 0.99); popularity ranks are\n"
         "                           scattered over the key space, so hot keys are not adjacent\n"
-        "      --value-size N       bytes per value written by sets (default 100, at most 16 MiB)\n"
+        "      --value-size N|MIN-MAX\n"
+        "                           bytes per value written by sets (default 100, at most\n"
+        "                           16 MiB); MIN-MAX (MIN >= 1) gives each key its own size,\n"
+        "                           log-uniform over [MIN, MAX] and fixed by the key's index\n"
+        "                           alone (not the seed), so a key has the same size in every\n"
+        "                           run against every server\n"
         "      --seed N             random seed: same seed, same keys per thread (default 1)\n"
         "\n"
         "Run control:\n"
@@ -91,6 +114,22 @@ static void usage(FILE *f)
         "      --warmup SECONDS     unmeasured load before the measured run (default 1)\n"
         "      --max-requests N     also stop after about N measured replies (default: no bound)\n"
         "      --prefill            set every key once first (32 in flight per connection)\n"
+        "\n"
+        "Cache-aside runs (--mode cache-aside):\n"
+        "      --requests N         measure exactly N gets in total (scan gets included) instead\n"
+        "                           of --duration; each thread replays its own seeded sequence,\n"
+        "                           so two servers see the same gets; for a run that is\n"
+        "                           repeatable in order too, use --threads 1 and few --conns\n"
+        "      --warmup-requests N  gets replayed before the N measured ones, to fill the cache\n"
+        "                           (default 0; replaces --warmup, needs --requests)\n"
+        "      --scan-every N       each thread starts a scan after every N of its key gets\n"
+        "                           (non-scan gets); the scan share of gets is L / (N + L)\n"
+        "      --scan-length L      gets per scan (needed with --scan-every)\n"
+        "      --scan-keys R        the cold table scans read: keys with indexes --keys ..\n"
+        "                           --keys+R-1, which nothing else reads (default: --keys). A\n"
+        "                           scan reads the next L of them in order, going on where the\n"
+        "                           thread's previous scan stopped and wrapping at the end, so\n"
+        "                           a key is scanned again only after R/L scans\n"
         "\n"
         "Output:\n"
         "      --json               also print one JSON line with every result\n"
@@ -189,6 +228,38 @@ static int parse_ratio(struct bench_opts *o, const char *s)
     return 0;
 }
 
+/* "N" (value_min = value_size = N) or "MIN-MAX" with 1 <= MIN <= MAX. */
+static int parse_value_size(struct bench_opts *o, const char *s)
+{
+    const char *dash = strchr(s, '-');
+    uint64_t lo, hi;
+    if (!dash) {
+        if (parse_u64("--value-size", s, 0, BENCH_MAX_VALUE_SIZE, &hi) < 0) return -1;
+        o->value_min = o->value_size = (size_t)hi;
+        return 0;
+    }
+    char fix[128];
+    snprintf(fix, sizeof(fix), "expected N or MIN-MAX with 1 <= MIN <= MAX <= %u, e.g. 100-2048",
+             BENCH_MAX_VALUE_SIZE);
+    char lo_s[24];
+    size_t n = (size_t)(dash - s);
+    if (n == 0 || n >= sizeof(lo_s)) return bad("--value-size", s, fix);
+    memcpy(lo_s, s, n);
+    lo_s[n] = '\0';
+    char *end;
+    errno = 0;
+    if (lo_s[0] < '0' || lo_s[0] > '9' || dash[1] < '0' || dash[1] > '9')
+        return bad("--value-size", s, fix);
+    lo = strtoull(lo_s, &end, 10);
+    if (errno || *end) return bad("--value-size", s, fix);
+    hi = strtoull(dash + 1, &end, 10);
+    if (errno || *end || lo < 1 || lo > hi || hi > BENCH_MAX_VALUE_SIZE)
+        return bad("--value-size", s, fix);
+    o->value_min = (size_t)lo;
+    o->value_size = (size_t)hi;
+    return 0;
+}
+
 static unsigned digits_u64(uint64_t v)
 {
     unsigned d = 1;
@@ -197,6 +268,75 @@ static unsigned digits_u64(uint64_t v)
         d++;
     }
     return d;
+}
+
+/* Options that belong to one mode, and the run-length options that exclude each other. */
+static int check_modes(struct bench_opts *o, bool ratio_given, bool duration_given,
+                       bool warmup_given, bool scan_keys_given)
+{
+    if (o->mode == BENCH_MODE_MIXED) {
+        const char *only = o->requests ? "--requests"
+            : o->warmup_requests       ? "--warmup-requests"
+            : o->scan_every            ? "--scan-every"
+            : o->scan_length           ? "--scan-length"
+            : scan_keys_given          ? "--scan-keys"
+                                       : NULL;
+        if (only) {
+            fprintf(stderr,
+                    PROG ": %s only applies to --mode cache-aside; add --mode cache-aside, or use "
+                         "--duration / --max-requests for a mixed run\n",
+                    only);
+            return -1;
+        }
+        return 0;
+    }
+    if (ratio_given) {
+        fprintf(stderr, PROG ": --ratio is for --mode mixed; in cache-aside mode every request is "
+                             "a get and each miss is followed by a set\n");
+        return -1;
+    }
+    if (o->max_requests) {
+        fprintf(stderr, PROG ": --max-requests is for --mode mixed; in cache-aside mode use "
+                             "--requests N (exactly N measured gets)\n");
+        return -1;
+    }
+    if (o->requests && duration_given) {
+        fprintf(stderr, PROG ": give either --requests or --duration, not both\n");
+        return -1;
+    }
+    if (o->requests && warmup_given) {
+        fprintf(stderr, PROG ": with --requests the warm-up is counted in gets too: use "
+                             "--warmup-requests N instead of --warmup\n");
+        return -1;
+    }
+    if (o->warmup_requests && !o->requests) {
+        fprintf(stderr, PROG ": --warmup-requests needs --requests; for a timed run use "
+                             "--warmup SECONDS\n");
+        return -1;
+    }
+    if (o->requests) o->warmup = 0;
+    if (!o->scan_every != !o->scan_length || (scan_keys_given && !o->scan_every)) {
+        fprintf(stderr, PROG ": scans need both --scan-every N and --scan-length L (and "
+                             "optionally --scan-keys R), e.g. --scan-every 100000 "
+                             "--scan-length 30000\n");
+        return -1;
+    }
+    if (o->scan_every) {
+        if (!scan_keys_given) o->scan_keys = o->keys;
+        if (o->scan_keys < o->scan_length) {
+            fprintf(stderr,
+                    PROG ": --scan-keys %llu is smaller than --scan-length %llu, so one scan "
+                         "would read keys twice; raise --scan-keys or lower --scan-length\n",
+                    (unsigned long long)o->scan_keys, (unsigned long long)o->scan_length);
+            return -1;
+        }
+        if (o->keys + o->scan_keys > BENCH_MAX_KEYS) {
+            fprintf(stderr, PROG ": --keys plus --scan-keys is over %llu keys; lower either\n",
+                    (unsigned long long)BENCH_MAX_KEYS);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
@@ -214,12 +354,13 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
     o->key_prefix = "key:";
     o->dist = BENCH_DIST_UNIFORM;
     o->zipf_theta = 0.99;
-    o->value_size = 100;
+    o->value_size = o->value_min = 100;
     o->duration = 10;
     o->warmup = 1;
     o->seed = 1;
 
-    bool conns_given = false, threads_given = false;
+    bool conns_given = false, threads_given = false, ratio_given = false;
+    bool duration_given = false, warmup_given = false, scan_keys_given = false;
     uint64_t v;
     int c;
     opterr = 0;
@@ -245,6 +386,33 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
             break;
         case OPT_RATIO:
             if (parse_ratio(o, optarg) < 0) return -1;
+            ratio_given = true;
+            break;
+        case OPT_MODE:
+            if (strcmp(optarg, "mixed") == 0)
+                o->mode = BENCH_MODE_MIXED;
+            else if (strcmp(optarg, "cache-aside") == 0)
+                o->mode = BENCH_MODE_CACHE_ASIDE;
+            else
+                return bad("--mode", optarg, "expected mixed or cache-aside");
+            break;
+        case OPT_REQUESTS:
+            if (parse_u64("--requests", optarg, 1, UINT64_MAX / 4, &o->requests) < 0) return -1;
+            break;
+        case OPT_WARMUP_REQUESTS:
+            if (parse_u64("--warmup-requests", optarg, 0, UINT64_MAX / 4, &o->warmup_requests) < 0)
+                return -1;
+            break;
+        case OPT_SCAN_EVERY:
+            if (parse_u64("--scan-every", optarg, 1, UINT64_MAX / 4, &o->scan_every) < 0) return -1;
+            break;
+        case OPT_SCAN_LENGTH:
+            if (parse_u64("--scan-length", optarg, 1, UINT64_MAX / 4, &o->scan_length) < 0)
+                return -1;
+            break;
+        case OPT_SCAN_KEYS:
+            if (parse_u64("--scan-keys", optarg, 1, BENCH_MAX_KEYS, &o->scan_keys) < 0) return -1;
+            scan_keys_given = true;
             break;
         case OPT_KEYS:
             if (parse_u64("--keys", optarg, 1, BENCH_MAX_KEYS, &o->keys) < 0) return -1;
@@ -281,14 +449,15 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
             break;
         }
         case OPT_VALUE_SIZE:
-            if (parse_u64("--value-size", optarg, 0, BENCH_MAX_VALUE_SIZE, &v) < 0) return -1;
-            o->value_size = (size_t)v;
+            if (parse_value_size(o, optarg) < 0) return -1;
             break;
         case OPT_DURATION:
             if (parse_seconds("--duration", optarg, &o->duration) < 0) return -1;
+            duration_given = true;
             break;
         case OPT_WARMUP:
             if (parse_seconds("--warmup", optarg, &o->warmup) < 0) return -1;
+            warmup_given = true;
             break;
         case OPT_PREFILL:
             o->prefill = true;
@@ -349,13 +518,15 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
         }
         o->threads = o->conns; /* only one of them was chosen: follow the user's choice */
     }
-    size_t natural = strlen(o->key_prefix) + digits_u64(o->keys - 1);
+    if (check_modes(o, ratio_given, duration_given, warmup_given, scan_keys_given) < 0) return -1;
+    uint64_t top = bench_opts_all_keys(o) - 1;
+    size_t natural = strlen(o->key_prefix) + digits_u64(top);
     if (o->key_size && o->key_size < natural) {
         fprintf(stderr,
                 PROG ": --key-size %zu is too small: the prefix '%s' plus the largest "
                      "index %llu need %zu bytes; pass --key-size %zu or more, or shorten "
                      "--key-prefix\n",
-                o->key_size, o->key_prefix, (unsigned long long)(o->keys - 1), natural, natural);
+                o->key_size, o->key_prefix, (unsigned long long)top, natural, natural);
         return -1;
     }
     if (!o->key_size && natural > BENCH_MAX_KEY_LEN) {
@@ -365,7 +536,7 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
                 natural);
         return -1;
     }
-    if (o->duration == 0 && !o->prefill) {
+    if (o->duration == 0 && !o->prefill && !o->requests) {
         fprintf(stderr,
                 PROG ": --duration 0 only makes sense with --prefill (prefill only); "
                      "give a positive --duration\n");

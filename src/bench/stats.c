@@ -46,6 +46,10 @@ void bench_stats_merge(struct bench_stats *dst, const struct bench_stats *src)
     dst->c.sets += src->c.sets;
     dst->c.hits += src->c.hits;
     dst->c.misses += src->c.misses;
+    dst->c.scan_gets += src->c.scan_gets;
+    dst->c.scan_hits += src->c.scan_hits;
+    dst->c.scan_misses += src->c.scan_misses;
+    dst->c.sets_issued += src->c.sets_issued;
     for (int i = 0; i < BENCH_ERR_COUNT; i++) dst->c.err[i] += src->c.err[i];
     if (!dst->err_sample[0]) memcpy(dst->err_sample, src->err_sample, sizeof(dst->err_sample));
     bench_hist_merge(&dst->hist, &src->hist);

@@ -28,6 +28,12 @@ struct bench_counts {
     uint64_t sets; /* STORED replies */
     uint64_t hits;
     uint64_t misses;
+    /* cache-aside: the part of gets/hits/misses that scans read, and the sets sent to load
+     * missed keys (one per miss; `sets` counts those the server stored) */
+    uint64_t scan_gets;
+    uint64_t scan_hits;
+    uint64_t scan_misses;
+    uint64_t sets_issued;
     uint64_t err[BENCH_ERR_COUNT];
 };
 

@@ -27,6 +27,7 @@ int bench_worker_init(struct bench_worker *w, unsigned id, const struct bench_ct
     w->ctx = ctx;
     w->nconns = nconns;
     bench_rng_seed(&w->rng, o->seed, id);
+    bench_seq_init(&w->seq, o, &ctx->keys, &ctx->zipf, id, o->threads);
     bench_stats_init(&w->unmeasured);
     bench_stats_init(&w->measured_st);
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -40,7 +41,9 @@ int bench_worker_init(struct bench_worker *w, unsigned id, const struct bench_ct
     if (!w->conns) goto oom;
     for (unsigned i = 0; i < nconns; i++) w->conns[i].fd = -1; /* safe to free at any point */
     for (unsigned i = 0; i < nconns; i++)
-        if (bench_conn_init(&w->conns[i], depth, &ctx->keys) < 0) goto oom;
+        if (bench_conn_init(&w->conns[i], depth, &ctx->keys, o->mode == BENCH_MODE_CACHE_ASIDE) <
+            0)
+            goto oom;
     return 0;
 oom:
     fprintf(stderr,
@@ -122,7 +125,40 @@ static void fill_run(struct bench_worker *w, struct bench_conn *c, uint64_t now)
             bench_rng_below(&w->rng, mix) < o->ratio_set ? BENCH_OP_SET : BENCH_OP_GET;
         uint64_t key = zipf ? bench_keys_scatter(&ctx->keys, bench_zipf_next(&ctx->zipf, &w->rng))
                             : bench_rng_below(&w->rng, ctx->keys.n);
-        bench_conn_push(c, &ctx->keys, op, key, now);
+        bench_conn_push(c, &ctx->keys, op, key, BENCH_REQ_MEASURED, now);
+    }
+}
+
+/* Cache-aside: first the sets loading the connection's misses (a miss's set always goes out
+ * before the connection's next get), then gets of the sequence up to --pipeline in flight.
+ * count + miss_count never exceeds --pipeline: a queued miss took the slot of its get. */
+static void fill_aside(struct bench_worker *w, struct bench_conn *c, uint64_t now)
+{
+    const struct bench_ctx *ctx = w->ctx;
+    const struct bench_opts *o = ctx->o;
+    bench_conn_compact_wbuf(c);
+    while (c->miss_count && c->count < o->pipeline) {
+        struct bench_miss m = bench_conn_pop_miss(c);
+        struct bench_stats *st = (m.flags & BENCH_REQ_MEASURED) ? &w->measured_st : &w->unmeasured;
+        st->c.sets_issued++;
+        bench_conn_push(c, &ctx->keys, BENCH_OP_SET, m.key, m.flags, now);
+    }
+    if (o->pipeline - c->count < o->refill_min) return;
+    while (c->count < o->pipeline) {
+        unsigned flags;
+        if (o->requests) {
+            if (w->gets_issued >= w->get_limit) break;
+            flags = w->gets_issued >= w->get_warm ? BENCH_REQ_MEASURED : 0;
+            if (w->gets_issued == w->get_warm)
+                atomic_store_explicit(&w->measure_start_ns, now, memory_order_relaxed);
+        } else {
+            flags = w->measuring ? BENCH_REQ_MEASURED : 0;
+        }
+        w->gets_issued++;
+        bool scan;
+        uint64_t key = bench_seq_next(&w->seq, &scan);
+        bench_conn_push(c, &ctx->keys, BENCH_OP_GET, key, flags | (scan ? BENCH_REQ_SCAN : 0),
+                        now);
     }
 }
 
@@ -131,7 +167,7 @@ static void fill_prefill(struct bench_worker *w, struct bench_conn *c, uint64_t 
     const struct bench_ctx *ctx = w->ctx;
     bench_conn_compact_wbuf(c);
     for (unsigned n = c->count; n < ctx->prefill_depth && w->pf_next < w->pf_end; n++)
-        bench_conn_push(c, &ctx->keys, BENCH_OP_SET, w->pf_next++, now);
+        bench_conn_push(c, &ctx->keys, BENCH_OP_SET, w->pf_next++, BENCH_REQ_MEASURED, now);
 }
 
 static bool may_issue(const struct bench_worker *w, bool prefill)
@@ -149,6 +185,8 @@ static void service(struct bench_worker *w, struct bench_conn *c, uint64_t now, 
         if (issue) {
             if (prefill)
                 fill_prefill(w, c, now);
+            else if (w->ctx->o->mode == BENCH_MODE_CACHE_ASIDE)
+                fill_aside(w, c, now);
             else
                 fill_run(w, c, now);
         }
@@ -166,12 +204,24 @@ static uint64_t in_flight(const struct bench_worker *w)
     return n;
 }
 
+/* Requests in flight plus misses whose set is not sent yet. */
+static uint64_t outstanding(const struct bench_worker *w)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < w->nconns; i++) n += w->conns[i].count + w->conns[i].miss_count;
+    return n;
+}
+
 static void loop(struct bench_worker *w, bool prefill)
 {
     const struct bench_ctx *ctx = w->ctx;
+    /* cache-aside replies are counted by their request's tag, mixed ones by the phase */
+    const bool by_tag = !prefill && ctx->o->mode == BENCH_MODE_CACHE_ASIDE;
+    const bool counted = by_tag && ctx->o->requests;
     struct epoll_event evs[WORKER_EVENTS];
     uint64_t pf_done = 0;
 
+    w->measuring = !prefill && atomic_load(&ctx->phase) == BENCH_PHASE_MEASURE;
     uint64_t now = bench_now_ns();
     for (unsigned i = 0; i < w->nconns; i++)
         if (w->conns[i].fd >= 0) service(w, &w->conns[i], now, prefill, true, &w->unmeasured);
@@ -180,9 +230,18 @@ static void loop(struct bench_worker *w, bool prefill)
         int phase = atomic_load_explicit(&ctx->phase, memory_order_relaxed);
         if (phase == BENCH_PHASE_STOP) break;
         bool measuring = !prefill && phase == BENCH_PHASE_MEASURE;
+        w->measuring = measuring;
+        /* where connection-level errors go */
         struct bench_stats *st = measuring ? &w->measured_st : &w->unmeasured;
+        if (counted) st = w->gets_issued > w->get_warm ? &w->measured_st : &w->unmeasured;
+        struct bench_stats *const sink[2] = {by_tag ? &w->unmeasured : st,
+                                             by_tag ? &w->measured_st : st};
+        const bool record = by_tag || measuring;
         if (prefill) {
             if (w->pf_next >= w->pf_end && in_flight(w) == 0) break;
+        } else if (counted) {
+            atomic_store_explicit(&w->gets_progress, w->gets_issued, memory_order_relaxed);
+            if (w->gets_issued >= w->get_limit && outstanding(w) == 0) break;
         } else if (w->quota && w->measured >= w->quota) {
             break;
         }
@@ -211,7 +270,7 @@ static void loop(struct bench_worker *w, bool prefill)
             }
             now = bench_now_ns();
             unsigned done = 0;
-            int prc = bench_conn_parse(c, now, st, measuring, &done);
+            int prc = bench_conn_parse(c, now, sink, record, &done);
             if (measuring) w->measured += done;
             pf_done += done;
             if (prc < 0) {

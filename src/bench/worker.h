@@ -3,7 +3,14 @@
  * The main thread owns the run's timeline and publishes it through bench_ctx.phase; workers
  * only read it (once per wakeup), so the hot loop has no shared writes except the prefill
  * progress counter. A worker is started twice at most: once to prefill its slice of the key
- * space, once for the load run; its connections stay open in between. */
+ * space, once for the load run; its connections stay open in between.
+ *
+ * In cache-aside mode a worker sends the gets of its bench_seq and, on each connection, the
+ * sets loading that connection's misses before any further get. With --requests the worker,
+ * not the clock, decides what is measured: its first get_warm gets are warm-up, the next ones
+ * up to get_limit are measured (each request is tagged when sent, so replies are counted in
+ * the phase their get was sent in), and it stops once all of them and their sets are answered.
+ * The phase then only serves to stop the run early. */
 #ifndef SHOAL_BENCH_WORKER_H
 #define SHOAL_BENCH_WORKER_H
 
@@ -17,6 +24,7 @@
 #include "bench/keys.h"
 #include "bench/opts.h"
 #include "bench/rng.h"
+#include "bench/seq.h"
 #include "bench/stats.h"
 #include "bench/zipf.h"
 
@@ -42,6 +50,8 @@ struct bench_worker {
     unsigned nconns;
     unsigned live; /* connections not given up on */
     struct bench_rng rng;
+    struct bench_seq seq; /* cache-aside gets */
+    bool measuring; /* the phase was MEASURE at the last wakeup */
 
     /* prefill: keys [pf_next, pf_end) still to send; pf_done is read by the main thread */
     uint64_t pf_next, pf_end;
@@ -49,6 +59,13 @@ struct bench_worker {
 
     uint64_t quota; /* measured replies after which to stop; 0: none */
     uint64_t measured; /* measured replies so far */
+    /* cache-aside: gets sent so far; with --requests, the first get_warm are warm-up and the
+     * worker sends get_limit in all. gets_progress and measure_start_ns (when the first
+     * measured get was sent; 0: not yet) are read by the main thread. */
+    uint64_t gets_issued, get_warm, get_limit;
+    _Atomic uint64_t gets_progress;
+    _Atomic uint64_t measure_start_ns;
+
     unsigned msgs; /* connection messages printed, to rate-limit them */
     _Atomic bool finished; /* the run loop returned (quota, all connections lost, or stop) */
 
@@ -66,7 +83,8 @@ void bench_worker_free(struct bench_worker *w);
 int bench_worker_connect(struct bench_worker *w);
 
 /* Thread bodies (arg is the worker): set every key of [pf_next, pf_end) once; or drive the
- * configured mix until phase STOP, the quota, or the loss of every connection. */
+ * configured mix until phase STOP, the quota (mixed) or get_limit (cache-aside --requests),
+ * or the loss of every connection. */
 void *bench_worker_prefill(void *arg);
 void *bench_worker_run(void *arg);
 

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# bench-hitratio.sh — compare the miss ratio applications see from shoal-node and memcached.
+#
+# Both servers get the same -m and -t and are started fresh, one at a time, on a free
+# 127.0.0.1 port for every (workload, server) pair. shoal-bench replays the same cache-aside
+# sequence against each (get; on a miss, set the key with its own value size), the same seed
+# and count of gets, with one client thread so the order of requests is the same too:
+#   zipf   zipf(THETA) gets over KEYS keys, values VALUE_SIZE bytes (log-uniform per key)
+#   scan   the same, and after every SCAN_EVERY key gets a one-pass scan of SCAN_LENGTH keys
+#          of a cold range of SCAN_KEYS keys nothing else reads (the next scan goes on where
+#          the last stopped), so scans are SCAN_LENGTH / (SCAN_EVERY + SCAN_LENGTH) of gets
+# WARMUP_GETS gets fill the cache first and are not counted. Prints, per workload, the miss
+# ratio of the key (non-scan) gets on both servers and (mc - shoal) / mc (positive: shoal
+# misses less), the miss ratio of all gets, each server's `stats` evictions and curr_items at
+# the end, the mean value size, and the exact commands. Every step is bounded by `timeout`;
+# servers are stopped on any exit.
+#
+# Settings come from flags or, for unattended use, from the environment (flags win):
+#   --workloads "zipf scan"  WORKLOADS      which workloads to run
+#   --gets N            GETS            measured gets per run (default 2000000)
+#   --warmup-gets N     WARMUP_GETS     unmeasured gets before them (default 1500000)
+#   --keys N            KEYS            key space (default 1000000)
+#   --value-size R      VALUE_SIZE      MIN-MAX or N bytes (default 100-2048)
+#   --theta F           THETA           zipf skew (default 0.99)
+#   --scan-every N      SCAN_EVERY      key gets between scans (default 100000)
+#   --scan-length N     SCAN_LENGTH     gets per scan (default 35000, ~26% of gets)
+#   --scan-keys N       SCAN_KEYS       cold range the scans walk (default: KEYS)
+#   --conns N           CONNS           client connections, one client thread (default 4)
+#   --pipeline N        PIPELINE        requests in flight per connection (default 1: a
+#                                       miss's set goes out before that connection's next get)
+#   --seed N            SEED            sequence seed (default 1)
+#   --memory MB         SERVER_MEM      -m for both servers (default 64)
+#   --server-threads N  SERVER_THREADS  -t for both servers (default 2)
+#   --run-timeout S     RUN_TIMEOUT     limit per shoal-bench run (default 400)
+#   --shoal-bin PATH    SHOAL_NODE_BIN  default build/bin/shoal-node
+#   --memcached-bin P   MEMCACHED_BIN   default /usr/bin/memcached
+#   --bench-bin PATH    BENCH_BIN       default build/bin/shoal-bench
+#   --keep-logs         KEEP_LOGS=1     keep server and bench output (path is printed)
+# At the defaults a run takes about 2 minutes (~30k gets/s at pipeline 1 on 2 cores), the
+# whole script about 8. 3M gets after 2M warm-up takes about 12 minutes at --pipeline 1, or
+# about 5 at --pipeline 4 (a miss's set may then trail up to 3 later gets of its connection).
+# SHOAL_NODE_BIN=/usr/bin/memcached runs memcached in both roles, to check the script itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WORKLOADS=${WORKLOADS:-"zipf scan"}
+GETS=${GETS:-2000000}
+WARMUP_GETS=${WARMUP_GETS:-1500000}
+KEYS=${KEYS:-1000000}
+VALUE_SIZE=${VALUE_SIZE:-100-2048}
+THETA=${THETA:-0.99}
+SCAN_EVERY=${SCAN_EVERY:-100000}
+SCAN_LENGTH=${SCAN_LENGTH:-35000}
+SCAN_KEYS=${SCAN_KEYS:-}
+CONNS=${CONNS:-4}
+PIPELINE=${PIPELINE:-1}
+SEED=${SEED:-1}
+SERVER_MEM=${SERVER_MEM:-64}
+SERVER_THREADS=${SERVER_THREADS:-2}
+RUN_TIMEOUT=${RUN_TIMEOUT:-400}
+SHOAL_NODE_BIN=${SHOAL_NODE_BIN:-build/bin/shoal-node}
+MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
+BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
+KEEP_LOGS=${KEEP_LOGS:-0}
+
+die() { echo "bench-hitratio.sh: $*" >&2; exit 1; }
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+need_arg() { [ $# -ge 2 ] || die "option $1 needs a value (see --help)"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --workloads) need_arg "$@"; WORKLOADS=$2; shift 2 ;;
+    --gets) need_arg "$@"; GETS=$2; shift 2 ;;
+    --warmup-gets) need_arg "$@"; WARMUP_GETS=$2; shift 2 ;;
+    --keys) need_arg "$@"; KEYS=$2; shift 2 ;;
+    --value-size) need_arg "$@"; VALUE_SIZE=$2; shift 2 ;;
+    --theta) need_arg "$@"; THETA=$2; shift 2 ;;
+    --scan-every) need_arg "$@"; SCAN_EVERY=$2; shift 2 ;;
+    --scan-length) need_arg "$@"; SCAN_LENGTH=$2; shift 2 ;;
+    --scan-keys) need_arg "$@"; SCAN_KEYS=$2; shift 2 ;;
+    --conns) need_arg "$@"; CONNS=$2; shift 2 ;;
+    --pipeline) need_arg "$@"; PIPELINE=$2; shift 2 ;;
+    --seed) need_arg "$@"; SEED=$2; shift 2 ;;
+    --memory) need_arg "$@"; SERVER_MEM=$2; shift 2 ;;
+    --server-threads) need_arg "$@"; SERVER_THREADS=$2; shift 2 ;;
+    --run-timeout) need_arg "$@"; RUN_TIMEOUT=$2; shift 2 ;;
+    --shoal-bin) need_arg "$@"; SHOAL_NODE_BIN=$2; shift 2 ;;
+    --memcached-bin) need_arg "$@"; MEMCACHED_BIN=$2; shift 2 ;;
+    --bench-bin) need_arg "$@"; BENCH_BIN=$2; shift 2 ;;
+    --keep-logs) KEEP_LOGS=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+    esac
+done
+
+SCAN_KEYS=${SCAN_KEYS:-$KEYS}
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+for v in GETS WARMUP_GETS KEYS SCAN_EVERY SCAN_LENGTH SCAN_KEYS CONNS PIPELINE SEED SERVER_MEM \
+    SERVER_THREADS RUN_TIMEOUT; do
+    is_uint "${!v}" || die "$v: '${!v}' is not a whole number"
+done
+for v in GETS KEYS SCAN_EVERY SCAN_LENGTH CONNS PIPELINE SERVER_MEM SERVER_THREADS RUN_TIMEOUT; do
+    [ "${!v}" -ge 1 ] || die "$v must be at least 1"
+done
+[[ $VALUE_SIZE =~ ^[0-9]+(-[0-9]+)?$ ]] || die "--value-size: '$VALUE_SIZE' is not N or MIN-MAX"
+[[ $THETA =~ ^0?[.][0-9]+$|^0$ ]] || die "--theta: '$THETA' must be in [0, 1), e.g. 0.99"
+for wl in $WORKLOADS; do
+    case "$wl" in zipf | scan) ;; *) die "--workloads: unknown workload '$wl' (zipf, scan)" ;; esac
+done
+[ -n "${WORKLOADS// /}" ] || die "--workloads is empty; e.g. --workloads \"zipf scan\""
+
+[ -x "$BENCH_BIN" ] || die "$BENCH_BIN not found or not executable: build it with 'make $BENCH_BIN' (or set BENCH_BIN)"
+[ -x "$SHOAL_NODE_BIN" ] || die "$SHOAL_NODE_BIN not found: build it with 'make build/bin/shoal-node' (or set SHOAL_NODE_BIN)"
+[ -x "$MEMCACHED_BIN" ] || die "$MEMCACHED_BIN not found: install Debian's memcached (apt-get install memcached) or set MEMCACHED_BIN"
+
+WORK=$(mktemp -d /tmp/bench-hitratio.XXXXXX)
+SERVER_PID=""
+CHILD_PID=""
+COMMANDS=()
+
+stop_server() {
+    [ -n "$SERVER_PID" ] || return 0
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+}
+cleanup() {
+    if [ -n "$CHILD_PID" ]; then
+        kill -TERM "$CHILD_PID" 2>/dev/null || true # timeout passes it on to its command
+        wait "$CHILD_PID" 2>/dev/null || true
+    fi
+    stop_server
+    if [ "$KEEP_LOGS" = 1 ]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A random port in 20000-59999 that nothing listens on; the caller still copes with losing a race.
+pick_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 40000))
+        if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return 0; fi
+    done
+    die "no free port found in 20000-59999"
+}
+
+# start_server NAME BIN: sets SERVER_PID, PORT and SERVER_CMD, or dies with the server's log.
+start_server() {
+    local name=$1 bin=$2 log
+    local user_flag=()
+    [ "$(id -u)" = 0 ] && user_flag=(-u root) # memcached refuses to run as root without -u
+    for _ in 1 2 3; do
+        PORT=$(pick_port)
+        log="$WORK/$name.server.log"
+        SERVER_CMD=("$bin" -p "$PORT" -l 127.0.0.1 -U 0 -m "$SERVER_MEM" -t "$SERVER_THREADS" "${user_flag[@]}")
+        "${SERVER_CMD[@]}" >"$log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 100); do
+            if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
+            if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+            sleep 0.1
+        done
+        if kill -0 "$SERVER_PID" 2>/dev/null; then
+            stop_server
+            die "$name ($bin) did not accept connections on 127.0.0.1:$PORT within 10 s; log: $(tail -5 "$log")"
+        fi
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+        grep -qi "address already in use" "$log" || die "$name ($bin) exited at startup: $(tail -5 "$log")"
+    done
+    die "$name: three ports in a row were taken; try again"
+}
+
+# server_stats FILE: the running server's `stats` reply, one "STAT name value" per line.
+server_stats() {
+    # shellcheck disable=SC2016
+    timeout -k 2 10 bash -c '
+        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+        printf "stats\r\n" >&3
+        while IFS= read -r line <&3; do
+            line=${line%$'"'"'\r'"'"'}
+            [ "$line" = END ] && break
+            printf "%s\n" "$line"
+        done' _ "$PORT" >"$1" || die "could not read stats from the server on 127.0.0.1:$PORT"
+}
+stat_field() { awk -v n="$2" '$1 == "STAT" && $2 == n { print $3; exit }' "$1"; }
+
+json_field() { # json_field FILE NAME: a numeric field of the bench's JSON line
+    grep '^{' "$1" | tail -1 | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2
+}
+
+bench_args() { # bench_args WORKLOAD: shoal-bench's workload options, port excluded
+    echo --mode cache-aside --threads 1 --conns "$CONNS" --pipeline "$PIPELINE" --keys "$KEYS" \
+        --dist zipf --zipf-theta "$THETA" --value-size "$VALUE_SIZE" --seed "$SEED" \
+        --requests "$GETS" --warmup-requests "$WARMUP_GETS"
+    if [ "$1" = scan ]; then
+        echo --scan-every "$SCAN_EVERY" --scan-length "$SCAN_LENGTH" --scan-keys "$SCAN_KEYS"
+    fi
+}
+
+# measure WORKLOAD NAME BIN: fresh server, one replay, its stats; results in the arrays below.
+measure() {
+    local wl=$1 name=$2 bin=$3 label="$1-$2" t0=$SECONDS
+    start_server "$name" "$bin"
+    COMMANDS+=("$label server: ${SERVER_CMD[*]}")
+    local args
+    read -r -a args <<<"$(bench_args "$wl" | tr '\n' ' ')"
+    local cmd=("$BENCH_BIN" --server "127.0.0.1:$PORT" "${args[@]}" --json)
+    COMMANDS+=("$label bench:  ${cmd[*]}")
+    echo "== $label: $bin on 127.0.0.1:$PORT (pid $SERVER_PID)" >&2
+    # In the background so that `wait` returns at once on INT/TERM and the trap can clean up.
+    timeout -k 5 "$RUN_TIMEOUT" "${cmd[@]}" >"$WORK/$label.out" 2>"$WORK/$label.err" &
+    CHILD_PID=$!
+    if ! wait "$CHILD_PID"; then
+        CHILD_PID=""
+        cat "$WORK/$label.out" "$WORK/$label.err" >&2
+        die "$label: shoal-bench failed or hit --run-timeout $RUN_TIMEOUT s (output above); command: ${cmd[*]}"
+    fi
+    CHILD_PID=""
+    server_stats "$WORK/$label.stats"
+    stop_server
+    local out="$WORK/$label.out"
+    MISS[$label]=$(json_field "$out" miss_ratio)
+    MISS_ALL[$label]=$(json_field "$out" miss_ratio_all)
+    GETS_DONE[$label]=$(json_field "$out" gets)
+    SCAN_GETS[$label]=$(json_field "$out" scan_gets)
+    ERRS[$label]=$(json_field "$out" errors)
+    OPS_S[$label]=$(json_field "$out" ops_per_sec)
+    VALUE_MEAN=$(json_field "$out" value_mean)
+    EVICT[$label]=$(stat_field "$WORK/$label.stats" evictions)
+    ITEMS[$label]=$(stat_field "$WORK/$label.stats" curr_items)
+    SECS[$label]=$((SECONDS - t0))
+    printf '   miss ratio %.4f (all gets %.4f)  %s gets  %.0f ops/s  errors %s  evictions %s  curr_items %s  %s s\n' \
+        "${MISS[$label]}" "${MISS_ALL[$label]}" "${GETS_DONE[$label]}" "${OPS_S[$label]}" \
+        "${ERRS[$label]}" "${EVICT[$label]:-?}" "${ITEMS[$label]:-?}" "${SECS[$label]}" >&2
+}
+
+declare -A MISS MISS_ALL GETS_DONE SCAN_GETS ERRS OPS_S EVICT ITEMS SECS
+VALUE_MEAN=""
+MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
+START=$SECONDS
+for wl in $WORKLOADS; do
+    measure "$wl" shoal "$SHOAL_NODE_BIN"
+    measure "$wl" memcached "$MEMCACHED_BIN"
+done
+
+rel() { awk -v s="$1" -v m="$2" 'BEGIN{ if (m > 0) printf "%+.2f%%", 100 * (m - s) / m; else print "-" }'; }
+pct() { awk -v r="$1" 'BEGIN{ printf "%.2f%%", 100 * r }'; }
+
+echo
+echo "cache-aside miss ratio: shoal-node ($SHOAL_NODE_BIN) vs ${MC_VERSION:-memcached} ($MEMCACHED_BIN)"
+echo "servers: -m $SERVER_MEM -t $SERVER_THREADS, each run on a fresh server on 127.0.0.1"
+echo "load: zipf $THETA over $KEYS keys, values $VALUE_SIZE B (log-uniform per key, mean ${VALUE_MEAN:-?} B," \
+    "so the key space holds about $(awk -v k="$KEYS" -v v="${VALUE_MEAN:-0}" 'BEGIN{printf "%.0f", k * v / 1048576}') MB of values);"
+echo "      $GETS measured gets after $WARMUP_GETS warm-up gets, 1 client thread, $CONNS conns, pipeline $PIPELINE, seed $SEED"
+case " $WORKLOADS " in *" scan "*)
+    echo "scan: after every $SCAN_EVERY key gets, a one-pass scan of $SCAN_LENGTH keys of a $SCAN_KEYS-key cold range" ;;
+esac
+echo
+printf '%-6s %12s %12s %14s %10s %10s %12s %12s %11s %11s\n' workload "shoal miss" "mc miss" \
+    "(mc-shoal)/mc" "shoal all" "mc all" "shoal evict" "mc evict" "shoal items" "mc items"
+for wl in $WORKLOADS; do
+    s="$wl-shoal" m="$wl-memcached"
+    printf '%-6s %12s %12s %14s %10s %10s %12s %12s %11s %11s\n' "$wl" \
+        "$(pct "${MISS[$s]}")" "$(pct "${MISS[$m]}")" "$(rel "${MISS[$s]}" "${MISS[$m]}")" \
+        "$(pct "${MISS_ALL[$s]}")" "$(pct "${MISS_ALL[$m]}")" \
+        "${EVICT[$s]:-?}" "${EVICT[$m]:-?}" "${ITEMS[$s]:-?}" "${ITEMS[$m]:-?}"
+done
+echo "(miss = misses / gets of the zipf keys, scans excluded; all = over every get, scans included;"
+echo " (mc-shoal)/mc > 0: shoal misses less; evict/items = the servers' stats evictions and"
+echo " curr_items after the run)"
+for wl in $WORKLOADS; do
+    for name in shoal memcached; do
+        l="$wl-$name"
+        if [ "${ERRS[$l]}" != 0 ]; then echo "note: $l had ${ERRS[$l]} request errors (see --keep-logs)"; fi
+    done
+    if [ "$wl" = scan ]; then # the same sequence for both servers
+        echo "scan: scans were $(pct "$(awk -v a="${SCAN_GETS[$wl-shoal]}" -v b="${GETS_DONE[$wl-shoal]}" 'BEGIN{print a / b}')") of measured gets"
+    fi
+done
+echo
+echo "commands:"
+for c in "${COMMANDS[@]}"; do echo "  $c"; done
+echo "total time: $((SECONDS - START)) s"
