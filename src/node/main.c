@@ -4,6 +4,7 @@
  * reverse. A bad option stops the process before anything listens, with a message naming the
  * option and the fix. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,9 +71,6 @@ static void render_metrics(void *ctx, struct buf *out)
                (unsigned long long)ss.limit_maxbytes);
 }
 
-static volatile sig_atomic_t got_signal;
-static void on_signal(int sig) { got_signal = sig; }
-
 int main(int argc, char **argv)
 {
     struct opt_def defs[64];
@@ -98,6 +96,14 @@ int main(int argc, char **argv)
         log_warn("UDP is not supported; -U %llu ignored, UDP stays off",
                  (unsigned long long)node.cfg.udp_port);
 
+    /* SIGINT and SIGTERM are blocked before any thread starts, so every thread inherits the
+     * mask and the main thread collects them with sigwait() below; one that arrives early
+     * (even before the port opens) stays pending instead of killing the process. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
     clock_setup();
     if (store_create(&node.store, &node.cfg.store, err, sizeof err) < 0) {
@@ -139,13 +145,9 @@ int main(int argc, char **argv)
             (unsigned long long)node.cfg.store.memory_mb, (unsigned long long)node.cfg.threads,
             (unsigned long long)node.cfg.store.item_max, admin ? ", admin HTTP on" : "");
 
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    while (!got_signal) pause();
-
-    log_msg(LOG_WARN, "signal %d: shutting down", (int)got_signal);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    log_msg(LOG_WARN, "signal %d: shutting down", sig);
     worker_teardown(&node);
     admin_destroy(&admin);
     close(node.listen_fd);
