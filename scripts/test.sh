@@ -60,7 +60,7 @@ if make fuzz >"$log/fuzz-build.txt" 2>&1; then
     name=$(basename "$f" | sed 's/^fuzz_//')
     corpus=$(mktemp -d); cp -r tests/fuzz/corpus/"$name"/. "$corpus"/ 2>/dev/null || true
     if "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 "$corpus" >"$log/fuzz.txt" 2>&1; then
-      echo "fuzz $name: ok ($(grep -Eo 'stat::number_of_executed_units: [0-9]+|#[0-9]+ *DONE' "$log/fuzz.txt" | tail -1))"
+      echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log/fuzz.txt" | tail -1))"
       passed=$((passed + 1))
     else
       tail -n 30 "$log/fuzz.txt"; echo "fuzz $name: FAILED"; failed=$((failed + 1))
