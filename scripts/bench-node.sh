@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # bench-node.sh — compare shoal-node with Debian's memcached under identical shoal-bench load.
 #
-# Each server runs alone, one after the other, on a free 127.0.0.1 port with the same memory
-# and thread flags. For each: prefill the key space, then for each pipeline depth a short
-# unmeasured warmup run and a measured run, sampling the server's CPU time (utime + stime from
-# /proc/<pid>/stat) just before and after the measured run. Prints per depth the throughput of
-# both, their ratio, server CPU seconds per million operations and that ratio, then the exact
-# commands used. Every step is bounded by `timeout`; servers are stopped on any exit.
+# Both servers run side by side on free 127.0.0.1 ports with the same memory and thread flags
+# (an idle server costs nothing). After a prefill of each, for every pipeline depth the script
+# alternates them for ROUNDS rounds: a short unmeasured warmup run and a measured run each,
+# sampling the server's CPU time (utime + stime from /proc/<pid>/stat) around the measured run.
+# Alternating spreads the machine's drift over both servers alike. Prints per depth the
+# throughput of both (sums over the rounds), their ratio and its range over rounds, server CPU
+# seconds per million operations and that ratio, then the exact commands used. Every step is
+# bounded by `timeout`; servers are stopped on any exit.
 #
 # Settings come from flags or, for unattended use, from the environment (flags win):
 #   --depths "1 16"     DEPTHS          pipeline depths to run
-#   --duration S        DURATION        measured seconds per run (default 10)
+#   --duration S        DURATION        measured seconds per run (default 5)
+#   --rounds N          ROUNDS          alternated runs per server and depth (default 5)
 #   --warmup S          WARMUP          unmeasured seconds before each run (default 1; 0: none)
 #   --conns N           CONNS           client connections (default 50)
 #   --bench-threads N   BENCH_THREADS   client threads (default 2)
@@ -29,7 +32,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEPTHS=${DEPTHS:-"1 16"}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-50}
 BENCH_THREADS=${BENCH_THREADS:-2}
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --depths) need_arg "$@"; DEPTHS=$2; shift 2 ;;
     --duration) need_arg "$@"; DURATION=$2; shift 2 ;;
+    --rounds) need_arg "$@"; ROUNDS=$2; shift 2 ;;
     --warmup) need_arg "$@"; WARMUP=$2; shift 2 ;;
     --conns) need_arg "$@"; CONNS=$2; shift 2 ;;
     --bench-threads) need_arg "$@"; BENCH_THREADS=$2; shift 2 ;;
@@ -103,12 +108,18 @@ stop_server() {
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
 }
+ALL_PIDS=()
+stop_all() {
+    for SERVER_PID in "${ALL_PIDS[@]}"; do stop_server; done
+    ALL_PIDS=()
+}
 cleanup() {
     if [ -n "$CHILD_PID" ]; then
         kill -TERM "$CHILD_PID" 2>/dev/null || true # timeout passes it on to shoal-bench
         wait "$CHILD_PID" 2>/dev/null || true
     fi
     stop_server
+    stop_all
     if [ "$KEEP_LOGS" = 1 ]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -190,65 +201,92 @@ json_field() { # json_field FILE NAME: a numeric field of the bench's JSON line
     grep '^{' "$1" | tail -1 | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2
 }
 
-# measure NAME BIN: prefill, then one warmup + one measured run per depth.
-measure() {
-    local name=$1 bin=$2 depth before after
+# prepare NAME BIN: start the server and prefill it; remembers its pid and port.
+declare -A SPID SPORT
+prepare() {
+    local name=$1 bin=$2
     start_server "$name" "$bin"
+    ALL_PIDS+=("$SERVER_PID")
+    SPID[$name]=$SERVER_PID
+    SPORT[$name]=$PORT
     echo "== $name: $bin on 127.0.0.1:$PORT (pid $SERVER_PID)" >&2
     # shellcheck disable=SC2046
     run_bench "$name-prefill" 600 $(bench_common) --prefill --duration 0 --warmup 0
     grep prefill: "$WORK/$name-prefill.err" | tail -1 | sed 's/^.*\r//; s/^/   /' >&2
-    for depth in $DEPTHS; do
-        if [ "$(awk -v w="$WARMUP" 'BEGIN{print (w > 0)}')" = 1 ]; then
-            # shellcheck disable=SC2046
-            run_bench "$name-warmup-d$depth" "$(awk -v w="$WARMUP" 'BEGIN{print int(w) + 60}')" \
-                $(bench_common) --pipeline "$depth" --duration "$WARMUP" --warmup 0
-        fi
-        before=$(cpu_ticks "$SERVER_PID")
-        # shellcheck disable=SC2046
-        run_bench "$name-d$depth" "$(awk -v d="$DURATION" 'BEGIN{print int(d) + 60}')" \
-            $(bench_common) --pipeline "$depth" --duration "$DURATION" --warmup 0 --json
-        after=$(cpu_ticks "$SERVER_PID")
-        local out="$WORK/$name-d$depth.out"
-        OPS_S[$name.$depth]=$(json_field "$out" ops_per_sec)
-        OPS[$name.$depth]=$(json_field "$out" ops)
-        P99[$name.$depth]=$(json_field "$out" p99_us)
-        ERRS[$name.$depth]=$(json_field "$out" errors)
-        HIT[$name.$depth]=$(json_field "$out" hit_ratio)
-        CPU[$name.$depth]=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", t / hz}')
-        printf '   depth %-4s %10.0f ops/s  p99 %8.1f us  hit %.4f  errors %s  server cpu %s s\n' \
-            "$depth" "${OPS_S[$name.$depth]}" "${P99[$name.$depth]}" "${HIT[$name.$depth]}" \
-            "${ERRS[$name.$depth]}" "${CPU[$name.$depth]}" >&2
-    done
-    stop_server
 }
 
-declare -A OPS_S OPS P99 ERRS HIT CPU
-MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
-measure shoal "$SHOAL_NODE_BIN"
-measure memcached "$MEMCACHED_BIN"
+# run_round NAME DEPTH ROUND: one warmup + one measured run; adds to the totals.
+run_round() {
+    local name=$1 depth=$2 round=$3 before after
+    PORT=${SPORT[$name]}
+    if [ "$(awk -v w="$WARMUP" 'BEGIN{print (w > 0)}')" = 1 ]; then
+        # shellcheck disable=SC2046
+        run_bench "$name-warmup-d$depth-r$round" "$(awk -v w="$WARMUP" 'BEGIN{print int(w) + 60}')" \
+            $(bench_common) --pipeline "$depth" --duration "$WARMUP" --warmup 0
+    fi
+    before=$(cpu_ticks "${SPID[$name]}")
+    # shellcheck disable=SC2046
+    run_bench "$name-d$depth-r$round" "$(awk -v d="$DURATION" 'BEGIN{print int(d) + 60}')" \
+        $(bench_common) --pipeline "$depth" --duration "$DURATION" --warmup 0 --json
+    after=$(cpu_ticks "${SPID[$name]}")
+    local out="$WORK/$name-d$depth-r$round.out" ops secs
+    ops=$(json_field "$out" ops)
+    secs=$(json_field "$out" duration_s)
+    OPS[$name.$depth]=$(( ${OPS[$name.$depth]:-0} + ops ))
+    SECS[$name.$depth]=$(awk -v a="${SECS[$name.$depth]:-0}" -v b="$secs" 'BEGIN{print a + b}')
+    TICKS[$name.$depth]=$(( ${TICKS[$name.$depth]:-0} + after - before ))
+    ERRS[$name.$depth]=$(( ${ERRS[$name.$depth]:-0} + $(json_field "$out" errors) ))
+    P99[$name.$depth]="${P99[$name.$depth]:-} $(json_field "$out" p99_us)"
+    ROUND_OPS[$name.$depth.$round]=$(json_field "$out" ops_per_sec)
+    printf '   %-9s depth %-3s round %s: %10.0f ops/s  p99 %8.1f us  server cpu %s ticks\n' "$name" \
+        "$depth" "$round" "${ROUND_OPS[$name.$depth.$round]}" "$(json_field "$out" p99_us)" \
+        $((after - before)) >&2
+}
 
+declare -A OPS SECS TICKS ERRS P99 ROUND_OPS
+MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
+prepare shoal "$SHOAL_NODE_BIN"
+prepare memcached "$MEMCACHED_BIN"
+for depth in $DEPTHS; do
+    for round in $(seq "$ROUNDS"); do
+        # alternate which server goes first, so neither always follows the other's load
+        if [ $((round % 2)) = 1 ]; then order="shoal memcached"; else order="memcached shoal"; fi
+        for name in $order; do run_round "$name" "$depth" "$round"; done
+    done
+done
+stop_all
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 # cpu-s per million ops; "-" when there were no ops.
 per_mop() { awk -v c="$1" -v n="$2" 'BEGIN{ if (n > 0) printf "%.3f", c / (n / 1e6); else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0 && a != "-" && b != "-") printf "%.2f", a / b; else print "-" }'; }
 
 echo
 echo "shoal-node ($SHOAL_NODE_BIN) vs ${MC_VERSION:-memcached} ($MEMCACHED_BIN)"
-echo "servers: -t $SERVER_THREADS -m $SERVER_MEM, one at a time on 127.0.0.1; load: $CONNS conns," \
-    "$BENCH_THREADS bench threads, set:get $RATIO, $KEYS keys ($DIST, prefilled), $VALUE_SIZE B values," \
-    "${DURATION} s measured after ${WARMUP} s warmup"
-echo "cpu = server utime+stime over the measured run; cpu/Mop = server CPU seconds per million ops"
+echo "servers: -t $SERVER_THREADS -m $SERVER_MEM, side by side on 127.0.0.1, measured alternately;" \
+    "load: $CONNS conns, $BENCH_THREADS bench threads, set:get $RATIO, $KEYS keys ($DIST, prefilled)," \
+    "$VALUE_SIZE B values, $ROUNDS rounds of ${DURATION} s per server and depth after ${WARMUP} s warmup"
+echo "ops/s = all measured ops / all measured seconds; cpu/Mop = server CPU seconds per million ops;"
+echo "round ratios = min..max of the per-round throughput ratio; p99 = median of the rounds' p99"
 echo
-printf '%-6s %13s %13s %7s %12s %12s %7s %10s %10s %8s\n' depth "shoal ops/s" "mc ops/s" ratio \
-    "shoal cpu/Mop" "mc cpu/Mop" ratio "shoal p99" "mc p99" errors
+printf '%-6s %12s %12s %7s %12s %13s %12s %7s %10s %10s %8s\n' depth "shoal ops/s" "mc ops/s" ratio \
+    "round ratios" "shoal cpu/Mop" "mc cpu/Mop" ratio "shoal p99" "mc p99" errors
 for depth in $DEPTHS; do
-    s_mop=$(per_mop "${CPU[shoal.$depth]}" "${OPS[shoal.$depth]}")
-    m_mop=$(per_mop "${CPU[memcached.$depth]}" "${OPS[memcached.$depth]}")
-    printf '%-6s %13.0f %13.0f %7s %12s %12s %7s %10.1f %10.1f %8s\n' "$depth" \
-        "${OPS_S[shoal.$depth]}" "${OPS_S[memcached.$depth]}" \
-        "$(ratio "${OPS_S[shoal.$depth]}" "${OPS_S[memcached.$depth]}")" \
-        "$s_mop" "$m_mop" "$(ratio "$s_mop" "$m_mop")" \
-        "${P99[shoal.$depth]}" "${P99[memcached.$depth]}" \
+    s_ops=$(awk -v o="${OPS[shoal.$depth]}" -v t="${SECS[shoal.$depth]}" 'BEGIN{printf "%.0f", o / t}')
+    m_ops=$(awk -v o="${OPS[memcached.$depth]}" -v t="${SECS[memcached.$depth]}" 'BEGIN{printf "%.0f", o / t}')
+    s_cpu=$(awk -v t="${TICKS[shoal.$depth]}" -v hz="$CLK_TCK" 'BEGIN{print t / hz}')
+    m_cpu=$(awk -v t="${TICKS[memcached.$depth]}" -v hz="$CLK_TCK" 'BEGIN{print t / hz}')
+    s_mop=$(per_mop "$s_cpu" "${OPS[shoal.$depth]}")
+    m_mop=$(per_mop "$m_cpu" "${OPS[memcached.$depth]}")
+    rr=""
+    for round in $(seq "$ROUNDS"); do
+        rr="$rr $(ratio "${ROUND_OPS[shoal.$depth.$round]}" "${ROUND_OPS[memcached.$depth.$round]}")"
+    done
+    rmin=$(echo "$rr" | tr ' ' '\n' | grep -v '^$' | sort -n | head -1)
+    rmax=$(echo "$rr" | tr ' ' '\n' | grep -v '^$' | sort -n | tail -1)
+    printf '%-6s %12s %12s %7s %12s %13s %12s %7s %10s %10s %8s\n' "$depth" "$s_ops" "$m_ops" \
+        "$(ratio "$s_ops" "$m_ops")" "$rmin..$rmax" "$s_mop" "$m_mop" "$(ratio "$s_mop" "$m_mop")" \
+        "$(echo "${P99[shoal.$depth]}" | median)" "$(echo "${P99[memcached.$depth]}" | median)" \
         "${ERRS[shoal.$depth]}/${ERRS[memcached.$depth]}"
 done
 echo "(throughput ratio = shoal/memcached, higher is better; cpu ratio = shoal/memcached, lower is better;"

@@ -134,19 +134,22 @@ int slab_create(struct slab **out, uint64_t memory, uint64_t item_max, char *err
         shift++;
     }
     if (page > (1ull << 31)) {
-        snprintf(err, errlen, "item_max %llu is too large", (unsigned long long)item_max);
+        snprintf(err, errlen, "item_max %llu is too large; use -I 1g or less",
+                 (unsigned long long)item_max);
         return -1;
     }
     if (item_max > memory / 2) {
         snprintf(err, errlen,
-                 "item_max (%llu bytes) must be at most half the memory limit (%llu bytes)",
+                 "item_max (%llu bytes) must be at most half the memory limit (%llu bytes); "
+                 "lower -I or raise -m",
                  (unsigned long long)item_max, (unsigned long long)memory);
         return -1;
     }
     uint64_t npages = memory / page;
     if (npages < 2 || npages >= SLAB_NONE) {
         snprintf(err, errlen,
-                 "memory limit (%llu bytes) must hold at least 2 slab pages of %llu bytes",
+                 "memory limit (%llu bytes) must hold at least 2 slab pages of %llu bytes; "
+                 "raise -m or lower -I",
                  (unsigned long long)memory, (unsigned long long)page);
         return -1;
     }
@@ -186,6 +189,11 @@ int slab_create(struct slab **out, uint64_t memory, uint64_t item_max, char *err
 oom:
     snprintf(err, errlen, "out of memory creating the slab allocator");
     return -1;
+}
+
+int slab_advise_huge(struct slab *s)
+{
+    return madvise(s->base, s->mapped, MADV_HUGEPAGE);
 }
 
 void slab_destroy(struct slab **sp)

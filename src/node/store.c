@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "node/index.h"
 #include "node/slab.h"
 
@@ -151,11 +152,13 @@ void store_options_default(struct store_options *o)
 #undef X
 }
 
+static bool store_opt_in_range(uint64_t v, uint64_t lo, uint64_t hi) { return v >= lo && v <= hi; }
+
 int store_create(struct store **out, const struct store_options *o, char *err, size_t errlen)
 {
     *out = NULL;
 #define X(name, type, def, lo, hi, help)                                                         \
-    if (o->name < (uint64_t)(lo) || o->name > (uint64_t)(hi)) {                                  \
+    if (!store_opt_in_range(o->name, (uint64_t)(lo), (uint64_t)(hi))) {                          \
         snprintf(err, errlen, "%s must be between %llu and %llu (got %llu)", #name,              \
                  (unsigned long long)(lo), (unsigned long long)(hi),                             \
                  (unsigned long long)o->name);                                                   \
@@ -174,6 +177,8 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
     st->cas_next = 1;
     pthread_mutex_init(&st->flush_lock, NULL);
     if (slab_create(&st->slab, st->memory, st->item_max, err, errlen)) goto fail;
+    if (o->huge_pages && slab_advise_huge(st->slab) != 0)
+        log_warn("transparent huge pages unavailable for item memory; using normal pages");
     if (index_create(&st->index, (unsigned)o->hash_power, slab_class_count(st->slab), err,
                      errlen))
         goto fail;

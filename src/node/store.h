@@ -60,7 +60,8 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(memory_mb, UINT, 64, 1, 1 << 20, "item memory limit in megabytes (-m)")                    \
     X(item_max, SIZE, 1 << 20, 1024, 1 << 30, "largest item accepted, in bytes (-I)")            \
     X(hash_power, UINT, 16, 8, 30, "initial total hash buckets, as a power of two")              \
-    X(sweep_interval_ms, UINT, 1000, 10, 60000, "how often the sweeper reclaims expired items")
+    X(sweep_interval_ms, UINT, 1000, 10, 60000, "how often the sweeper reclaims expired items") \
+    X(huge_pages, UINT, 1, 0, 1, "1: back item memory with transparent huge pages (madvise)")
 
 /* Engine counters. Summed over shards and classes by store_stats(). */
 #define STORE_METRICS(X)                                                                         \
