@@ -15,6 +15,14 @@ struct admin {
     admin_metrics_fn metrics;
     void *ctx;
     unsigned port;
+    struct admin_route routes[ADMIN_ROUTES_MAX];
+    size_t nroutes;
+};
+
+/* Per-request state: the body as it arrives. */
+struct admin_req {
+    struct buf body;
+    int too_large;
 };
 
 static enum MHD_Result admin_reply(struct MHD_Connection *conn, unsigned status,
@@ -29,17 +37,54 @@ static enum MHD_Result admin_reply(struct MHD_Connection *conn, unsigned status,
     return ok;
 }
 
+static const struct admin_route *admin_match(const struct admin *a, const char *url)
+{
+    for (size_t i = 0; i < a->nroutes; i++) {
+        size_t n = strlen(a->routes[i].prefix);
+        if (!strncmp(url, a->routes[i].prefix, n) && (url[n] == 0 || url[n] == '/'))
+            return &a->routes[i];
+    }
+    return NULL;
+}
+
 static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, const char *url,
                                     const char *method, const char *version,
                                     const char *upload, size_t *upload_size, void **state)
 {
     struct admin *a = cls;
-    if (*state == NULL) { /* first call: headers only */
-        *state = a;
+    struct admin_req *rq = *state;
+    if (rq == NULL) { /* first call: headers only */
+        rq = calloc(1, sizeof *rq);
+        if (rq == NULL) return MHD_NO;
+        buf_init(&rq->body);
+        *state = rq;
         return MHD_YES;
     }
+    if (*upload_size > 0) { /* body arrives in pieces before the final call */
+        if (buf_used(&rq->body) + *upload_size > ADMIN_BODY_MAX ||
+            buf_append(&rq->body, upload, *upload_size) < 0)
+            rq->too_large = 1;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rq->too_large) {
+        static const char msg[] = "{\"error\": \"request body over 1 MiB\"}\n";
+        return admin_reply(conn, 413, "application/json", msg, sizeof msg - 1);
+    }
+    const struct admin_route *rt = admin_match(a, url);
+    if (rt) {
+        struct buf out;
+        buf_init(&out);
+        if (buf_append(&rq->body, "", 1) < 0) return MHD_NO; /* NUL-terminate */
+        int status = rt->fn(rt->ctx, method, url + strlen(rt->prefix), buf_start(&rq->body),
+                            buf_used(&rq->body) - 1, &out);
+        enum MHD_Result r = admin_reply(conn, (unsigned)status, "application/json",
+                                        out.data ? buf_start(&out) : "", buf_used(&out));
+        buf_release(&out);
+        return r;
+    }
     if (strcmp(method, "GET") != 0) {
-        static const char msg[] = "method not allowed: the admin API here takes GET\n";
+        static const char msg[] = "method not allowed: this path takes GET\n";
         return admin_reply(conn, 405, "text/plain", msg, sizeof msg - 1);
     }
     if (!strcmp(url, "/healthz")) return admin_reply(conn, 200, "text/plain", "ok\n", 3);
@@ -56,8 +101,20 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
     return admin_reply(conn, 404, "text/plain", nf, sizeof nf - 1);
 }
 
+static void admin_done(void *cls, struct MHD_Connection *conn, void **state,
+                       enum MHD_RequestTerminationCode code)
+{
+    struct admin_req *rq = *state;
+    if (rq) {
+        buf_release(&rq->body);
+        free(rq);
+        *state = NULL;
+    }
+}
+
 struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn metrics, void *ctx,
-                           char *err, size_t errlen)
+                           const struct admin_route *routes, size_t nroutes, char *err,
+                           size_t errlen)
 {
     struct admin *a = calloc(1, sizeof *a);
     if (a == NULL) {
@@ -66,6 +123,9 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
     }
     a->metrics = metrics;
     a->ctx = ctx;
+    if (nroutes > ADMIN_ROUTES_MAX) nroutes = ADMIN_ROUTES_MAX;
+    memcpy(a->routes, routes, nroutes * sizeof *routes);
+    a->nroutes = nroutes;
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host && *host ? host : "127.0.0.1", &sin.sin_addr) != 1) {
         snprintf(err, errlen, "admin listen address '%s' is not an IPv4 address; use e.g. 127.0.0.1",
@@ -76,7 +136,7 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
     a->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
                             MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, admin_done, NULL, MHD_OPTION_END);
     if (a->d == NULL) {
         snprintf(err, errlen,
                  "cannot start admin HTTP listener on %s:%u (port in use?); choose another with "

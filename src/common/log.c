@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <time.h>
 
-static int log_level = LOG_WARN;
+static int log_level = LOG_NOTICE;
 static const char *log_name = "shoal";
 
 void log_set_level(int level) { __atomic_store_n(&log_level, level, __ATOMIC_RELAXED); }
@@ -15,7 +15,7 @@ void log_set_name(const char *name) { log_name = name; }
 void log_msg(int level, const char *fmt, ...)
 {
     if (level > log_get_level()) return;
-    static const char *names[] = {"error", "warn", "info", "debug"};
+    static const char *names[] = {"error", "warn", "notice", "info", "debug"};
     char ts[32];
     time_t now = time(NULL);
     struct tm tm;
@@ -26,5 +26,5 @@ void log_msg(int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s %s: %s\n", ts, log_name, names[level + 1], line);
+    fprintf(stderr, "%s %s %s: %s\n", ts, log_name, names[level - LOG_ERROR], line);
 }

@@ -5,7 +5,9 @@
 #ifndef SHOAL_COMMON_LOG_H
 #define SHOAL_COMMON_LOG_H
 
-enum log_level { LOG_ERROR = -1, LOG_WARN = 0, LOG_INFO = 1, LOG_DEBUG = 2 };
+/* Shown by default: error, warn, notice (start, stop, configuration changes). -v adds info,
+ * -vv debug. */
+enum log_level { LOG_ERROR = -2, LOG_WARN = -1, LOG_NOTICE = 0, LOG_INFO = 1, LOG_DEBUG = 2 };
 
 void log_set_level(int level);
 int log_get_level(void);
@@ -14,6 +16,7 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 

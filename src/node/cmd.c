@@ -60,9 +60,11 @@ void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bo
         if (req->cmd == CMD_MS || !req->noreply) conn_reply_str(c, "CLIENT_ERROR bad data chunk\r\n");
         return;
     }
+    const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     c->w->m.cmd_set++;
-    if (req->cmd == CMD_MS) cmd_meta_store(c, req, it);
-    else cmd_text_store(c, req, it);
+    cmd_nsm(c, ns)->sets++;
+    if (req->cmd == CMD_MS) cmd_meta_store(c, req, it, ns);
+    else cmd_text_store(c, req, it, ns);
 }
 
 /* Build append/prepend's combined item under the shard lock. */

@@ -10,6 +10,17 @@
 
 #include "node/conn.h"
 
+/* The namespace of a key, from the table current for this batch. */
+static inline const struct ns *cmd_ns(const struct conn *c, const char *key, size_t nkey)
+{
+    return ns_of_key(ns_current(&c->node->ns), key, nkey);
+}
+/* This worker's counters for a namespace. */
+static inline struct ns_metrics *cmd_nsm(const struct conn *c, const struct ns *ns)
+{
+    return &c->w->ns_m[ns->id];
+}
+
 /* Run a parsed non-storage request. */
 void cmd_run(struct conn *c, struct proto_req *req);
 
@@ -28,9 +39,9 @@ void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bo
 
 /* Text and meta halves (cmd_text.c, cmd_meta.c, cmd_stats.c). */
 void cmd_text_run(struct conn *c, struct proto_req *req);
-void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it);
+void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns);
 void cmd_meta_run(struct conn *c, struct proto_req *req);
-void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it);
+void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns);
 void cmd_stats(struct conn *c, struct proto_req *req);
 
 #endif

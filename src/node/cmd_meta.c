@@ -79,6 +79,8 @@ static void meta_get(struct conn *c, struct proto_req *req)
     const struct proto_meta *mf = &req->meta;
     uint32_t now = clock_now();
     uint64_t hv = store_hash(req->key, req->nkey);
+    const struct ns *ns = cmd_ns(c, req->key, req->nkey);
+    struct ns_metrics *nsm = cmd_nsm(c, ns);
     enum store_miss why;
     bool created = false, won = false;
     m->cmd_get++;
@@ -98,10 +100,12 @@ static void meta_get(struct conn *c, struct proto_req *req)
     }
     if (it == NULL || created) {
         m->get_misses++;
+        nsm->get_misses++;
         if (why == STORE_MISS_EXPIRED) m->get_expired++;
         else if (why == STORE_MISS_FLUSHED) m->get_flushed++;
     } else {
         m->get_hits++;
+        nsm->get_hits++;
     }
     if (it == NULL) {
         store_unlock(st, hv);
@@ -136,13 +140,13 @@ static void meta_get(struct conn *c, struct proto_req *req)
         const struct proto_mflag *f = &mf->flag[i];
         switch (f->flag) {
         case 'T':
-            it->exptime = clock_exptime(mf->ttl, now);
+            it->exptime = ns_exptime(ns, mf->ttl, now);
             m->cmd_touch++;
             m->touch_hits++;
             break;
         case 'N':
             if (created) {
-                it->exptime = clock_exptime(mf->vivify, now);
+                it->exptime = ns_exptime(ns, mf->vivify, now);
                 won = true;
             }
             break;
@@ -163,16 +167,19 @@ static void meta_get(struct conn *c, struct proto_req *req)
     if (it->iflags & ITEM_TOKEN) {
         ml_flag(&l, 'Z');
         m->lease_waits++;
+        nsm->lease_waits++;
     }
     if (it->iflags & ITEM_STALE) {
         ml_flag(&l, 'X');
         m->stale_hits++;
+        nsm->stale_hits++;
         if (!(it->iflags & ITEM_TOKEN)) won = true;
     }
     if (won) {
         ml_flag(&l, 'W');
         item_set_iflags(it, it->iflags | ITEM_TOKEN);
         m->lease_wins++;
+        nsm->lease_wins++;
     }
     if (!proto_meta_has(mf, 'u') && !created) store_bump(it, now);
     ml_send(c, &l);
@@ -183,12 +190,12 @@ static void meta_get(struct conn *c, struct proto_req *req)
     store_unlock(st, hv);
 }
 
-void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it)
+void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns)
 {
     const struct proto_meta *mf = &req->meta;
     struct cmd_store_args a = {.mode = CS_SET};
     it->flags = mf->flags;
-    it->exptime = proto_meta_has(mf, 'T') ? clock_exptime(mf->ttl, clock_now()) : 0;
+    it->exptime = ns_exptime(ns, proto_meta_has(mf, 'T') ? mf->ttl : 0, clock_now());
     if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
     switch (mf->mode) {
     case 'E': case 'e': a.mode = CS_ADD; break;
@@ -225,6 +232,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
     const struct proto_meta *mf = &req->meta;
     uint32_t now = clock_now();
     uint64_t hv = store_hash(req->key, req->nkey);
+    const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     const char *code = "HD";
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
@@ -235,6 +243,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         code = "EX";
     } else {
         c->w->m.delete_hits++;
+        cmd_nsm(c, ns)->deletes++;
         if (proto_meta_has(mf, 'x')) {
             /* drop the value but keep the item (and its TTL) in place */
             struct item *nit = store_alloc(st, req->key, req->nkey, 0);
@@ -249,7 +258,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         if (mf->invalidate) {
             item_set_iflags(it, (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN));
             it->cas = proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st);
-            if (proto_meta_has(mf, 'T')) it->exptime = clock_exptime(mf->ttl, now);
+            if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
         } else if (!proto_meta_has(mf, 'x')) {
             store_unlink(st, hv, it);
         }
@@ -272,6 +281,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     uint32_t now = clock_now();
     uint64_t hv = store_hash(req->key, req->nkey);
     uint64_t value = 0;
+    const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     uint32_t ttl_before = UINT32_MAX; /* t reports the TTL as it was before this command's T */
     const char *err = NULL, *code = NULL;
     store_lock(st, hv);
@@ -285,7 +295,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
             it = store_alloc(st, req->key, req->nkey, len);
             if (it) {
                 memcpy(item_value(it), digits, len);
-                it->exptime = clock_exptime(mf->vivify, now);
+                it->exptime = ns_exptime(ns, mf->vivify, now);
                 if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
                 store_link(st, hv, it, now);
                 value = mf->initial;
@@ -303,7 +313,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         case DELTA_OK:
             if (incr) m->incr_hits++;
             else m->decr_hits++;
-            if (proto_meta_has(mf, 'T')) it->exptime = clock_exptime(mf->ttl, now);
+            if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
             if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
             break;
         case DELTA_NON_NUMERIC:

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "node/cmd.h"
+#include "node/node_admin.h"
 
 static const struct metric_desc node_metric_descs[] = {
 #define X(name, kind, help) METRIC_DESC(struct node_metrics, name, kind, help),
@@ -129,6 +130,33 @@ static void stats_slabs(struct conn *c)
                (unsigned long long)malloced);
 }
 
+/* STAT ns:<name>:<field> lines: settings, then request figures since the namespace was made. */
+static void stats_namespaces(struct conn *c)
+{
+    const struct ns_table *t = ns_current(&c->node->ns);
+    for (int id = 0; id < NS_MAX; id++) {
+        const struct ns *ns = t->byid[id];
+        if (ns == NULL) continue;
+        struct ns_metrics m;
+        node_ns_figures(c->node, ns, &m);
+        const char *nm = ns->name;
+        buf_printf(&c->wbuf, "STAT ns:%s:quota %llu\r\n", nm, (unsigned long long)ns->cfg.memory);
+#define X(name, lo, hi, help)                                                                    \
+    if (strcmp(#name, "memory") != 0)                                                            \
+        buf_printf(&c->wbuf, "STAT ns:%s:%s %llu\r\n", nm, #name,                                 \
+                   (unsigned long long)ns->cfg.name);
+        NS_SETTINGS(X)
+#undef X
+#define X(name, kind, help)                                                                      \
+    buf_printf(&c->wbuf, "STAT ns:%s:%s %llu\r\n", nm, #name, (unsigned long long)m.name);
+        NS_METRICS(X)
+#undef X
+        uint64_t reads = m.get_hits + m.get_misses;
+        buf_printf(&c->wbuf, "STAT ns:%s:hit_ratio %.4f\r\n", nm,
+                   reads ? (double)m.get_hits / (double)reads : 0.0);
+    }
+}
+
 void cmd_stats(struct conn *c, struct proto_req *req)
 {
     const char *arg = req->arg;
@@ -138,6 +166,7 @@ void cmd_stats(struct conn *c, struct proto_req *req)
     else if (IS("settings")) stats_settings(c);
     else if (IS("items")) stats_items(c);
     else if (IS("slabs")) stats_slabs(c);
+    else if (IS("namespaces")) stats_namespaces(c);
     else if (IS("sizes")) buf_printf(&c->wbuf, "STAT sizes_status disabled\r\n");
     else if (IS("reset")) {
         for (uint64_t i = 0; i < c->node->cfg.threads; i++)

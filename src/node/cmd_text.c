@@ -57,13 +57,14 @@ static void text_get(struct conn *c, struct proto_req *req)
         return;
     }
     uint32_t now = clock_now();
-    uint32_t exp = touch ? clock_exptime(req->exptime, now) : 0;
     size_t mark = buf_used(&c->wbuf);
     bool overflow = false;
     const char *cur = req->keys, *key;
     uint8_t nkey;
     while (!overflow && proto_next_key(&cur, req->keys_end, &key, &nkey)) {
         uint64_t hv = store_hash(key, nkey);
+        const struct ns *ns = cmd_ns(c, key, nkey);
+        struct ns_metrics *nsm = cmd_nsm(c, ns);
         enum store_miss why;
         m->cmd_get++;
         if (touch) m->cmd_touch++;
@@ -71,16 +72,18 @@ static void text_get(struct conn *c, struct proto_req *req)
         struct item *it = store_find(st, hv, key, nkey, now, &why);
         if (it) {
             if (touch) {
-                it->exptime = exp;
+                it->exptime = ns_exptime(ns, req->exptime, now);
                 m->touch_hits++;
             } else {
                 m->get_hits++;
             }
+            nsm->get_hits++;
             store_bump(it, now);
             overflow = !text_value(c, it, with_cas);
         } else {
             if (touch) m->touch_misses++;
             else m->get_misses++;
+            nsm->get_misses++;
             if (why == STORE_MISS_EXPIRED) m->get_expired++;
             else if (why == STORE_MISS_FLUSHED) m->get_flushed++;
         }
@@ -96,11 +99,11 @@ static void text_get(struct conn *c, struct proto_req *req)
     conn_reply(c, "END\r\n", 5);
 }
 
-void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it)
+void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns)
 {
     struct cmd_store_args a = {0};
     it->flags = req->flags;
-    it->exptime = clock_exptime(req->exptime, clock_now());
+    it->exptime = ns_exptime(ns, req->exptime, clock_now());
     switch (req->cmd) {
     case CMD_ADD: a.mode = CS_ADD; break;
     case CMD_REPLACE: a.mode = CS_REPLACE; break;
@@ -136,8 +139,12 @@ static void text_delete(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, clock_now(), NULL);
     if (it) store_unlink(st, hv, it);
     store_unlock(st, hv);
-    if (it) c->w->m.delete_hits++;
-    else c->w->m.delete_misses++;
+    if (it) {
+        c->w->m.delete_hits++;
+        cmd_nsm(c, cmd_ns(c, req->key, req->nkey))->deletes++;
+    } else {
+        c->w->m.delete_misses++;
+    }
     reply_unless_noreply(c, req, it ? "DELETED\r\n" : "NOT_FOUND\r\n");
 }
 
@@ -238,7 +245,7 @@ static void text_touch(struct conn *c, struct proto_req *req)
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     if (it) {
-        it->exptime = clock_exptime(req->exptime, now);
+        it->exptime = ns_exptime(cmd_ns(c, req->key, req->nkey), req->exptime, now);
         store_bump(it, now);
     }
     store_unlock(st, hv);

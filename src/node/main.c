@@ -17,10 +17,8 @@
 #include "common/net.h"
 #include "common/options.h"
 #include "node/node.h"
+#include "node/node_admin.h"
 #include "node/worker.h"
-
-const struct metric_desc *node_metric_table(size_t *n);
-const struct metric_desc *store_metric_table(size_t *n);
 
 static struct node node;
 
@@ -51,25 +49,6 @@ static size_t build_options(struct opt_def *defs, struct node_config *cfg)
     return n;
 }
 
-static void render_metrics(void *ctx, struct buf *out)
-{
-    struct node *n = ctx;
-    struct node_metrics m;
-    struct store_stats ss;
-    node_metrics_sum(n, &m);
-    store_stats(n->store, &ss);
-    size_t nn, ns;
-    const struct metric_desc *nd = node_metric_table(&nn), *sd = store_metric_table(&ns);
-    metrics_write_prom(out, "shoal_node", nd, nn, &m, NULL);
-    metrics_write_prom(out, "shoal_node", sd, ns, &ss, NULL);
-    buf_printf(out,
-               "# HELP shoal_node_curr_connections client connections open now\n"
-               "# TYPE shoal_node_curr_connections gauge\nshoal_node_curr_connections %llu\n"
-               "# HELP shoal_node_limit_maxbytes item memory limit in bytes\n"
-               "# TYPE shoal_node_limit_maxbytes gauge\nshoal_node_limit_maxbytes %llu\n",
-               (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED),
-               (unsigned long long)ss.limit_maxbytes);
-}
 
 int main(int argc, char **argv)
 {
@@ -119,16 +98,32 @@ int main(int argc, char **argv)
     node.bound_port = net_local_port(node.listen_fd);
     node.started = time(NULL);
 
+    if (worker_setup(&node, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
+    uint64_t *seen[256];
+    for (uint64_t i = 0; i < node.cfg.threads; i++) seen[i] = &node.workers[i].ns_seen;
+    if (ns_registry_init(&node.ns, node.cfg.store.memory_mb << 20, seen, node.cfg.threads) < 0) {
+        fprintf(stderr, "shoal-node: out of memory creating the namespace table\n");
+        return 2;
+    }
+    node.ns.sum_metrics = node_ns_metrics_sum;
+    node.ns.sum_ctx = &node;
+    if (node.cfg.namespaces &&
+        ns_load_file(&node.ns, node.cfg.namespaces, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
     struct admin *admin = NULL;
     if (node.cfg.admin_port) {
-        admin = admin_create(node.cfg.admin_listen, (unsigned)node.cfg.admin_port, render_metrics,
-                             &node, err, sizeof err);
+        admin = node_admin_create(&node, err, sizeof err);
         if (admin == NULL) {
             fprintf(stderr, "shoal-node: %s\n", err);
             return 2;
         }
     }
-    if (worker_setup(&node, err, sizeof err) < 0) {
+    if (worker_start(&node, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
@@ -140,17 +135,20 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    log_msg(LOG_WARN, "listening on %s:%u, %llu MB, %llu threads, item max %llu bytes%s",
+    log_msg(LOG_NOTICE,
+            "listening on %s:%u, %llu MB, %llu threads, item max %llu bytes, %u namespaces",
             node.cfg.listen && *node.cfg.listen ? node.cfg.listen : "*", node.bound_port,
             (unsigned long long)node.cfg.store.memory_mb, (unsigned long long)node.cfg.threads,
-            (unsigned long long)node.cfg.store.item_max, admin ? ", admin HTTP on" : "");
+            (unsigned long long)node.cfg.store.item_max, ns_current(&node.ns)->count);
+    if (admin) log_msg(LOG_NOTICE, "admin HTTP on %s:%u", node.cfg.admin_listen, admin_port(admin));
 
     int sig = 0;
     sigwait(&stop, &sig);
-    log_msg(LOG_WARN, "signal %d: shutting down", sig);
+    log_msg(LOG_NOTICE, "signal %d: shutting down", sig);
     worker_teardown(&node);
     admin_destroy(&admin);
     close(node.listen_fd);
+    ns_registry_teardown(&node.ns);
     store_destroy(&node.store);
     return 0;
 }

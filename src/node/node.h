@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/metrics.h"
+#include "node/ns.h"
 #include "node/store.h"
 #include "protocol/protocol.h"
 
@@ -38,12 +39,13 @@
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
-    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL)
+    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
+    X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port;
-    const char *listen, *admin_listen, *port_file;
+    const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
 
@@ -91,16 +93,20 @@ struct node;
 struct worker {
     struct node *node;
     int id;
+    /* namespace-table quiescence word (ns.h), alone on its cache line: written per batch */
+    uint64_t ns_seen __attribute__((aligned(64)));
     int epfd;
     int wakefd; /* eventfd to stop the loop */
     pthread_t thread;
-    struct node_metrics m;
-    struct conn *conns; /* list of this worker's connections */
+    struct node_metrics m __attribute__((aligned(64)));
+    struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
+    struct conn *conns;             /* list of this worker's connections */
 };
 
 struct node {
     struct node_config cfg;
     struct store *store;
+    struct ns_registry ns;
     struct worker *workers;
     int listen_fd;
     unsigned bound_port;
@@ -114,5 +120,7 @@ struct node {
 
 /* Sum every worker's counters into `out`. */
 void node_metrics_sum(struct node *n, struct node_metrics *out);
+/* Sum every worker's counters of namespace id `id` (the registry's sum_metrics hook). */
+void node_ns_metrics_sum(void *node, uint16_t id, struct ns_metrics *out);
 
 #endif

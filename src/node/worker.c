@@ -87,7 +87,9 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     struct epoll_event evs[WORKER_EVENTS];
     for (;;) {
+        ns_quiescent(&w->ns_seen); /* holds no namespace table while blocked */
         int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, -1);
+        ns_online(&w->node->ns, &w->ns_seen);
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
@@ -102,12 +104,14 @@ static void *worker_main(void *arg)
     }
 out:
     while (w->conns) conn_destroy(w->conns);
+    ns_quiescent(&w->ns_seen);
     return NULL;
 }
 
 int worker_setup(struct node *n, char *err, size_t errlen)
 {
-    n->workers = calloc(n->cfg.threads, sizeof *n->workers);
+    n->workers = aligned_alloc(64, ((n->cfg.threads * sizeof *n->workers) + 63) & ~(size_t)63);
+    if (n->workers) memset(n->workers, 0, n->cfg.threads * sizeof *n->workers);
     if (n->workers == NULL) {
         snprintf(err, errlen, "out of memory creating %llu workers",
                  (unsigned long long)n->cfg.threads);
@@ -131,6 +135,11 @@ int worker_setup(struct node *n, char *err, size_t errlen)
             return -1;
         }
     }
+    return 0;
+}
+
+int worker_start(struct node *n, char *err, size_t errlen)
+{
     for (uint64_t i = 0; i < n->cfg.threads; i++) {
         if (pthread_create(&n->workers[i].thread, NULL, worker_main, &n->workers[i]) != 0) {
             snprintf(err, errlen, "cannot start worker thread %llu", (unsigned long long)i);
@@ -155,6 +164,15 @@ void worker_teardown(struct node *n)
     }
     free(n->workers);
     n->workers = NULL;
+}
+
+void node_ns_metrics_sum(void *node, uint16_t id, struct ns_metrics *out)
+{
+    struct node *n = node;
+    memset(out, 0, sizeof *out);
+    for (uint64_t i = 0; i < n->cfg.threads; i++)
+        metrics_sum((uint64_t *)out, (const uint64_t *)&n->workers[i].ns_m[id],
+                    sizeof *out / sizeof(uint64_t));
 }
 
 void node_metrics_sum(struct node *n, struct node_metrics *out)

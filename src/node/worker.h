@@ -6,8 +6,10 @@
 
 #include "node/node.h"
 
-/* Create the workers' epoll sets and start their threads. 0, or -1 with a message in err. */
+/* Create the workers and their epoll sets (no threads yet). 0, or -1 with a message in err. */
 int worker_setup(struct node *n, char *err, size_t errlen);
+/* Start the worker threads. 0, or -1 with a message in err. */
+int worker_start(struct node *n, char *err, size_t errlen);
 /* Ask every worker to stop, join them and close their connections. */
 void worker_teardown(struct node *n);
 

@@ -1,0 +1,135 @@
+/* node_admin.c — shoal-node's admin HTTP content: the /v1/namespaces API and /metrics.
+ *
+ *   GET    /v1/namespaces          every namespace's settings and the table version
+ *   GET    /v1/namespaces/<name>   one namespace's settings and figures
+ *   PUT    /v1/namespaces/<name>   create or change (JSON body of settings)
+ *   DELETE /v1/namespaces/<name>   remove (its keys fall back to default)
+ *
+ * Runs on the admin thread, which is also the only writer of the namespace table after start,
+ * so reading the current table here needs only the registry lock. */
+#include "node/node_admin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "node/node.h"
+
+const struct metric_desc *node_metric_table(size_t *n);
+const struct metric_desc *store_metric_table(size_t *n);
+
+static const struct metric_desc ns_metric_descs[] = {
+#define X(name, kind, help) METRIC_DESC(struct ns_metrics, name, kind, help),
+    NS_METRICS(X)
+#undef X
+};
+#define NS_NMETRICS (sizeof ns_metric_descs / sizeof ns_metric_descs[0])
+
+void node_ns_figures(struct node *n, const struct ns *ns, struct ns_metrics *out)
+{
+    node_ns_metrics_sum(n, ns->id, out);
+    uint64_t *o = (uint64_t *)out;
+    const uint64_t *b = (const uint64_t *)&ns->base;
+    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++) o[i] -= b[i];
+}
+
+static int ns_route(void *ctx, const char *method, const char *rest, const char *body, size_t len,
+                    struct buf *out)
+{
+    struct node *n = ctx;
+    const char *name = rest[0] == '/' ? rest + 1 : rest;
+    bool get = !strcmp(method, "GET");
+    if (*name == 0) {
+        if (!get) {
+            buf_append_str(out, "{\"error\": \"use GET on /v1/namespaces, or PUT/DELETE on "
+                                "/v1/namespaces/<name>\"}\n");
+            return 405;
+        }
+        pthread_mutex_lock(&n->ns.lock);
+        ns_render_json(ns_current(&n->ns), NULL, out);
+        pthread_mutex_unlock(&n->ns.lock);
+        return 200;
+    }
+    if (!strcmp(method, "PUT")) return ns_put_json(&n->ns, name, body, len, out);
+    if (!strcmp(method, "DELETE")) return ns_delete(&n->ns, name, out);
+    if (!get) {
+        buf_append_str(out, "{\"error\": \"methods here: GET, PUT, DELETE\"}\n");
+        return 405;
+    }
+    pthread_mutex_lock(&n->ns.lock);
+    const struct ns *ns = ns_find(ns_current(&n->ns), name, strlen(name));
+    int st = 200;
+    if (ns == NULL) {
+        buf_printf(out, "{\"error\": \"no namespace '%.64s'\"}\n", name);
+        st = 404;
+    } else {
+        struct buf one;
+        buf_init(&one);
+        ns_render_json(ns_current(&n->ns), ns, &one);
+        struct ns_metrics m;
+        node_ns_figures(n, ns, &m);
+        /* splice the figures into the settings object: {...settings..., "stats": {...}} */
+        size_t used = buf_used(&one);
+        while (used && (buf_start(&one)[used - 1] == '\n' || buf_start(&one)[used - 1] == '}'))
+            used--;
+        buf_append(out, buf_start(&one), used);
+        buf_append_str(out, ", \"stats\": {");
+        for (size_t i = 0; i < NS_NMETRICS; i++)
+            buf_printf(out, "%s\"%s\": %llu", i ? ", " : "", ns_metric_descs[i].name,
+                       (unsigned long long)*(uint64_t *)((char *)&m + ns_metric_descs[i].offset));
+        buf_append_str(out, "}}\n");
+        buf_release(&one);
+    }
+    pthread_mutex_unlock(&n->ns.lock);
+    return st;
+}
+
+static void render_metrics(void *ctx, struct buf *out)
+{
+    struct node *n = ctx;
+    struct node_metrics m;
+    struct store_stats ss;
+    node_metrics_sum(n, &m);
+    store_stats(n->store, &ss);
+    size_t nn, ns;
+    const struct metric_desc *nd = node_metric_table(&nn), *sd = store_metric_table(&ns);
+    metrics_write_prom(out, "shoal_node", nd, nn, &m, NULL);
+    metrics_write_prom(out, "shoal_node", sd, ns, &ss, NULL);
+    buf_printf(out,
+               "# HELP shoal_node_curr_connections client connections open now\n"
+               "# TYPE shoal_node_curr_connections gauge\nshoal_node_curr_connections %llu\n"
+               "# HELP shoal_node_limit_maxbytes item memory limit in bytes\n"
+               "# TYPE shoal_node_limit_maxbytes gauge\nshoal_node_limit_maxbytes %llu\n",
+               (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED),
+               (unsigned long long)ss.limit_maxbytes);
+    /* per namespace: one series per namespace under one HELP/TYPE */
+    pthread_mutex_lock(&n->ns.lock);
+    const struct ns_table *t = ns_current(&n->ns);
+    struct ns_metrics per[NS_MAX];
+    for (int id = 0; id < NS_MAX; id++)
+        if (t->byid[id]) node_ns_figures(n, t->byid[id], &per[id]);
+    for (size_t i = 0; i < NS_NMETRICS; i++) {
+        const struct metric_desc *d = &ns_metric_descs[i];
+        buf_printf(out, "# HELP shoal_node_ns_%s_total per namespace: %s\n", d->name, d->help);
+        buf_printf(out, "# TYPE shoal_node_ns_%s_total counter\n", d->name);
+        for (int id = 0; id < NS_MAX; id++)
+            if (t->byid[id])
+                buf_printf(out, "shoal_node_ns_%s_total{namespace=\"%s\"} %llu\n", d->name,
+                           t->byid[id]->name,
+                           (unsigned long long)*(uint64_t *)((char *)&per[id] + d->offset));
+    }
+    buf_printf(out, "# HELP shoal_node_ns_quota_bytes per namespace: memory quota (0: none)\n"
+                    "# TYPE shoal_node_ns_quota_bytes gauge\n");
+    for (int id = 0; id < NS_MAX; id++)
+        if (t->byid[id])
+            buf_printf(out, "shoal_node_ns_quota_bytes{namespace=\"%s\"} %llu\n",
+                       t->byid[id]->name, (unsigned long long)t->byid[id]->cfg.memory);
+    pthread_mutex_unlock(&n->ns.lock);
+}
+
+struct admin *node_admin_create(struct node *n, char *err, size_t errlen)
+{
+    struct admin_route routes[] = {{"/v1/namespaces", ns_route, n}};
+    return admin_create(n->cfg.admin_listen, (unsigned)n->cfg.admin_port, render_metrics, n,
+                        routes, sizeof routes / sizeof routes[0], err, errlen);
+}

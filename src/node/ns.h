@@ -1,0 +1,127 @@
+/* ns.h — namespaces: which team a key belongs to, and that team's rules.
+ *
+ * A key's namespace is the text before its first ':' (design.md); a key without ':' or with an
+ * unknown prefix belongs to `default`, which always exists. A namespace carries a memory quota,
+ * TTL rules (default applied when a client sends 0, maximum that clamps longer ones), an eviction
+ * policy, and lease/stale settings.
+ *
+ * Readers (workers, on every request) see an immutable table through one atomic pointer load
+ * and take no lock. A change (admin API, start-up file) builds a new table under the registry
+ * mutex, publishes it, and frees the old one once every worker has passed a quiescent point
+ * (idle in epoll_wait, or between two request batches): see ns_quiescent()/ns_online(). */
+#ifndef SHOAL_NODE_NS_H
+#define SHOAL_NODE_NS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/metrics.h"
+
+#define NS_NAME_MAX 64
+#define NS_MAX 256 /* namespaces at once, default included */
+#define NS_DEFAULT_ID 0
+
+struct buf;
+
+enum ns_eviction { NS_EVICT_LRU };
+
+/* Numeric settings: X(name, lo, hi, help). One table drives JSON parsing, validation, defaults
+ * (0, except lease_ttl) and rendering. */
+#define NS_SETTINGS(X)                                                                           \
+    X(memory, 0, 1ull << 50, "quota in bytes (0: no quota of its own, bounded by -m)")          \
+    X(default_ttl, 0, 2592000, "TTL applied when a client sends 0, seconds (0: none)")           \
+    X(max_ttl, 0, 2592000, "longest TTL, seconds; longer ones are clamped (0: no limit)")        \
+    X(lease_ttl, 1, 3600, "seconds a lease placeholder lives if its holder never fills")         \
+    X(lease_period, 0, 3600, "at most one lease win per key per this many seconds (0: off)")     \
+    X(stale_ttl, 0, 86400, "seconds a deleted or expired item is kept to be served stale")
+
+struct ns_config {
+#define X(name, lo, hi, help) uint64_t name;
+    NS_SETTINGS(X)
+#undef X
+    enum ns_eviction eviction;
+};
+
+/* Request counters per namespace, kept per worker (indexed by namespace id) and summed. */
+#define NS_METRICS(X)                                                                            \
+    X(get_hits, COUNTER, "keys found by a get")                                                  \
+    X(get_misses, COUNTER, "keys not found by a get")                                            \
+    X(sets, COUNTER, "storage requests")                                                         \
+    X(deletes, COUNTER, "delete requests that removed or invalidated an item")                   \
+    X(lease_wins, COUNTER, "W flags handed out")                                                 \
+    X(lease_waits, COUNTER, "Z flags handed out")                                                \
+    X(stale_hits, COUNTER, "reads served a stale (X) value")
+
+struct ns_metrics {
+    NS_METRICS(METRIC_FIELD)
+};
+
+struct ns {
+    uint16_t id;
+    uint8_t nname;
+    char name[NS_NAME_MAX + 1];
+    struct ns_config cfg;
+    struct ns_metrics base; /* counter sums when this id was (re)used: reported = sum - base */
+};
+
+/* An immutable snapshot of every namespace. */
+struct ns_table {
+    uint64_t version;
+    uint32_t count;
+    struct ns *byid[NS_MAX];
+    uint16_t index[NS_MAX * 2]; /* open addressing by name hash: id + 1, 0 = empty */
+};
+
+struct ns_registry {
+    pthread_mutex_t lock;   /* writers only */
+    struct ns_table *table; /* read with ns_current() */
+    uint64_t gen;           /* bumped on every publish */
+    uint64_t **seen;        /* per reader: gen seen when it went online, 0 = quiescent */
+    size_t nreaders;
+    /* sums the registry needs to set `base` of a new namespace */
+    void (*sum_metrics)(void *ctx, uint16_t id, struct ns_metrics *out);
+    void *sum_ctx;
+};
+
+/* Registry with only `default`, whose quota is `memory` (the node's -m) and no TTL rules.
+ * `seen` points at each reader's quiescence word (one per worker). */
+int ns_registry_init(struct ns_registry *r, uint64_t memory, uint64_t **seen, size_t nreaders);
+void ns_registry_teardown(struct ns_registry *r);
+
+static inline const struct ns_table *ns_current(struct ns_registry *r)
+{
+    return __atomic_load_n(&r->table, __ATOMIC_SEQ_CST);
+}
+
+/* A reader goes online before touching the table (after epoll_wait) and offline before
+ * blocking; the writer frees a replaced table once no reader online saw the old one. */
+static inline void ns_online(struct ns_registry *r, uint64_t *seen)
+{
+    __atomic_store_n(seen, __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST) + 1, __ATOMIC_SEQ_CST);
+}
+static inline void ns_quiescent(uint64_t *seen) { __atomic_store_n(seen, 0, __ATOMIC_SEQ_CST); }
+
+/* The namespace of `key`: its prefix before ':' if defined, else default. Never NULL. */
+const struct ns *ns_of_key(const struct ns_table *t, const char *key, size_t nkey);
+const struct ns *ns_find(const struct ns_table *t, const char *name, size_t nname);
+
+/* Create or change namespace `name` from a JSON object of settings. Fields not given keep
+ * their current value (or the default for a new namespace). Returns an HTTP status (200, 201
+ * created, 400 with a message naming the field, 409/507 for limits) with a JSON body in out. */
+int ns_put_json(struct ns_registry *r, const char *name, const char *json, size_t len,
+                struct buf *out);
+/* Remove a namespace (its keys fall back to default). 200, 404, or 400 for `default`. */
+int ns_delete(struct ns_registry *r, const char *name, struct buf *out);
+/* Load {"name": {settings}, ...} (or {"namespaces": {...}}) at start. 0, or -1 with a
+ * message naming the file and field. */
+int ns_load_file(struct ns_registry *r, const char *path, char *err, size_t errlen);
+/* JSON of one namespace's settings, or of all ({"version": n, "namespaces": {...}}). */
+void ns_render_json(const struct ns_table *t, const struct ns *one, struct buf *out);
+
+/* Apply the namespace's TTL rules to a client's exptime (as sent) and convert it to the store
+ * clock: 0 becomes default_ttl, longer than max_ttl is clamped. */
+uint32_t ns_exptime(const struct ns *ns, int64_t exptime, uint32_t now);
+
+#endif

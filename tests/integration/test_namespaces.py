@@ -1,0 +1,197 @@
+"""Namespaces on shoal-node: the admin API (/v1/namespaces), start-up files, TTL rules applied on
+the data port, per-namespace figures in `stats namespaces` and /metrics. shoal only."""
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from mcraw import free_port, wait_until
+
+pytestmark = pytest.mark.shoal_only
+
+
+def http(port, method, path, body=None):
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def accepts(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def node(start_server):
+    port = free_port()
+    srv = start_server("--admin-port", str(port))
+    wait_until(lambda: accepts(port), timeout=5, message="the admin port to accept connections")
+    srv.admin = port
+    return srv
+
+
+def ttl_of(raw, key):
+    return int(raw.meta(f"mg {key} t").flags["t"])
+
+
+def test_create_then_read_back(node):
+    st, body = http(node.admin, "PUT", "/v1/namespaces/catalog",
+                    {"memory": 67108864, "default_ttl": 600, "max_ttl": 86400, "eviction": "lru"})
+    assert st == 201, body
+    st, body = http(node.admin, "GET", "/v1/namespaces/catalog")
+    assert st == 200
+    got = json.loads(body)
+    assert (got["memory"], got["default_ttl"], got["max_ttl"]) == (67108864, 600, 86400)
+    st, body = http(node.admin, "GET", "/v1/namespaces")
+    assert set(json.loads(body)["namespaces"]) == {"default", "catalog"}
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"memory": -1}, "memory"),
+    ({"default_ttl": "ten"}, "default_ttl"),
+    ({"max_ttl": 10**9}, "max_ttl"),
+    ({"eviction": "random"}, "eviction"),
+    ({"colour": "blue"}, "colour"),
+    ({"default_ttl": 100, "max_ttl": 50}, "default_ttl"),
+])
+def test_invalid_input_is_4xx_naming_the_field_and_changes_nothing(node, body, field):
+    assert http(node.admin, "PUT", "/v1/namespaces/ns1", {"default_ttl": 5})[0] == 201
+    st, text = http(node.admin, "PUT", "/v1/namespaces/ns1", body)
+    assert 400 <= st < 500, text
+    assert field in json.loads(text)["error"], text
+    assert json.loads(http(node.admin, "GET", "/v1/namespaces/ns1")[1])["default_ttl"] == 5
+
+
+def test_malformed_json_and_bad_names_are_400(node):
+    assert http(node.admin, "PUT", "/v1/namespaces/x", b"{not json")[0] == 400
+    assert http(node.admin, "PUT", "/v1/namespaces/bad%20name", {})[0] == 400
+
+
+def test_default_ttl_applies_when_client_sends_zero(node):
+    http(node.admin, "PUT", "/v1/namespaces/catalog", {"default_ttl": 600})
+    r = node.raw()
+    assert r.store("set", "catalog:v1:p1", b"x") == "STORED"
+    assert r.store("set", "other:k", b"x") == "STORED"
+    assert ttl_of(r, "catalog:v1:p1") in (599, 600)
+    assert ttl_of(r, "other:k") == -1, "a key of an undefined namespace follows default"
+
+
+def test_max_ttl_clamps_every_way_a_ttl_is_set(node):
+    http(node.admin, "PUT", "/v1/namespaces/short", {"max_ttl": 30})
+    r = node.raw()
+    r.store("set", "short:a", b"x", exptime=99999)
+    assert ttl_of(r, "short:a") in (29, 30)
+    r.store("set", "short:never", b"x", exptime=0)
+    assert ttl_of(r, "short:never") in (29, 30), "no TTL is longer than max_ttl"
+    assert r.meta("ms short:m 1 T5000", b"x").code == "HD"
+    assert ttl_of(r, "short:m") in (29, 30)
+    assert r.cmd("touch short:a 99999") == "TOUCHED"
+    assert ttl_of(r, "short:a") in (29, 30)
+
+
+def test_changes_apply_without_restart_and_delete_falls_back(node):
+    r = node.raw()
+    r.store("set", "team:a", b"x")
+    assert ttl_of(r, "team:a") == -1
+    http(node.admin, "PUT", "/v1/namespaces/team", {"default_ttl": 100})
+    r.store("set", "team:b", b"x")
+    assert ttl_of(r, "team:b") in (99, 100)
+    assert http(node.admin, "DELETE", "/v1/namespaces/team")[0] == 200
+    r.store("set", "team:c", b"x")
+    assert ttl_of(r, "team:c") == -1
+    assert http(node.admin, "DELETE", "/v1/namespaces/team")[0] == 404
+    assert http(node.admin, "DELETE", "/v1/namespaces/default")[0] == 400
+
+
+def test_stats_namespaces_reports_per_namespace_figures(node):
+    http(node.admin, "PUT", "/v1/namespaces/cat", {"memory": 1 << 20})
+    r = node.raw()
+    r.store("set", "cat:1", b"x")
+    r.get("cat:1")
+    r.get("cat:missing")
+    r.cmd("delete cat:1")
+    r.get("plain")
+    st = r.stats("namespaces")
+    assert st["ns:cat:quota"] == str(1 << 20)
+    assert (st["ns:cat:sets"], st["ns:cat:get_hits"], st["ns:cat:get_misses"]) == ("1", "1", "1")
+    assert st["ns:cat:deletes"] == "1"
+    assert st["ns:cat:hit_ratio"] == "0.5000"
+    assert st["ns:default:get_misses"] == "1"
+
+
+def test_leases_count_per_namespace(node):
+    http(node.admin, "PUT", "/v1/namespaces/lz", {})
+    a, b = node.raw(), node.raw()
+    assert "W" in a.meta("mg lz:k v c N30").flags
+    assert "Z" in b.meta("mg lz:k v c N30").flags
+    st = a.stats("namespaces")
+    assert (st["ns:lz:lease_wins"], st["ns:lz:lease_waits"]) == ("1", "1")
+
+
+def test_metrics_carry_namespace_labels(node):
+    http(node.admin, "PUT", "/v1/namespaces/m1", {"memory": 4096})
+    node.raw().get("m1:k")
+    st, text = http(node.admin, "GET", "/metrics")
+    assert st == 200
+    assert 'shoal_node_ns_get_misses_total{namespace="m1"} 1' in text
+    assert 'shoal_node_ns_quota_bytes{namespace="m1"} 4096' in text
+
+
+def test_namespaces_file_loads_at_start(start_server, tmp_path):
+    f = tmp_path / "ns.json"
+    f.write_text(json.dumps({"namespaces": {"fromfile": {"default_ttl": 321}}}))
+    srv = start_server("--namespaces", str(f))
+    r = srv.raw()
+    r.store("set", "fromfile:k", b"x")
+    assert ttl_of(r, "fromfile:k") in (320, 321)
+
+
+def test_bad_namespaces_file_stops_start_with_the_field(tmp_path):
+    import subprocess
+    from conftest import server_binary
+    f = tmp_path / "ns.json"
+    f.write_text(json.dumps({"bad": {"max_ttl": "long"}}))
+    p = subprocess.run([str(server_binary()), "-p", "0", "--namespaces", str(f)],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode != 0
+    assert "max_ttl" in p.stderr and "bad" in p.stderr, p.stderr
+
+
+def test_changes_under_load_lose_no_request(node):
+    stop = threading.Event()
+    errors = []
+
+    def load():
+        r = node.raw()
+        i = 0
+        while not stop.is_set():
+            key = f"load:{i % 50}"
+            if r.store("set", key, b"v") != "STORED":
+                errors.append("set")
+            if r.get(key)[0][2] != b"v":
+                errors.append("get")
+            i += 1
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(40):
+        body = {"default_ttl": 100 + i} if i % 2 else {"max_ttl": 1000 + i}
+        assert http(node.admin, "PUT", f"/v1/namespaces/{'load' if i % 3 else 'n' + str(i)}", body)[0] in (200, 201)
+        if i % 5 == 4:
+            http(node.admin, "DELETE", "/v1/namespaces/load")
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert errors == []
