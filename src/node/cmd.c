@@ -49,6 +49,7 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
         cmd_store_refuse(c, req, "SERVER_ERROR out of memory storing object\r\n");
         return NULL;
     }
+    it->nsid = cmd_ns(c, req->key, req->nkey)->id;
     return it;
 }
 
@@ -76,6 +77,7 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
     if (nit == NULL) return NULL;
     nit->flags = old->flags;
     nit->exptime = old->exptime;
+    nit->nsid = old->nsid;
     char *v = item_value(nit);
     if (append) {
         memcpy(v, item_value(old), old->nbytes);

@@ -93,6 +93,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
             /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
              * before N reports -1 */
             it->exptime = 0;
+            it->nsid = ns->id;
             if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
             store_link(st, hv, it, now);
             created = true;
@@ -249,6 +250,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
             struct item *nit = store_alloc(st, req->key, req->nkey, 0);
             if (nit) {
                 nit->exptime = it->exptime;
+                nit->nsid = it->nsid;
                 store_replace(st, hv, it, nit, now);
                 it = nit;
             } else {
@@ -295,6 +297,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
             it = store_alloc(st, req->key, req->nkey, len);
             if (it) {
                 memcpy(item_value(it), digits, len);
+                it->nsid = ns->id;
                 it->exptime = ns_exptime(ns, mf->vivify, now);
                 if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
                 store_link(st, hv, it, now);

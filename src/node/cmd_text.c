@@ -182,6 +182,7 @@ enum delta_res cmd_delta_locked(struct store *st, uint64_t hv, struct item **itp
         if (nit == NULL) return DELTA_NO_MEMORY;
         nit->flags = it->flags;
         nit->exptime = it->exptime;
+        nit->nsid = it->nsid;
         nit->iflags |= it->iflags & ITEM_FETCHED;
         memcpy(item_value(nit), digits, len);
         store_replace(st, hv, it, nit, now);

@@ -44,12 +44,15 @@ int index_create(struct index **out, unsigned hash_power, int nclasses, char *er
     memset(ix->shards, 0, INDEX_SHARDS * sizeof *ix->shards);
     ix->cls_items = calloc((size_t)INDEX_SHARDS * (size_t)(nclasses + 1), sizeof(uint32_t));
     if (!ix->cls_items) goto oom;
+    ix->ns = calloc(STORE_NS_MAX, sizeof *ix->ns);
+    if (!ix->ns) goto oom;
 
     uint32_t power = hash_power > INDEX_SHARD_BITS ? hash_power - INDEX_SHARD_BITS : 0;
     if (power > INDEX_POWER_MAX) power = INDEX_POWER_MAX;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
         struct index_shard *sh = &ix->shards[i];
         sh->power = power;
+        sh->ns = ix->ns;
         sh->cls_items = ix->cls_items + (size_t)i * (size_t)(nclasses + 1);
         sh->buckets = calloc((size_t)1 << power, sizeof *sh->buckets);
         if (!sh->buckets || index_mutex_init(&sh->lock)) {
@@ -72,6 +75,7 @@ oom:
     if (ix) {
         free(ix->shards);
         free(ix->cls_items);
+        free(ix->ns);
         free(ix);
     }
     return -1;
@@ -87,6 +91,7 @@ void index_destroy(struct index **ixp)
     }
     free(ix->shards);
     free(ix->cls_items);
+    free(ix->ns);
     free(ix);
     *ixp = NULL;
 }
@@ -126,14 +131,20 @@ static void index_grow(struct index_shard *sh)
 
 static inline void index_count(struct index_shard *sh, const struct item *it, int sign)
 {
+    struct index_ns *ns = &sh->ns[it->nsid];
+    uint64_t bytes = index_item_bytes(it);
     if (sign > 0) {
         sh->curr_items++;
-        sh->bytes += index_item_bytes(it);
+        sh->bytes += bytes;
         sh->cls_items[it->clsid]++;
+        __atomic_fetch_add(&ns->items, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&ns->bytes, bytes, __ATOMIC_RELAXED);
     } else {
         sh->curr_items--;
-        sh->bytes -= index_item_bytes(it);
+        sh->bytes -= bytes;
         sh->cls_items[it->clsid]--;
+        __atomic_fetch_sub(&ns->items, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&ns->bytes, bytes, __ATOMIC_RELAXED);
     }
 }
 

@@ -22,8 +22,14 @@
 #define INDEX_POWER_MAX 31 /* per shard; 2^41 buckets in all is far beyond any memory limit */
 
 /* Counters live beside the lock that guards them, so the hot path writes no shared line. */
+/* Per-namespace counters, shared by all shards: relaxed atomic adds on link and unlink only. */
+struct index_ns {
+    uint64_t items, bytes, evictions, expired;
+};
+
 struct index_shard {
     pthread_mutex_t lock;
+    struct index_ns *ns;  /* the index's per-namespace counters */
     struct item **buckets;
     uint32_t power;       /* log2 of this shard's bucket count */
     uint32_t *cls_items;  /* linked items per size class, indexed by clsid */
@@ -36,6 +42,7 @@ struct index_shard {
 
 struct index {
     struct index_shard *shards; /* INDEX_SHARDS of them */
+    struct index_ns *ns;        /* STORE_NS_MAX of them */
     uint32_t *cls_items;        /* one block for every shard's per-class counts */
     int nclasses;
 };

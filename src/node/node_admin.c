@@ -9,6 +9,7 @@
  * so reading the current table here needs only the registry lock. */
 #include "node/node_admin.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,6 +78,11 @@ static int ns_route(void *ctx, const char *method, const char *rest, const char 
         for (size_t i = 0; i < NS_NMETRICS; i++)
             buf_printf(out, "%s\"%s\": %llu", i ? ", " : "", ns_metric_descs[i].name,
                        (unsigned long long)*(uint64_t *)((char *)&m + ns_metric_descs[i].offset));
+        struct store_ns_stats es;
+        store_ns_stats(n->store, ns->id, &es);
+        buf_printf(out, ", \"items\": %llu, \"bytes\": %llu, \"evictions\": %llu, \"expired\": %llu",
+                   (unsigned long long)es.items, (unsigned long long)es.bytes,
+                   (unsigned long long)es.evictions, (unsigned long long)es.expired);
         buf_append_str(out, "}}\n");
         buf_release(&one);
     }
@@ -124,6 +130,29 @@ static void render_metrics(void *ctx, struct buf *out)
         if (t->byid[id])
             buf_printf(out, "shoal_node_ns_quota_bytes{namespace=\"%s\"} %llu\n",
                        t->byid[id]->name, (unsigned long long)t->byid[id]->cfg.memory);
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } eng[] = {
+        {"items", "gauge", "items stored now", offsetof(struct store_ns_stats, items)},
+        {"bytes", "gauge", "bytes of stored items", offsetof(struct store_ns_stats, bytes)},
+        {"evictions_total", "counter", "live items evicted",
+         offsetof(struct store_ns_stats, evictions)},
+        {"expired_total", "counter", "expired items reclaimed",
+         offsetof(struct store_ns_stats, expired)},
+    };
+    for (size_t i = 0; i < sizeof eng / sizeof eng[0]; i++) {
+        buf_printf(out, "# HELP shoal_node_ns_%s per namespace: %s\n# TYPE shoal_node_ns_%s %s\n",
+                   eng[i].name, eng[i].help, eng[i].name, eng[i].type);
+        for (int id = 0; id < NS_MAX; id++) {
+            if (t->byid[id] == NULL) continue;
+            struct store_ns_stats es;
+            store_ns_stats(n->store, (uint16_t)id, &es);
+            buf_printf(out, "shoal_node_ns_%s{namespace=\"%s\"} %llu\n", eng[i].name,
+                       t->byid[id]->name,
+                       (unsigned long long)*(uint64_t *)((char *)&es + eng[i].off));
+        }
+    }
     pthread_mutex_unlock(&n->ns.lock);
 }
 

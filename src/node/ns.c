@@ -275,13 +275,20 @@ static int ns_put_locked(struct ns_registry *r, const char *name, json_t *obj, s
         ns_config_default(&ns->cfg);
         memcpy(ns->name, name, n);
         ns->nname = (uint8_t)n;
-        int id = 1;
-        while (id < NS_MAX && r->table->byid[id]) id++;
+        int id = NS_MAX;
+        for (int k = 0; k < NS_MAX - 1; k++) {
+            int cand = 1 + (r->next_id + k) % (NS_MAX - 1);
+            if (r->table->byid[cand] == NULL) {
+                id = cand;
+                break;
+            }
+        }
         if (id == NS_MAX) {
             free(ns);
             return ns_error(out, 507, "at most %d namespaces; delete one first", NS_MAX);
         }
         ns->id = (uint16_t)id;
+        r->next_id = (uint16_t)id; /* the next search starts after this id */
         if (r->sum_metrics) r->sum_metrics(r->sum_ctx, ns->id, &ns->base);
     }
     int st = ns_apply_json(&ns->cfg, obj, out);

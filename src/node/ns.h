@@ -18,10 +18,12 @@
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "node/store.h"
 
 #define NS_NAME_MAX 64
 #define NS_MAX 256 /* namespaces at once, default included */
 #define NS_DEFAULT_ID 0
+_Static_assert(NS_MAX <= STORE_NS_MAX, "the engine keeps figures for every namespace id");
 
 struct buf;
 
@@ -78,6 +80,8 @@ struct ns_registry {
     pthread_mutex_t lock;   /* writers only */
     struct ns_table *table; /* read with ns_current() */
     uint64_t gen;           /* bumped on every publish */
+    uint16_t next_id;       /* ids are handed out round-robin, so a removed namespace's id
+                               (and items still tagged with it) is reused as late as possible */
     uint64_t **seen;        /* per reader: gen seen when it went online, 0 = quiescent */
     size_t nreaders;
     /* sums the registry needs to set `base` of a new namespace */

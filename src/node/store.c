@@ -123,6 +123,9 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
         } else {
             r = SLAB_GONE;
             if (dead != STORE_HIT) r |= SLAB_GONE_EXPIRED;
+            __atomic_fetch_add(dead != STORE_HIT ? &sh->ns[it->nsid].expired
+                                                 : &sh->ns[it->nsid].evictions,
+                               1, __ATOMIC_RELAXED);
             if (!(it->iflags & ITEM_FETCHED)) r |= SLAB_GONE_UNFETCHED;
             store_unindex(sh, hv, it);
         }
@@ -258,6 +261,7 @@ struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t 
     it->nkey = (uint8_t)nkey;
     it->clsid = (uint8_t)id;
     it->clock = 0;
+    it->nsid = 0;
     memcpy(it->data, key, nkey);
     return it;
 }
@@ -276,6 +280,7 @@ struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t n
         m = store_dead(st, it, now);
         if (m != STORE_HIT) {
             if (m == STORE_MISS_EXPIRED && !(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
+            __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
             store_unindex(sh, hv, it);
             slab_free(st->slab, it);
             it = NULL;
@@ -367,6 +372,15 @@ void store_flush(struct store *st, uint32_t when, uint32_t now)
 }
 
 /* ---- stats -------------------------------------------------------------------------------- */
+
+void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out)
+{
+    const struct index_ns *ns = &st->index->ns[nsid % STORE_NS_MAX];
+    out->items = LOAD(&ns->items);
+    out->bytes = LOAD(&ns->bytes);
+    out->evictions = LOAD(&ns->evictions);
+    out->expired = LOAD(&ns->expired);
+}
 
 void store_stats(struct store *st, struct store_stats *out)
 {

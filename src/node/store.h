@@ -43,7 +43,17 @@ struct item {
     uint8_t clsid;
     uint8_t iflags;
     uint8_t clock; /* CLOCK reference bit; written with relaxed atomics, no lock */
+    uint16_t nsid; /* namespace id (see node/ns.h); set by the owner before linking */
     char data[];   /* key, then value */
+};
+_Static_assert(sizeof(struct item) == 40, "the item header must stay 40 bytes");
+
+/* Namespaces the engine keeps figures for (ids 0..STORE_NS_MAX-1). */
+#define STORE_NS_MAX 256
+
+/* Per-namespace engine figures (store_ns_stats). */
+struct store_ns_stats {
+    uint64_t items, bytes, evictions, expired;
 };
 
 static inline char *item_key(struct item *it) { return it->data; }
@@ -169,6 +179,8 @@ void store_flush(struct store *st, uint32_t when, uint32_t now);
 
 /* Sum the counters. Takes every shard and class lock in turn: call with no shard lock held. */
 void store_stats(struct store *st, struct store_stats *out);
+/* Figures of the items tagged with namespace `nsid` (item->nsid). Lock-free reads. */
+void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out);
 /* Number of size classes; class ids run from 1 to the returned value. */
 int store_class_count(const struct store *st);
 /* Figures of one class; returns false for an id out of range. No shard lock held (as above).

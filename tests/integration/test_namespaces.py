@@ -195,3 +195,43 @@ def test_changes_under_load_lose_no_request(node):
     for t in threads:
         t.join(10)
     assert errors == []
+
+
+def test_engine_figures_per_namespace(node):
+    http(node.admin, "PUT", "/v1/namespaces/fig", {})
+    r = node.raw()
+    for i in range(10):
+        assert r.store("set", f"fig:{i}", b"x" * 100) == "STORED"
+    r.store("set", "plain", b"y")
+    st = r.stats("namespaces")
+    assert st["ns:fig:items"] == "10"
+    assert int(st["ns:fig:bytes"]) >= 10 * 100
+    assert st["ns:default:items"] == "1"
+    r.cmd("delete fig:0")
+    assert r.stats("namespaces")["ns:fig:items"] == "9"
+
+
+def test_expired_items_are_counted_for_their_namespace(node):
+    http(node.admin, "PUT", "/v1/namespaces/brief", {"max_ttl": 1})
+    r = node.raw()
+    for i in range(20):
+        r.store("set", f"brief:{i}", b"x")
+    # the background sweeper reclaims them within about a second of expiry, unasked
+    wait_until(lambda: r.stats("namespaces")["ns:brief:expired"] == "20", timeout=6,
+               message="20 expired items of 'brief' reclaimed by the sweeper")
+    assert r.stats("namespaces")["ns:brief:items"] == "0"
+
+
+def test_evictions_are_counted_for_the_namespace_that_lost_items(start_server):
+    port = free_port()
+    srv = start_server("--admin-port", str(port), "-m", "2")
+    wait_until(lambda: accepts(port), timeout=5, message="the admin port")
+    http(port, "PUT", "/v1/namespaces/churn", {})
+    r = srv.raw()
+    for i in range(4000):
+        r.send(f"set churn:{i} 0 0 1000 noreply\r\n".encode() + b"x" * 1000 + b"\r\n")
+    assert r.cmd("mn") == "MN"
+    st = r.stats("namespaces")
+    assert int(st["ns:churn:evictions"]) > 0
+    assert int(st["ns:churn:bytes"]) <= 2 * 1024 * 1024
+    assert st["ns:default:evictions"] == "0"
