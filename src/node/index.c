@@ -1,5 +1,6 @@
 /* index.c — sharded hash index of items (see index.h). */
 #include "node/index.h"
+#include "node/lock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +19,6 @@ static inline size_t index_bucket(uint64_t hv, uint32_t power)
     return power ? (size_t)(hv >> (64 - power)) : 0;
 }
 
-/* Shard and class locks must make a trylock by the holder fail with EBUSY (not deadlock, not
- * succeed), which normal and adaptive mutexes do; adaptive spins briefly before sleeping, which
- * suits critical sections this short. */
-static int index_mutex_init(pthread_mutex_t *m)
-{
-    pthread_mutexattr_t a;
-    if (pthread_mutexattr_init(&a)) return -1;
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-    int rc = pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-    return rc ? -1 : 0;
-}
 
 int index_create(struct index **out, unsigned hash_power, int nclasses, char *err, size_t errlen)
 {
@@ -55,7 +44,7 @@ int index_create(struct index **out, unsigned hash_power, int nclasses, char *er
         sh->ns = ix->ns;
         sh->cls_items = ix->cls_items + (size_t)i * (size_t)(nclasses + 1);
         sh->buckets = calloc((size_t)1 << power, sizeof *sh->buckets);
-        if (!sh->buckets || index_mutex_init(&sh->lock)) {
+        if (!sh->buckets || lock_init(&sh->lock)) {
             free(sh->buckets);
             sh->buckets = NULL;
             /* shards before i are complete; index_destroy frees exactly those */

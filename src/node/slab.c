@@ -10,6 +10,7 @@
  * Only chunks below a page's `carved` count exist; the rest of the page is untouched memory (or
  * stale bytes of a previous class), which no walker reads. */
 #include "node/slab.h"
+#include "node/lock.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -78,16 +79,6 @@ static inline uint8_t chunk_state(struct item *it)
     return __atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE);
 }
 
-static int slab_mutex_init(pthread_mutex_t *m)
-{
-    /* See index_mutex_init: a trylock by the holder must fail with EBUSY. */
-    pthread_mutexattr_t a;
-    if (pthread_mutexattr_init(&a)) return -1;
-    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
-    int rc = pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-    return rc ? -1 : 0;
-}
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
@@ -115,7 +106,7 @@ static int slab_build_classes(struct slab *s, uint64_t item_max)
     for (int i = 1; i <= n; i++) {
         struct slab_class *c = &s->cls[i];
         c->head = c->tail = c->cur = c->hand_page = SLAB_NONE;
-        if (slab_mutex_init(&c->lock)) {
+        if (lock_init(&c->lock)) {
             for (int j = 1; j < i; j++) pthread_mutex_destroy(&s->cls[j].lock);
             s->nclasses = 0;
             return -1;

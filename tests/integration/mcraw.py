@@ -5,8 +5,11 @@ partial writes, garbage. Every read has a deadline (default 5 s), so a server th
 answering fails the test with a timeout instead of hanging the suite.
 """
 
+import json
 import socket
 import time
+import urllib.error
+import urllib.request
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -226,3 +229,24 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def accepts(port):
+    """Does something accept TCP connections on 127.0.0.1:port?"""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def http(port, method, path, body=None):
+    """One HTTP request to 127.0.0.1:port: (status, body text). A dict or list body is sent as
+    JSON; an error status is returned, not raised."""
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

@@ -2,34 +2,15 @@
 the data port, per-namespace figures in `stats namespaces` and /metrics. shoal only."""
 
 import json
-import socket
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
-from mcraw import free_port, wait_until
+from mcraw import accepts, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
 
-def http(port, method, path, body=None):
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def accepts(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from mcraw import ConnectionClosed, McRaw, free_port, wait_until
+from mcraw import ConnectionClosed, McRaw, accepts, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -171,28 +171,18 @@ def test_slow_reader_is_throttled_not_dropped(start_server):
 # --- admin HTTP -------------------------------------------------------------------------------------
 
 def http_get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http(port, "GET", path)
 
 
 @pytest.fixture
 def admin_server(start_server):
     port = free_port()
     server = start_server("--admin-port", str(port))
-    wait_until(lambda: _accepts(port), timeout=5, message="the admin port to accept connections")
+    wait_until(lambda: accepts(port), timeout=5, message="the admin port to accept connections")
     server.admin_port = port
     return server
 
 
-def _accepts(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_admin_healthz(admin_server):
