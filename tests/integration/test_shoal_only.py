@@ -6,8 +6,6 @@ SHOAL_TEST_SERVER=memcached."""
 import re
 import socket
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
