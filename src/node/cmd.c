@@ -90,6 +90,27 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
     return nit;
 }
 
+bool cmd_delete_holdoff(struct conn *c, const char *key, size_t nkey, int64_t secs, bool *ok)
+{
+    struct store *st = c->node->store;
+    uint32_t now = clock_now();
+    uint64_t hv = store_hash(key, nkey);
+    store_lock(st, hv);
+    struct item *old = store_find_raw(st, hv, key, nkey, now, NULL);
+    bool existed = old && !(old->iflags & ITEM_HOLD);
+    struct item *t = store_alloc(st, key, nkey, 0);
+    if (t) {
+        t->iflags = ITEM_HOLD;
+        t->exptime = clock_exptime(secs, now);
+        t->nsid = cmd_ns(c, key, nkey)->id;
+        if (old) store_replace(st, hv, old, t, now);
+        else store_link(st, hv, t, now);
+    }
+    store_unlock(st, hv);
+    *ok = t != NULL;
+    return existed;
+}
+
 enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct cmd_store_args *a,
                                    uint64_t *cas_out)
 {
@@ -99,8 +120,18 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
     enum cmd_store_res res;
     struct item *stored = NULL;
     store_lock(st, hv);
-    struct item *old = store_find(st, hv, item_key(it), it->nkey, now, NULL);
-    if (old == NULL) {
+    struct item *old = store_find_raw(st, hv, item_key(it), it->nkey, now, NULL);
+    if (old && (old->iflags & ITEM_HOLD)) {
+        /* delete hold-off (§4.3): add, replace, append, prepend and cas fail as if the key
+         * were absent and add could not win; a plain set stores and ends the hold */
+        if (a->mode == CS_SET && !a->has_cas) {
+            store_replace(st, hv, old, it, now);
+            stored = it;
+            res = CS_STORED;
+        } else {
+            res = a->has_cas ? CS_NOT_FOUND : CS_NOT_STORED;
+        }
+    } else if (old == NULL) {
         if (a->has_cas) res = CS_NOT_FOUND;
         else if (a->mode == CS_SET || a->mode == CS_ADD) res = CS_STORED;
         else res = CS_NOT_STORED;

@@ -86,7 +86,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
     m->cmd_get++;
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
-    if (it == NULL && proto_meta_has(mf, 'N')) {
+    if (it == NULL && proto_meta_has(mf, 'N') && why != STORE_MISS_HELD) {
         /* vivify: an empty placeholder whose creator wins the right to fill it */
         it = store_alloc(st, req->key, req->nkey, 0);
         if (it) {
@@ -235,6 +235,26 @@ static void meta_delete(struct conn *c, struct proto_req *req)
     uint64_t hv = store_hash(req->key, req->nkey);
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     const char *code = "HD";
+    if (proto_meta_has(mf, 'H')) { /* delete with hold-off */
+        bool ok;
+        bool existed = cmd_delete_holdoff(c, req->key, req->nkey, mf->holdoff, &ok);
+        if (!ok) {
+            conn_reply_str(c, "SERVER_ERROR out of memory\r\n");
+            return;
+        }
+        if (existed) {
+            c->w->m.delete_hits++;
+            cmd_nsm(c, ns)->deletes++;
+        } else {
+            c->w->m.delete_misses++;
+        }
+        if (existed && mf->quiet) return;
+        struct mline l = {.n = 0};
+        ml_put(&l, existed ? "HD" : "NF", 2);
+        for (int i = 0; i < mf->nflags; i++) ml_common(&l, req, &mf->flag[i]);
+        ml_send(c, &l);
+        return;
+    }
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     if (it == NULL) {
@@ -287,11 +307,14 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     uint32_t ttl_before = UINT32_MAX; /* t reports the TTL as it was before this command's T */
     const char *err = NULL, *code = NULL;
     store_lock(st, hv);
-    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    enum store_miss why;
+    struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
     if (it == NULL) {
         if (incr) m->incr_misses++;
         else m->decr_misses++;
-        if (proto_meta_has(mf, 'N')) {
+        if (proto_meta_has(mf, 'N') && why == STORE_MISS_HELD) {
+            code = "NS"; /* held off: nothing may be created until the hold ends */
+        } else if (proto_meta_has(mf, 'N')) {
             char digits[20];
             size_t len = fmt_u64(digits, mf->initial);
             it = store_alloc(st, req->key, req->nkey, len);

@@ -127,10 +127,27 @@ void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, cons
 
 static void text_delete(struct conn *c, struct proto_req *req)
 {
-    if (req->has_arg && req->exptime != 0) {
+    if (req->has_arg && req->exptime < 0) {
         c->w->m.protocol_errors++;
         reply_unless_noreply(c, req,
-                             "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+                             "CLIENT_ERROR bad command line format.  Usage: delete <key> [<hold-off seconds>] [noreply]\r\n");
+        return;
+    }
+    if (req->has_arg && req->exptime > 0) { /* legacy form: delete, and hold the key off */
+        bool ok;
+        bool existed = cmd_delete_holdoff(c, req->key, req->nkey, req->exptime, &ok);
+        if (!ok) {
+            c->w->m.store_no_memory++;
+            reply_unless_noreply(c, req, "SERVER_ERROR out of memory\r\n");
+            return;
+        }
+        if (existed) {
+            c->w->m.delete_hits++;
+            cmd_nsm(c, cmd_ns(c, req->key, req->nkey))->deletes++;
+        } else {
+            c->w->m.delete_misses++;
+        }
+        reply_unless_noreply(c, req, existed ? "DELETED\r\n" : "NOT_FOUND\r\n");
         return;
     }
     struct store *st = c->node->store;

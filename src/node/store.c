@@ -273,6 +273,19 @@ void store_free(struct store *st, struct item *it) { slab_free(st->slab, it); }
 struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t nkey, uint32_t now,
                         enum store_miss *why)
 {
+    enum store_miss m;
+    struct item *it = store_find_raw(st, hv, key, nkey, now, &m);
+    if (it && (it->iflags & ITEM_HOLD)) {
+        it = NULL;
+        m = STORE_MISS_HELD;
+    }
+    if (why) *why = m;
+    return it;
+}
+
+struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size_t nkey,
+                            uint32_t now, enum store_miss *why)
+{
     struct index_shard *sh = index_shard_of(st->index, hv);
     struct item *it = index_find(sh, hv, key, nkey);
     enum store_miss m = STORE_MISS_ABSENT;

@@ -28,6 +28,7 @@ enum {
     ITEM_FETCHED = 1 << 1, /* read at least once since stored (mg h, me fetch, *_unfetched) */
     ITEM_STALE = 1 << 2,   /* marked stale by md I or ms I: served with X */
     ITEM_TOKEN = 1 << 3,   /* a win (W) was handed out: later readers get Z */
+    ITEM_HOLD = 1 << 4,    /* a delete hold-off tombstone (empty); its exptime ends the hold */
 };
 
 /* One cached item. Header, then key bytes, then value bytes, in one slab chunk.
@@ -151,12 +152,22 @@ struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t 
 /* Return an unlinked item's memory. */
 void store_free(struct store *st, struct item *it);
 
-enum store_miss { STORE_HIT, STORE_MISS_ABSENT, STORE_MISS_EXPIRED, STORE_MISS_FLUSHED };
+enum store_miss {
+    STORE_HIT,
+    STORE_MISS_ABSENT,
+    STORE_MISS_EXPIRED,
+    STORE_MISS_FLUSHED,
+    STORE_MISS_HELD, /* a delete hold-off tombstone is in place: the key reads as absent */
+};
 
 /* Look a key up. Shard lock of `hv` held. Returns the live item or NULL; an expired or
- * flushed item found on the way is unlinked and freed, and *why (if not NULL) says which. */
+ * flushed item found on the way is unlinked and freed, and *why (if not NULL) says which. A
+ * hold-off tombstone is not returned (STORE_MISS_HELD) and stays in place. */
 struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t nkey, uint32_t now,
                         enum store_miss *why);
+/* As store_find, but a hold-off tombstone is returned too (for stores and hold-off deletes). */
+struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size_t nkey,
+                            uint32_t now, enum store_miss *why);
 /* Insert `it`, which must not be in the index and whose key must be absent. Shard lock held.
  * Sets it->atime = now; gives it a fresh CAS unless it->cas is already non-zero. */
 void store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now);

@@ -38,7 +38,7 @@ struct flag_set {
 static const struct flag_set valid[] = {
     [CMD_MG - CMD_MG] = {COMMON_LO, COMMON_UP},
     [CMD_MS - CMD_MG] = {COMMON_LO, COMMON_UP | UP('S')},
-    [CMD_MD - CMD_MG] = {COMMON_LO | LO('x'), COMMON_UP},
+    [CMD_MD - CMD_MG] = {COMMON_LO | LO('x'), COMMON_UP | UP('H')},
     [CMD_MA - CMD_MG] = {COMMON_LO, COMMON_UP},
 };
 
@@ -146,6 +146,9 @@ static void meta_flag(struct proto_req *req, struct flag_errs *fe, const struct 
         break;
     case 'R':
         if (!proto_parse_i64(tok, ntok, &m->recache)) soft(fe, e_badtoken);
+        break;
+    case 'H': /* ours: delete hold-off, seconds */
+        if (!proto_parse_i64(tok, ntok, &m->holdoff) || m->holdoff < 0) soft(fe, e_badtoken);
         break;
     case 'C':
         if (!proto_parse_u64(tok, ntok, &m->cas_in)) soft(fe, e_badtoken);

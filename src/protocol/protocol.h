@@ -55,6 +55,7 @@ struct proto_meta {
     int64_t ttl;      /* T token */
     int64_t vivify;   /* N token (ttl) */
     int64_t recache;  /* R token (ttl threshold) */
+    int64_t holdoff;  /* H token (md: delete hold-off, seconds; ours) */
     uint32_t flags;   /* F token (client flags) */
     uint64_t cas_in;  /* C token (compare) */
     uint64_t cas_new; /* E token (explicit new cas) */

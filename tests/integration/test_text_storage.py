@@ -197,6 +197,7 @@ def test_delete_noreply(raw):
     assert raw.get("d") == []
 
 
+@pytest.mark.memcached_only("shoal implements the delete hold-off time (docs/protocol.md)")
 def test_delete_accepts_legacy_zero_time_but_not_other_times(raw):
     # memcached still accepts the pre-1.4 form `delete <key> 0`; any other number is refused with
     # a usage message (note the two spaces after "format.").
