@@ -147,7 +147,11 @@ static void meta_get(struct conn *c, struct proto_req *req)
             break;
         case 'N':
             if (created) {
-                it->exptime = ns_exptime(ns, mf->vivify, now);
+                /* a holder that never fills must not block the key for longer than lease_ttl */
+                int64_t life = mf->vivify;
+                if (ns->cfg.lease_ttl && (life <= 0 || life > (int64_t)ns->cfg.lease_ttl))
+                    life = (int64_t)ns->cfg.lease_ttl;
+                it->exptime = ns_exptime(ns, life, now);
                 won = true;
             }
             break;
@@ -281,6 +285,8 @@ static void meta_delete(struct conn *c, struct proto_req *req)
             item_set_iflags(it, (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN));
             it->cas = proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st);
             if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
+            else if (ns->cfg.stale_ttl) /* serve the stale value for at most stale_ttl */
+                it->exptime = now + (uint32_t)ns->cfg.stale_ttl;
         } else if (!proto_meta_has(mf, 'x')) {
             store_unlink(st, hv, it);
         }

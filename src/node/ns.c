@@ -73,7 +73,6 @@ static void ns_index_rebuild(struct ns_table *t)
 static void ns_config_default(struct ns_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->lease_ttl = 10;
     c->eviction = NS_EVICT_LRU;
 }
 

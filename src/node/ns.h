@@ -30,14 +30,14 @@ struct buf;
 enum ns_eviction { NS_EVICT_LRU };
 
 /* Numeric settings: X(name, lo, hi, help). One table drives JSON parsing, validation, defaults
- * (0, except lease_ttl) and rendering. */
+ * (all 0) and rendering. */
 #define NS_SETTINGS(X)                                                                           \
     X(memory, 0, 1ull << 50, "quota in bytes (0: no quota of its own, bounded by -m)")          \
     X(default_ttl, 0, 2592000, "TTL applied when a client sends 0, seconds (0: none)")           \
     X(max_ttl, 0, 2592000, "longest TTL, seconds; longer ones are clamped (0: no limit)")        \
-    X(lease_ttl, 1, 3600, "seconds a lease placeholder lives if its holder never fills")         \
+    X(lease_ttl, 0, 3600, "longest life of a lease placeholder whose holder never fills, s (0: N)") \
     X(lease_period, 0, 3600, "at most one lease win per key per this many seconds (0: off)")     \
-    X(stale_ttl, 0, 86400, "seconds a deleted or expired item is kept to be served stale")
+    X(stale_ttl, 0, 86400, "seconds an invalidated (md I) item is kept to be served stale")
 
 struct ns_config {
 #define X(name, lo, hi, help) uint64_t name;

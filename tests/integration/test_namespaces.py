@@ -216,3 +216,23 @@ def test_evictions_are_counted_for_the_namespace_that_lost_items(start_server):
     assert int(st["ns:churn:evictions"]) > 0
     assert int(st["ns:churn:bytes"]) <= 2 * 1024 * 1024
     assert st["ns:default:evictions"] == "0"
+
+
+def test_lease_ttl_caps_an_unfilled_placeholder(node):
+    http(node.admin, "PUT", "/v1/namespaces/lt", {"lease_ttl": 1})
+    a, b = node.raw(), node.raw()
+    assert "W" in a.meta("mg lt:k v c N300").flags  # a wins and never fills
+    assert "Z" in b.meta("mg lt:k v c N300").flags
+    # after lease_ttl the placeholder is gone and another client can win
+    wait_until(lambda: "W" in b.meta("mg lt:k v c N300").flags, timeout=5,
+               message="a new win once the 1 s lease_ttl of the unfilled placeholder passed")
+
+
+def test_stale_ttl_bounds_how_long_an_invalidated_value_is_served(node):
+    http(node.admin, "PUT", "/v1/namespaces/st", {"stale_ttl": 7})
+    r = node.raw()
+    assert r.meta("ms st:k 3 T3600", b"old").code == "HD"
+    assert r.meta("md st:k I").code == "HD"
+    got = r.meta("mg st:k v t")
+    assert "X" in got.flags and got.value == b"old"
+    assert int(got.flags["t"]) in (6, 7), f"stale value kept for stale_ttl, not its TTL: {got.line}"
