@@ -90,7 +90,8 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
     return nit;
 }
 
-bool cmd_delete_holdoff(struct conn *c, const char *key, size_t nkey, int64_t secs, bool *ok)
+bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, size_t nkey,
+                        int64_t secs, bool *ok)
 {
     struct store *st = c->node->store;
     uint32_t now = clock_now();
@@ -102,12 +103,13 @@ bool cmd_delete_holdoff(struct conn *c, const char *key, size_t nkey, int64_t se
     if (t) {
         t->iflags = ITEM_HOLD;
         t->exptime = clock_exptime(secs, now);
-        t->nsid = cmd_ns(c, key, nkey)->id;
+        t->nsid = ns->id;
         if (old) store_replace(st, hv, old, t, now);
         else store_link(st, hv, t, now);
     }
     store_unlock(st, hv);
     *ok = t != NULL;
+    if (t) cmd_count_delete(c, ns, existed);
     return existed;
 }
 

@@ -21,6 +21,17 @@ static inline struct ns_metrics *cmd_nsm(const struct conn *c, const struct ns *
     return &c->w->ns_m[ns->id];
 }
 
+/* Count a delete request's outcome, node-wide and for its namespace. */
+static inline void cmd_count_delete(struct conn *c, const struct ns *ns, bool hit)
+{
+    if (hit) {
+        c->w->m.delete_hits++;
+        cmd_nsm(c, ns)->deletes++;
+    } else {
+        c->w->m.delete_misses++;
+    }
+}
+
 /* Run a parsed non-storage request. */
 void cmd_run(struct conn *c, struct proto_req *req);
 

@@ -241,16 +241,10 @@ static void meta_delete(struct conn *c, struct proto_req *req)
     const char *code = "HD";
     if (proto_meta_has(mf, 'H')) { /* delete with hold-off */
         bool ok;
-        bool existed = cmd_delete_holdoff(c, req->key, req->nkey, mf->holdoff, &ok);
+        bool existed = cmd_delete_holdoff(c, ns, req->key, req->nkey, mf->holdoff, &ok);
         if (!ok) {
             conn_reply_str(c, "SERVER_ERROR out of memory\r\n");
             return;
-        }
-        if (existed) {
-            c->w->m.delete_hits++;
-            cmd_nsm(c, ns)->deletes++;
-        } else {
-            c->w->m.delete_misses++;
         }
         if (existed && mf->quiet) return;
         struct mline l = {.n = 0};
@@ -263,12 +257,11 @@ static void meta_delete(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     if (it == NULL) {
         code = "NF";
-        c->w->m.delete_misses++;
+        cmd_count_delete(c, ns, false);
     } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
         code = "EX";
     } else {
-        c->w->m.delete_hits++;
-        cmd_nsm(c, ns)->deletes++;
+        cmd_count_delete(c, ns, true);
         if (proto_meta_has(mf, 'x')) {
             /* drop the value but keep the item (and its TTL) in place */
             struct item *nit = store_alloc(st, req->key, req->nkey, 0);

@@ -22,11 +22,13 @@ struct cmd_store_args {
 enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct cmd_store_args *a,
                                    uint64_t *cas_out);
 
-/* Delete `key` and hold it off for `secs` seconds (the legacy `delete <key> <time>` and md H):
- * until then gets miss, add/replace/append/prepend/cas fail, and a plain set stores and ends the
- * hold. Returns whether a live item was there; *ok is false when the tombstone could not be
- * allocated (the key is then left as it was). */
-bool cmd_delete_holdoff(struct conn *c, const char *key, size_t nkey, int64_t secs, bool *ok);
+/* Delete `key` (of namespace `ns`) and hold it off for `secs` seconds (the legacy
+ * `delete <key> <time>` and md H): until then gets miss, add/replace/append/prepend/cas fail,
+ * and a plain set stores and ends the hold. Counts the delete. Returns whether a live item was
+ * there; *ok is false when the tombstone could not be allocated (the key is then left as it
+ * was, and nothing is counted). */
+bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, size_t nkey,
+                        int64_t secs, bool *ok);
 
 /* Refuse a storage command before its data is read: reply `msg` (unless text noreply) and, for
  * set and ms, remove any old value of the key as memcached does. */

@@ -133,19 +133,14 @@ static void text_delete(struct conn *c, struct proto_req *req)
                              "CLIENT_ERROR bad command line format.  Usage: delete <key> [<hold-off seconds>] [noreply]\r\n");
         return;
     }
+    const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     if (req->has_arg && req->exptime > 0) { /* legacy form: delete, and hold the key off */
         bool ok;
-        bool existed = cmd_delete_holdoff(c, req->key, req->nkey, req->exptime, &ok);
+        bool existed = cmd_delete_holdoff(c, ns, req->key, req->nkey, req->exptime, &ok);
         if (!ok) {
             c->w->m.store_no_memory++;
             reply_unless_noreply(c, req, "SERVER_ERROR out of memory\r\n");
             return;
-        }
-        if (existed) {
-            c->w->m.delete_hits++;
-            cmd_nsm(c, cmd_ns(c, req->key, req->nkey))->deletes++;
-        } else {
-            c->w->m.delete_misses++;
         }
         reply_unless_noreply(c, req, existed ? "DELETED\r\n" : "NOT_FOUND\r\n");
         return;
@@ -156,12 +151,7 @@ static void text_delete(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, clock_now(), NULL);
     if (it) store_unlink(st, hv, it);
     store_unlock(st, hv);
-    if (it) {
-        c->w->m.delete_hits++;
-        cmd_nsm(c, cmd_ns(c, req->key, req->nkey))->deletes++;
-    } else {
-        c->w->m.delete_misses++;
-    }
+    cmd_count_delete(c, ns, it != NULL);
     reply_unless_noreply(c, req, it ? "DELETED\r\n" : "NOT_FOUND\r\n");
 }
 

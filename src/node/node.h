@@ -118,6 +118,10 @@ struct node {
     uint64_t rejected_conns;
 };
 
+/* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */
+const struct metric_desc *node_metric_table(size_t *n);
+const struct metric_desc *store_metric_table(size_t *n);
+
 /* Sum every worker's counters into `out`. */
 void node_metrics_sum(struct node *n, struct node_metrics *out);
 /* Sum every worker's counters of namespace id `id` (the registry's sum_metrics hook). */

@@ -16,9 +16,6 @@
 #include "common/buf.h"
 #include "node/node.h"
 
-const struct metric_desc *node_metric_table(size_t *n);
-const struct metric_desc *store_metric_table(size_t *n);
-
 static const struct metric_desc ns_metric_descs[] = {
 #define X(name, kind, help) METRIC_DESC(struct ns_metrics, name, kind, help),
     NS_METRICS(X)
