@@ -43,13 +43,13 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
         cmd_store_refuse(c, req, "SERVER_ERROR object too large for cache\r\n");
         return NULL;
     }
-    struct item *it = store_alloc(st, req->key, req->nkey, (size_t)req->nbytes);
+    uint16_t nsid = cmd_ns(c, req->key, req->nkey)->id;
+    struct item *it = store_alloc(st, nsid, req->key, req->nkey, (size_t)req->nbytes);
     if (it == NULL) {
         c->w->m.store_no_memory++;
         cmd_store_refuse(c, req, "SERVER_ERROR out of memory storing object\r\n");
         return NULL;
     }
-    it->nsid = cmd_ns(c, req->key, req->nkey)->id;
     return it;
 }
 
@@ -73,11 +73,10 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
 {
     size_t n = (size_t)old->nbytes + it->nbytes;
     if (store_item_size(st, old->nkey, n) == 0) return NULL;
-    struct item *nit = store_alloc(st, item_key(old), old->nkey, n);
+    struct item *nit = store_alloc(st, old->nsid, item_key(old), old->nkey, n);
     if (nit == NULL) return NULL;
     nit->flags = old->flags;
     nit->exptime = old->exptime;
-    nit->nsid = old->nsid;
     char *v = item_value(nit);
     if (append) {
         memcpy(v, item_value(old), old->nbytes);
@@ -99,11 +98,10 @@ bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, si
     store_lock(st, hv);
     struct item *old = store_find_raw(st, hv, key, nkey, now, NULL);
     bool existed = old && !(old->iflags & ITEM_HOLD);
-    struct item *t = store_alloc(st, key, nkey, 0);
+    struct item *t = store_alloc(st, ns->id, key, nkey, 0);
     if (t) {
         t->iflags = ITEM_HOLD;
         t->exptime = clock_exptime(secs, now);
-        t->nsid = ns->id;
         if (old) store_replace(st, hv, old, t, now);
         else store_link(st, hv, t, now);
     }
@@ -142,7 +140,7 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
             stored = it;
         }
     } else if (a->mode == CS_ADD) {
-        store_bump(old, now);
+        store_bump(st, old, now);
         res = CS_NOT_STORED;
     } else {
         res = CS_STORED;

@@ -88,12 +88,11 @@ static void meta_get(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
     if (it == NULL && proto_meta_has(mf, 'N') && why != STORE_MISS_HELD) {
         /* vivify: an empty placeholder whose creator wins the right to fill it */
-        it = store_alloc(st, req->key, req->nkey, 0);
+        it = store_alloc(st, ns->id, req->key, req->nkey, 0);
         if (it) {
             /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
              * before N reports -1 */
             it->exptime = 0;
-            it->nsid = ns->id;
             if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
             store_link(st, hv, it, now);
             created = true;
@@ -186,7 +185,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
         m->lease_wins++;
         nsm->lease_wins++;
     }
-    if (!proto_meta_has(mf, 'u') && !created) store_bump(it, now);
+    if (!proto_meta_has(mf, 'u') && !created) store_bump(st, it, now);
     ml_send(c, &l);
     if (want_value) {
         conn_reply(c, item_value(it), it->nbytes);
@@ -264,10 +263,9 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         cmd_count_delete(c, ns, true);
         if (proto_meta_has(mf, 'x')) {
             /* drop the value but keep the item (and its TTL) in place */
-            struct item *nit = store_alloc(st, req->key, req->nkey, 0);
+            struct item *nit = store_alloc(st, it->nsid, req->key, req->nkey, 0);
             if (nit) {
                 nit->exptime = it->exptime;
-                nit->nsid = it->nsid;
                 store_replace(st, hv, it, nit, now);
                 it = nit;
             } else {
@@ -316,10 +314,9 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         } else if (proto_meta_has(mf, 'N')) {
             char digits[20];
             size_t len = fmt_u64(digits, mf->initial);
-            it = store_alloc(st, req->key, req->nkey, len);
+            it = store_alloc(st, ns->id, req->key, req->nkey, len);
             if (it) {
                 memcpy(item_value(it), digits, len);
-                it->nsid = ns->id;
                 it->exptime = ns_exptime(ns, mf->vivify, now);
                 if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
                 store_link(st, hv, it, now);

@@ -154,9 +154,10 @@ static void stats_namespaces(struct conn *c)
         struct store_ns_stats es;
         store_ns_stats(c->node->store, ns->id, &es);
         buf_printf(&c->wbuf,
-                   "STAT ns:%s:items %llu\r\nSTAT ns:%s:bytes %llu\r\n"
+                   "STAT ns:%s:items %llu\r\nSTAT ns:%s:bytes %llu\r\nSTAT ns:%s:memory %llu\r\n"
                    "STAT ns:%s:evictions %llu\r\nSTAT ns:%s:expired %llu\r\n",
                    nm, (unsigned long long)es.items, nm, (unsigned long long)es.bytes, nm,
+                   (unsigned long long)es.memory, nm,
                    (unsigned long long)es.evictions, nm, (unsigned long long)es.expired);
         uint64_t reads = m.get_hits + m.get_misses;
         buf_printf(&c->wbuf, "STAT ns:%s:hit_ratio %.4f\r\n", nm,

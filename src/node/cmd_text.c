@@ -78,7 +78,7 @@ static void text_get(struct conn *c, struct proto_req *req)
                 m->get_hits++;
             }
             nsm->get_hits++;
-            store_bump(it, now);
+            store_bump(st, it, now);
             overflow = !text_value(c, it, with_cas);
         } else {
             if (touch) m->touch_misses++;
@@ -183,13 +183,12 @@ enum delta_res cmd_delta_locked(struct store *st, uint64_t hv, struct item **itp
         memcpy(item_value(it), digits, len);
         memset(item_value(it) + len, ' ', it->nbytes - len);
         it->cas = store_next_cas(st);
-        store_bump(it, now);
+        store_bump(st, it, now);
     } else {
-        struct item *nit = store_alloc(st, item_key(it), it->nkey, len);
+        struct item *nit = store_alloc(st, it->nsid, item_key(it), it->nkey, len);
         if (nit == NULL) return DELTA_NO_MEMORY;
         nit->flags = it->flags;
         nit->exptime = it->exptime;
-        nit->nsid = it->nsid;
         nit->iflags |= it->iflags & ITEM_FETCHED;
         memcpy(item_value(nit), digits, len);
         store_replace(st, hv, it, nit, now);
@@ -254,7 +253,7 @@ static void text_touch(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     if (it) {
         it->exptime = ns_exptime(cmd_ns(c, req->key, req->nkey), req->exptime, now);
-        store_bump(it, now);
+        store_bump(st, it, now);
     }
     store_unlock(st, hv);
     if (it) c->w->m.touch_hits++;

@@ -104,12 +104,16 @@ int main(int argc, char **argv)
     }
     uint64_t *seen[256];
     for (uint64_t i = 0; i < node.cfg.threads; i++) seen[i] = &node.workers[i].ns_seen;
-    if (ns_registry_init(&node.ns, node.cfg.store.memory_mb << 20, seen, node.cfg.threads) < 0) {
+    if (ns_registry_init(&node.ns, seen, node.cfg.threads) < 0) {
         fprintf(stderr, "shoal-node: out of memory creating the namespace table\n");
         return 2;
     }
     node.ns.sum_metrics = node_ns_metrics_sum;
     node.ns.sum_ctx = &node;
+    if (ns_registry_set_apply(&node.ns, node_ns_apply, &node, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
     if (node.cfg.namespaces &&
         ns_load_file(&node.ns, node.cfg.namespaces, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);

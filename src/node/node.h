@@ -126,5 +126,9 @@ const struct metric_desc *store_metric_table(size_t *n);
 void node_metrics_sum(struct node *n, struct node_metrics *out);
 /* Sum every worker's counters of namespace id `id` (the registry's sum_metrics hook). */
 void node_ns_metrics_sum(void *node, uint16_t id, struct ns_metrics *out);
+/* The namespace registry's apply hook: check a namespace's quota against the engine (0 or at
+ * least one slab page, at most -m) and give the engine its quota and policy (cfg NULL: removed,
+ * its pool keeps no quota and its pages go to whoever needs them). */
+int node_ns_apply(void *node, uint16_t id, const struct ns_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -127,12 +127,22 @@ static void render_metrics(void *ctx, struct buf *out)
         if (t->byid[id])
             buf_printf(out, "shoal_node_ns_quota_bytes{namespace=\"%s\"} %llu\n",
                        t->byid[id]->name, (unsigned long long)t->byid[id]->cfg.memory);
+    buf_printf(out, "# HELP shoal_node_ns_hit_ratio per namespace: get hits / (hits + misses)\n"
+                    "# TYPE shoal_node_ns_hit_ratio gauge\n");
+    for (int id = 0; id < NS_MAX; id++) {
+        if (t->byid[id] == NULL) continue;
+        uint64_t reads = per[id].get_hits + per[id].get_misses;
+        buf_printf(out, "shoal_node_ns_hit_ratio{namespace=\"%s\"} %.4f\n", t->byid[id]->name,
+                   reads ? (double)per[id].get_hits / (double)reads : 0.0);
+    }
     static const struct {
         const char *name, *type, *help;
         size_t off;
     } eng[] = {
         {"items", "gauge", "items stored now", offsetof(struct store_ns_stats, items)},
         {"bytes", "gauge", "bytes of stored items", offsetof(struct store_ns_stats, bytes)},
+        {"memory_bytes", "gauge", "bytes of slab pages owned (at most the quota)",
+         offsetof(struct store_ns_stats, memory)},
         {"evictions_total", "counter", "live items evicted",
          offsetof(struct store_ns_stats, evictions)},
         {"expired_total", "counter", "expired items reclaimed",

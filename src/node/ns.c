@@ -70,13 +70,22 @@ static void ns_index_rebuild(struct ns_table *t)
     }
 }
 
+static const char *const ns_eviction_names[] = {"lru", "lfu", "s3fifo"};
+
+const char *ns_eviction_name(enum ns_eviction e)
+{
+    return (unsigned)e < sizeof ns_eviction_names / sizeof ns_eviction_names[0]
+               ? ns_eviction_names[e]
+               : "lru";
+}
+
 static void ns_config_default(struct ns_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->eviction = NS_EVICT_LRU;
+    c->eviction = NS_EVICT_DEFAULT;
 }
 
-int ns_registry_init(struct ns_registry *r, uint64_t memory, uint64_t **seen, size_t nreaders)
+int ns_registry_init(struct ns_registry *r, uint64_t **seen, size_t nreaders)
 {
     memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->lock, NULL);
@@ -93,12 +102,27 @@ int ns_registry_init(struct ns_registry *r, uint64_t memory, uint64_t **seen, si
     strcpy(def->name, "default");
     def->nname = 7;
     ns_config_default(&def->cfg);
-    def->cfg.memory = memory;
     t->byid[NS_DEFAULT_ID] = def;
     t->version = 1;
     ns_index_rebuild(t);
     r->table = t;
     return 0;
+}
+
+int ns_registry_set_apply(struct ns_registry *r,
+                          int (*apply)(void *, uint16_t, const struct ns_config *, char *, size_t),
+                          void *ctx, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&r->lock);
+    r->apply = apply;
+    r->apply_ctx = ctx;
+    int rc = 0;
+    for (int id = 0; id < NS_MAX && rc == 0; id++) {
+        const struct ns *ns = r->table->byid[id];
+        if (ns && apply(ctx, ns->id, &ns->cfg, err, errlen) != 0) rc = -1;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 static void ns_table_free(struct ns_table *t, const struct ns_table *keep)
@@ -208,11 +232,13 @@ static int ns_apply_json(struct ns_config *cfg, json_t *obj, struct buf *out)
         if (!strcmp(field, "eviction")) {
             known = true;
             const char *s = json_string_value(v);
-            if (s == NULL || strcmp(s, "lru") != 0)
+            size_t k = 0, n = sizeof ns_eviction_names / sizeof ns_eviction_names[0];
+            while (s && k < n && strcmp(s, ns_eviction_names[k]) != 0) k++;
+            if (s == NULL || k == n)
                 return ns_error(out, 400,
-                                "field 'eviction' must be \"lru\" (approximate LRU; lfu and "
-                                "s3fifo are not available yet)");
-            cfg->eviction = NS_EVICT_LRU;
+                                "field 'eviction' must be \"lru\" (CLOCK), \"lfu\" (frequency "
+                                "with decay) or \"s3fifo\" (small FIFO, main CLOCK and ghost)");
+            cfg->eviction = (enum ns_eviction)k;
         }
         if (!known)
             return ns_error(out, 400,
@@ -232,7 +258,7 @@ static json_t *ns_to_json(const struct ns *ns)
 #define X(name, lo, hi, help) json_object_set_new(o, #name, json_integer((json_int_t)ns->cfg.name));
     NS_SETTINGS(X)
 #undef X
-    json_object_set_new(o, "eviction", json_string("lru"));
+    json_object_set_new(o, "eviction", json_string(ns_eviction_name(ns->cfg.eviction)));
     return o;
 }
 
@@ -291,6 +317,11 @@ static int ns_put_locked(struct ns_registry *r, const char *name, json_t *obj, s
         if (r->sum_metrics) r->sum_metrics(r->sum_ctx, ns->id, &ns->base);
     }
     int st = ns_apply_json(&ns->cfg, obj, out);
+    if (st == 0 && r->apply) {
+        char err[256];
+        st = r->apply(r->apply_ctx, ns->id, &ns->cfg, err, sizeof err);
+        if (st) ns_error(out, st, "%s", err);
+    }
     if (st) {
         free(ns);
         return st;
@@ -339,6 +370,8 @@ int ns_delete(struct ns_registry *r, const char *name, struct buf *out)
         } else {
             t->byid[cur->id] = NULL;
             ns_index_rebuild(t);
+            char err[256];
+            if (r->apply) r->apply(r->apply_ctx, cur->id, NULL, err, sizeof err);
             log_notice("namespace %s removed", name);
             ns_publish(r, t);
             buf_append_str(out, "{\"deleted\": true}\n");

@@ -27,12 +27,14 @@ _Static_assert(NS_MAX <= STORE_NS_MAX, "the engine keeps figures for every names
 
 struct buf;
 
-enum ns_eviction { NS_EVICT_LRU };
+/* Eviction policies, as named in JSON ("lru", "lfu", "s3fifo"); same values as store_policy. */
+enum ns_eviction { NS_EVICT_LRU, NS_EVICT_LFU, NS_EVICT_S3FIFO };
+#define NS_EVICT_DEFAULT NS_EVICT_LRU
 
 /* Numeric settings: X(name, lo, hi, help). One table drives JSON parsing, validation, defaults
  * (all 0) and rendering. */
 #define NS_SETTINGS(X)                                                                           \
-    X(memory, 0, 1ull << 50, "quota in bytes (0: no quota of its own, bounded by -m)")          \
+    X(memory, 0, 1ull << 50, "quota in bytes (0: none; shares what the quotas leave of -m)")    \
     X(default_ttl, 0, 2592000, "TTL applied when a client sends 0, seconds (0: none)")           \
     X(max_ttl, 0, 2592000, "longest TTL, seconds; longer ones are clamped (0: no limit)")        \
     X(lease_ttl, 0, 3600, "longest life of a lease placeholder whose holder never fills, s (0: N)") \
@@ -87,11 +89,23 @@ struct ns_registry {
     /* sums the registry needs to set `base` of a new namespace */
     void (*sum_metrics)(void *ctx, uint16_t id, struct ns_metrics *out);
     void *sum_ctx;
+    /* Called (registry lock held) before a namespace's settings are published, with cfg NULL
+     * when it is removed: the engine checks and applies the quota and policy. Returns 0, or an
+     * HTTP status (400, 507) with a message in err naming the field; then nothing changes. */
+    int (*apply)(void *ctx, uint16_t id, const struct ns_config *cfg, char *err, size_t errlen);
+    void *apply_ctx;
 };
 
-/* Registry with only `default`, whose quota is `memory` (the node's -m) and no TTL rules.
- * `seen` points at each reader's quiescence word (one per worker). */
-int ns_registry_init(struct ns_registry *r, uint64_t memory, uint64_t **seen, size_t nreaders);
+/* Registry with only `default`, with no quota (it shares the memory the quotas leave), no TTL
+ * rules and the default policy. `seen` points at each reader's quiescence word (one per
+ * worker). */
+int ns_registry_init(struct ns_registry *r, uint64_t **seen, size_t nreaders);
+/* Install the apply hook and run it for every namespace defined now. 0, or -1 with a message. */
+int ns_registry_set_apply(struct ns_registry *r,
+                          int (*apply)(void *, uint16_t, const struct ns_config *, char *, size_t),
+                          void *ctx, char *err, size_t errlen);
+/* "lru", "lfu" or "s3fifo". */
+const char *ns_eviction_name(enum ns_eviction e);
 void ns_registry_teardown(struct ns_registry *r);
 
 static inline const struct ns_table *ns_current(struct ns_registry *r)

@@ -1,13 +1,16 @@
-/* slab.h — item memory for the store: one reservation cut into pages, pages handed to size
- * classes, classes cut into fixed-size chunks; per-class CLOCK eviction and page moves between
- * classes. Also declares the sweeper (sweeper.c), the background walker over slab pages.
+/* slab.h — item memory for the store: one reservation cut into pages, pages handed to pools
+ * (one per namespace, each with a quota and an eviction policy) and within a pool to size
+ * classes, classes cut into fixed-size chunks; eviction inside a class by the pool's policy
+ * (evict.c) and page moves between classes and pools. Also declares the sweeper (sweeper.c), the
+ * background walker over slab pages.
  *
  * The slab layer knows the item header (it reads iflags, and the CLOCK bit through its visitor)
  * but nothing of the index: whenever it needs a linked item gone it asks a visitor callback,
  * supplied by store.c, which try-locks the item's shard and unlinks it.
  *
- * Locks: one mutex per class. A class lock is never held while blocking on a shard lock, and no
- * code holds two class locks at once. */
+ * Locks: one mutex per (pool, class), and pool_lock for pool page counts and the free pages.
+ * A class lock is never held while blocking on a shard lock, no code holds two class locks at
+ * once, and pool_lock is a leaf (taken under a class lock, nothing taken under it). */
 #ifndef SHOAL_NODE_SLAB_H
 #define SHOAL_NODE_SLAB_H
 
@@ -29,9 +32,17 @@
 
 /* Why a visitor is called. */
 enum slab_visit {
-    SLAB_VISIT_EVICT, /* CLOCK hand of a full class: honour the CLOCK bit, take the item if you can */
+    SLAB_VISIT_EVICT, /* the policy chose it as a victim: take the item if you can */
     SLAB_VISIT_STEAL, /* a page is being emptied for another class: take the item if you can */
     SLAB_VISIT_SWEEP, /* background pass: take the item only if it is expired or flushed */
+    SLAB_VISIT_PEEK,  /* no locks, no change: say SLAB_DEAD if it looks expired or flushed */
+};
+
+/* Eviction policies of a pool (see evict.c). */
+enum slab_policy {
+    SLAB_POLICY_LRU,    /* CLOCK: one reference bit, cleared by the hand */
+    SLAB_POLICY_LFU,    /* 8-bit logarithmic counter decayed by idle time; sampled eviction */
+    SLAB_POLICY_S3FIFO, /* small FIFO + main CLOCK with 2-bit counters + ghost keys (SOSP'23) */
 };
 
 /* Visitor results, or-ed together. */
@@ -42,6 +53,7 @@ enum {
     SLAB_GONE = 4,            /* unlinked from the index; its chunk is the slab's again */
     SLAB_GONE_EXPIRED = 8,    /* with SLAB_GONE: it was already expired or flushed */
     SLAB_GONE_UNFETCHED = 16, /* with SLAB_GONE: it was never read */
+    SLAB_DEAD = 32,           /* PEEK: expired or flushed (a guess, re-checked when taken) */
 };
 
 /* Called with the item's class lock held, for a chunk whose ITEM_LINKED bit was seen set
@@ -59,6 +71,7 @@ struct slab_counters {
     uint64_t sweeper_reclaimed;
     uint64_t pages_moved; /* pages this class received from another class */
     uint64_t alloc_failures;
+    uint64_t pages_trimmed; /* pages given back because the pool was over its quota */
 };
 
 struct slab_class_info {
@@ -91,13 +104,32 @@ uint32_t slab_pages_total(const struct slab *s);
 /* Pages handed out from the unassigned pool so far (they never go back to it). */
 uint32_t slab_pages_used(const struct slab *s);
 
-/* A chunk of class `clsid` with iflags 0 and every other byte unspecified, or NULL when nothing
- * could be freed (counted in alloc_failures). Order: free list, current page, unassigned page,
- * CLOCK eviction in the class, then a page taken from another class. `fn`/`ctx` unlink victims.
- * Takes and releases class locks; the caller may hold one shard lock. */
-struct item *slab_alloc(struct slab *s, int clsid, slab_visit_fn fn, void *ctx);
+/* A chunk of class `clsid` in pool `nsid` with iflags 0, `clock` set by the pool's policy and
+ * every other byte unspecified, or NULL when nothing could be freed (counted in
+ * alloc_failures). `hv` is the key's hash (the s3fifo ghost check). Order: free list, current
+ * page, a free page (while the pool is under its quota, or, without a quota, while pages remain
+ * beyond what quota'd pools are still owed), a page from a pool over its guarantee (when this
+ * one is under its quota), eviction in the class by the pool's policy, a page from another class
+ * of the pool, and last (pools without a quota) a page from another pool. `fn`/`ctx` unlink
+ * victims. Takes and releases class locks; the caller may hold one shard lock. */
+struct item *slab_alloc(struct slab *s, uint16_t nsid, int clsid, uint64_t hv, slab_visit_fn fn,
+                        void *ctx);
 /* Give back a chunk that is not linked. Takes its class lock. */
 void slab_free(struct slab *s, struct item *it);
+
+/* Set pool `nsid`'s quota (bytes, rounded down to whole pages, at least one; 0 = none: it shares
+ * what quotas leave) and policy. Creates the pool if needed. A pool over its new quota gives
+ * pages back over the next slab_trim calls. Returns 0, or -1 when out of memory. */
+int slab_pool_configure(struct slab *s, uint16_t nsid, uint64_t quota, enum slab_policy policy);
+/* Pages pool `nsid` owns now (0 for a pool never used). */
+uint32_t slab_pool_pages(struct slab *s, uint16_t nsid);
+/* Policy of pool `nsid` (LRU for a pool never configured). Lock-free. */
+enum slab_policy slab_pool_policy(struct slab *s, uint16_t nsid);
+/* Give back up to `max` pages of pools over their quota to the free pages. No lock held.
+ * Returns the pages given back. */
+uint32_t slab_trim(struct slab *s, uint32_t max, slab_visit_fn fn, void *ctx);
+/* A read of `it` (shard lock held): update its policy state (evict.c). */
+void slab_bump(struct slab *s, struct item *it, uint32_t now);
 
 /* Visit up to `max` chunks of page `page` from chunk index `from`, calling fn (with
  * SLAB_VISIT_SWEEP) on linked ones and freeing those it takes. Returns the index to continue
@@ -107,12 +139,12 @@ uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t m
 
 /* Add every class's counters into *out. */
 void slab_sum_counters(struct slab *s, struct slab_counters *out);
-/* Figures of one class; false if clsid is out of range. */
+/* Figures of one class summed over pools; false if clsid is out of range. */
 bool slab_class_info(struct slab *s, int clsid, struct slab_class_info *out);
 
 /* The sweeper: a thread that every `interval_ms` walks the assigned pages (all of them, or a
  * 256 MiB slice of a larger store, resuming where the last tick stopped) and lets `fn` (with
- * SLAB_VISIT_SWEEP) reclaim expired and flushed items. */
+ * SLAB_VISIT_SWEEP) reclaim expired and flushed items; it also trims pools over their quota. */
 struct sweeper;
 /* Start the thread. Returns 0, or -1 with a message in err. */
 int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void *ctx,

@@ -18,6 +18,10 @@
 #include "node/slab.h"
 
 _Static_assert(sizeof(struct item) == 40, "item header must stay 40 bytes");
+_Static_assert((int)STORE_POLICY_LRU == (int)SLAB_POLICY_LRU &&
+                   (int)STORE_POLICY_LFU == (int)SLAB_POLICY_LFU &&
+                   (int)STORE_POLICY_S3FIFO == (int)SLAB_POLICY_S3FIFO,
+               "store and slab name the policies alike");
 _Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN) & ITEM_SLAB_FREE) == 0,
                "slab's private flag overlaps a public one");
 
@@ -89,9 +93,9 @@ struct store_alloc_ctx {
 };
 
 /* The slab visitor (see slab_visit_fn): class lock held, never blocks on a shard lock.
- *  EVICT: an expired item goes at once; a live one with its CLOCK bit set gets the bit cleared
- *         and stays; other live ones go if their shard can be try-locked. The caller's own shard
- *         is skipped, since the caller may hold pointers into it.
+ *  PEEK:  says whether the item looks expired or flushed; takes nothing.
+ *  EVICT: the policy's victim goes if its shard can be try-locked. The caller's own shard is
+ *         skipped, since the caller may hold pointers into it.
  *  STEAL: every item of the page must go. In the caller's own shard (already locked by this
  *         thread) any item but the one with the caller's key may go; that one is pinned.
  *  SWEEP: only expired or flushed items go. */
@@ -99,11 +103,8 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
                        const char *akey, size_t ankey)
 {
     enum store_miss dead = store_dead(st, it, now);
+    if (why == SLAB_VISIT_PEEK) return dead != STORE_HIT ? SLAB_DEAD : SLAB_KEEP;
     if (why == SLAB_VISIT_SWEEP && dead == STORE_HIT) return SLAB_KEEP;
-    if (why == SLAB_VISIT_EVICT && dead == STORE_HIT && LOAD(&it->clock)) {
-        __atomic_store_n(&it->clock, 0, __ATOMIC_RELAXED);
-        return SLAB_KEEP;
-    }
     uint64_t hv = index_hash(item_key(it), it->nkey);
     struct index_shard *sh = index_shard_of(st->index, hv);
     bool mine = sh == tls_held;
@@ -244,14 +245,19 @@ size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes)
     return id ? slab_chunk_size(st->slab, id) : 0;
 }
 
-struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t nbytes)
+struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
+                         size_t nbytes)
 {
     int id = store_class_of(st, nkey, nbytes);
     if (!id) return NULL;
     struct store_alloc_ctx ctx = {.st = st, .key = key, .nkey = nkey};
-    struct item *it = slab_alloc(st->slab, id, store_visit_alloc, &ctx);
+    nsid %= STORE_NS_MAX;
+    /* Only s3fifo's ghost check needs the hash here; spare the others the work. */
+    uint64_t hv = slab_pool_policy(st->slab, nsid) == SLAB_POLICY_S3FIFO ? index_hash(key, nkey)
+                                                                         : 0;
+    struct item *it = slab_alloc(st->slab, nsid, id, hv, store_visit_alloc, &ctx);
     if (!it) return NULL;
-    /* iflags is already 0 (set by the slab under its lock); the rest is ours to initialise. */
+    /* iflags and clock are set by the slab under its lock; the rest is ours to initialise. */
     it->hnext = NULL;
     it->cas = 0;
     it->exptime = 0;
@@ -260,8 +266,7 @@ struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t 
     it->flags = 0;
     it->nkey = (uint8_t)nkey;
     it->clsid = (uint8_t)id;
-    it->clock = 0;
-    it->nsid = 0;
+    it->nsid = nsid;
     memcpy(it->data, key, nkey);
     return it;
 }
@@ -339,11 +344,10 @@ void store_unlink(struct store *st, uint64_t hv, struct item *it)
     slab_free(st->slab, it);
 }
 
-void store_bump(struct item *it, uint32_t now)
+void store_bump(struct store *st, struct item *it, uint32_t now)
 {
     /* Write only what changes: a hot item read by many threads must not bounce its line. */
-    if (!__atomic_load_n(&it->clock, __ATOMIC_RELAXED))
-        __atomic_store_n(&it->clock, 1, __ATOMIC_RELAXED);
+    slab_bump(st->slab, it, now);
     /* Atomic because slab walkers read iflags without the shard lock. */
     if (!(it->iflags & ITEM_FETCHED))
         __atomic_store_n(&it->iflags, it->iflags | ITEM_FETCHED, __ATOMIC_RELAXED);
@@ -386,9 +390,19 @@ void store_flush(struct store *st, uint32_t when, uint32_t now)
 
 /* ---- stats -------------------------------------------------------------------------------- */
 
+int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy)
+{
+    return slab_pool_configure(st->slab, nsid % STORE_NS_MAX, quota, (enum slab_policy)policy);
+}
+
+uint32_t store_page_size(const struct store *st) { return slab_page_size(st->slab); }
+uint64_t store_memory(const struct store *st) { return st->memory; }
+
 void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out)
 {
     const struct index_ns *ns = &st->index->ns[nsid % STORE_NS_MAX];
+    out->memory = (uint64_t)slab_pool_pages(st->slab, nsid % STORE_NS_MAX) *
+                  slab_page_size(st->slab);
     out->items = LOAD(&ns->items);
     out->bytes = LOAD(&ns->bytes);
     out->evictions = LOAD(&ns->evictions);
@@ -418,6 +432,7 @@ void store_stats(struct store *st, struct store_stats *out)
     out->reclaimed = c.reclaimed;
     out->sweeper_reclaimed = c.sweeper_reclaimed;
     out->slab_pages_moved = c.pages_moved;
+    out->slab_pages_trimmed = c.pages_trimmed;
     out->alloc_failures = c.alloc_failures;
     out->hash_bytes = buckets * sizeof(struct item *);
     out->hash_power_level = 63 - (uint64_t)__builtin_clzll(buckets);

@@ -5,9 +5,9 @@
  *    size classes; RSS grows only as pages are first used;
  *  - the index: a hash table split into shards, each with its own lock and its own table that
  *    doubles independently, so growth pauses one small shard, never the whole node;
- *  - eviction: a CLOCK per size class (a hit sets one bit in the item, nothing else is written);
- *    when a class has no free chunk and no unassigned page, it evicts from itself, and a class with
- *    no pages at all takes a page from the largest class;
+ *  - namespaces' memory: each namespace has its own pool of pages, up to its quota, with its own
+ *    size classes and eviction policy (lru, lfu, s3fifo); a full class evicts from itself, a
+ *    class with no pages takes one from the largest class of its pool;
  *  - expiry: lazily on lookup, and by a background sweeper thread.
  *
  * Locking: every index operation needs the key's shard lock (store_lock/store_unlock). The order
@@ -52,10 +52,13 @@ _Static_assert(sizeof(struct item) == 40, "the item header must stay 40 bytes");
 /* Namespaces the engine keeps figures for (ids 0..STORE_NS_MAX-1). */
 #define STORE_NS_MAX 256
 
-/* Per-namespace engine figures (store_ns_stats). */
+/* Per-namespace engine figures (store_ns_stats). memory: bytes of pages the namespace owns. */
 struct store_ns_stats {
-    uint64_t items, bytes, evictions, expired;
+    uint64_t items, bytes, memory, evictions, expired;
 };
+
+/* Eviction policies (see node/evict.c). */
+enum store_policy { STORE_POLICY_LRU, STORE_POLICY_LFU, STORE_POLICY_S3FIFO };
 
 static inline char *item_key(struct item *it) { return it->data; }
 
@@ -85,6 +88,7 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(reclaimed, COUNTER, "times memory of an expired item was reused")                          \
     X(sweeper_reclaimed, COUNTER, "expired items freed by the background sweeper")              \
     X(slab_pages_moved, COUNTER, "slab pages taken from one size class for another")             \
+    X(slab_pages_trimmed, COUNTER, "slab pages given back by namespaces over their quota")        \
     X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \
     X(hash_power_level, GAUGE, "log2 of total hash buckets")                                     \
     X(hash_expansions, COUNTER, "shard table doublings")                                         \
@@ -142,13 +146,14 @@ void store_unlock(struct store *st, uint64_t hv);
  * item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
 size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes);
 
-/* Allocate an unlinked item for `key` with room for `nbytes` of value; key, nkey, nbytes and
- * clsid are set, every other field is zero. Evicts when needed. Returns NULL when the size
+/* Allocate an unlinked item of namespace `nsid` (from its pool) for `key` with room for
+ * `nbytes` of value; key, nkey, nbytes, clsid and nsid are set, every other field is zero. Evicts when needed. Returns NULL when the size
  * exceeds item_max or nothing could be evicted (counted in alloc_failures). The caller owns the
  * item until it links it or frees it. May be called with zero or one shard lock held; with one
  * held, items of that shard other than the one with this same key may be evicted during the call
  * (to empty a page for another class), so keep no pointer to them across it. */
-struct item *store_alloc(struct store *st, const char *key, size_t nkey, size_t nbytes);
+struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
+                         size_t nbytes);
 /* Return an unlinked item's memory. */
 void store_free(struct store *st, struct item *it);
 
@@ -177,9 +182,9 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
 /* Remove a linked item and free it. Shard lock held. */
 void store_unlink(struct store *st, uint64_t hv, struct item *it);
 
-/* Mark an access: sets the CLOCK bit (only if clear) and ITEM_FETCHED; atime only if it moved.
- * Shard lock held. */
-void store_bump(struct item *it, uint32_t now);
+/* Mark an access: the policy's state (only if it changes), ITEM_FETCHED, atime only if it
+ * moved. Shard lock held. */
+void store_bump(struct store *st, struct item *it, uint32_t now);
 
 /* A new CAS value, unique and increasing across the node. */
 uint64_t store_next_cas(struct store *st);
@@ -190,6 +195,14 @@ void store_flush(struct store *st, uint32_t when, uint32_t now);
 
 /* Sum the counters. Takes every shard and class lock in turn: call with no shard lock held. */
 void store_stats(struct store *st, struct store_stats *out);
+/* Give namespace `nsid` a quota in bytes (0: none; it shares what quotas leave) and a policy.
+ * Creates its pool if needed; a pool over a lowered quota shrinks within a sweep interval or
+ * two. Returns 0, or -1 when out of memory. */
+int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy);
+/* Size of a slab page: quotas are whole pages, so a quota must be 0 or at least this. */
+uint32_t store_page_size(const struct store *st);
+/* The item memory limit (-m) in bytes. */
+uint64_t store_memory(const struct store *st);
 /* Figures of the items tagged with namespace `nsid` (item->nsid). Lock-free reads. */
 void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out);
 /* Number of size classes; class ids run from 1 to the returned value. */

@@ -31,8 +31,12 @@ struct sweeper {
     pthread_t thread;
 };
 
+/* Pages a pool over its quota gives back per tick (1 MiB each by default). */
+#define SWEEPER_TRIM_PAGES 64
+
 static void sweeper_pass(struct sweeper *sw)
 {
+    slab_trim(sw->slab, SWEEPER_TRIM_PAGES, sw->fn, sw->ctx);
     uint32_t used = slab_pages_used(sw->slab);
     uint64_t budget = SWEEPER_BYTES_PER_TICK / slab_page_size(sw->slab);
     if (budget == 0) budget = 1;

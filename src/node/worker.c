@@ -166,6 +166,26 @@ void worker_teardown(struct node *n)
     n->workers = NULL;
 }
 
+int node_ns_apply(void *node, uint16_t id, const struct ns_config *cfg, char *err, size_t errlen)
+{
+    struct node *n = node;
+    if (cfg == NULL) return store_ns_configure(n->store, id, 0, STORE_POLICY_LRU) ? 507 : 0;
+    uint64_t page = store_page_size(n->store), limit = store_memory(n->store);
+    if (cfg->memory && (cfg->memory < page || cfg->memory > limit)) {
+        snprintf(err, errlen,
+                 "field 'memory' must be 0 (no quota) or from %llu (one slab page) to %llu (-m) "
+                 "bytes; got %llu",
+                 (unsigned long long)page, (unsigned long long)limit,
+                 (unsigned long long)cfg->memory);
+        return 400;
+    }
+    if (store_ns_configure(n->store, id, cfg->memory, (enum store_policy)cfg->eviction)) {
+        snprintf(err, errlen, "out of memory setting up the namespace's eviction state");
+        return 507;
+    }
+    return 0;
+}
+
 void node_ns_metrics_sum(void *node, uint16_t id, struct ns_metrics *out)
 {
     struct node *n = node;

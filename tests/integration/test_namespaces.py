@@ -121,12 +121,12 @@ def test_leases_count_per_namespace(node):
 
 
 def test_metrics_carry_namespace_labels(node):
-    http(node.admin, "PUT", "/v1/namespaces/m1", {"memory": 4096})
+    assert http(node.admin, "PUT", "/v1/namespaces/m1", {"memory": 2 << 20})[0] == 201
     node.raw().get("m1:k")
     st, text = http(node.admin, "GET", "/metrics")
     assert st == 200
     assert 'shoal_node_ns_get_misses_total{namespace="m1"} 1' in text
-    assert 'shoal_node_ns_quota_bytes{namespace="m1"} 4096' in text
+    assert f'shoal_node_ns_quota_bytes{{namespace="m1"}} {2 << 20}' in text
 
 
 def test_namespaces_file_loads_at_start(start_server, tmp_path):

@@ -22,7 +22,7 @@ static int setup(void **state)
 {
     static struct ns_registry r;
     clock_setup();
-    assert_int_equal(ns_registry_init(&r, 64 << 20, seen, 1), 0);
+    assert_int_equal(ns_registry_init(&r, seen, 1), 0);
     *state = &r;
     return 0;
 }

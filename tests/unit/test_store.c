@@ -58,7 +58,7 @@ static bool put_ex(struct store *st, const char *key, size_t nbytes, char fill, 
     uint64_t hv = store_hash(key, nkey);
     struct item *it = NULL;
     if (!locked) {
-        it = store_alloc(st, key, nkey, nbytes);
+        it = store_alloc(st, 0, key, nkey, nbytes);
         if (!it) return false;
         fill_value(it, fill);
         it->exptime = exptime;
@@ -66,7 +66,7 @@ static bool put_ex(struct store *st, const char *key, size_t nbytes, char fill, 
     store_lock(st, hv);
     struct item *old = store_find(st, hv, key, nkey, now, NULL);
     if (locked) {
-        it = store_alloc(st, key, nkey, nbytes);
+        it = store_alloc(st, 0, key, nkey, nbytes);
         if (!it) {
             store_unlock(st, hv);
             return false;
@@ -99,7 +99,7 @@ static bool get(struct store *st, const char *key, uint32_t now, enum store_miss
         if (nbytes) *nbytes = it->nbytes;
         if (first && it->nbytes) *first = item_value(it)[0];
         if (cas) *cas = it->cas;
-        store_bump(it, now);
+        store_bump(st, it, now);
     }
     store_unlock(st, hv);
     if (why) *why = w;
@@ -167,7 +167,7 @@ static void test_basic_lifecycle(void **state)
     (void)state;
     struct store *st = mk_quiet(64);
     uint32_t now = clock_now();
-    struct item *it = store_alloc(st, "foo", 3, 5);
+    struct item *it = store_alloc(st, 0, "foo", 3, 5);
     assert_non_null(it);
     assert_int_equal(it->nkey, 3);
     assert_int_equal(it->nbytes, 5);
@@ -205,7 +205,7 @@ static void test_basic_lifecycle(void **state)
     assert_int_equal(s.bytes, 40 + 3 + 5);
 
     /* replace: new value, higher cas, old memory returned */
-    struct item *it2 = store_alloc(st, "foo", 3, 11);
+    struct item *it2 = store_alloc(st, 0, "foo", 3, 11);
     assert_non_null(it2);
     memcpy(item_value(it2), "hello world", 11);
     store_lock(st, hv);
@@ -227,11 +227,11 @@ static void test_basic_lifecycle(void **state)
     store_lock(st, hv);
     f = store_find(st, hv, "foo", 3, now + 2, NULL);
     assert_false(f->iflags & ITEM_FETCHED);
-    store_bump(f, now + 2);
+    store_bump(st, f, now + 2);
     assert_true(f->iflags & ITEM_FETCHED);
     assert_int_equal(f->clock, 1);
     assert_int_equal(f->atime, now + 2);
-    store_bump(f, now + 2); /* nothing changes, nothing breaks */
+    store_bump(st, f, now + 2); /* nothing changes, nothing breaks */
     assert_int_equal(f->clock, 1);
 
     /* unlink */
@@ -244,10 +244,10 @@ static void test_basic_lifecycle(void **state)
     assert_int_equal(s.bytes, 0);
 
     /* free of an unlinked item, and the chunk is reused */
-    struct item *a = store_alloc(st, "bar", 3, 5);
+    struct item *a = store_alloc(st, 0, "bar", 3, 5);
     assert_non_null(a);
     store_free(st, a);
-    struct item *b = store_alloc(st, "baz", 3, 5);
+    struct item *b = store_alloc(st, 0, "baz", 3, 5);
     assert_ptr_equal(a, b);
     store_free(st, b);
 
@@ -290,7 +290,7 @@ static void test_cas_increasing(void **state)
         last = cas;
     }
     /* an explicit cas is kept */
-    struct item *it = store_alloc(st, "explicit", 8, 1);
+    struct item *it = store_alloc(st, 0, "explicit", 8, 1);
     it->cas = 7;
     uint64_t hv = store_hash("explicit", 8);
     store_lock(st, hv);
@@ -509,7 +509,7 @@ static void test_steal_with_lock_held(void **state)
             continue;
         }
         size_t big = 50 * 1024 + (size_t)j * 8192; /* a new class each round */
-        struct item *nit = store_alloc(st, key, nkey, big);
+        struct item *nit = store_alloc(st, 0, key, nkey, big);
         assert_non_null(nit);
         /* old is intact */
         assert_true(old->iflags & ITEM_LINKED);
@@ -573,8 +573,8 @@ static void test_item_max_and_limits(void **state)
     assert_int_equal(store_item_size(st, 10, 972), 1024);
     assert_int_equal(store_item_size(st, 10, 973), 0);
     assert_int_equal(store_item_size(st, 256, 1), 0);
-    assert_null(store_alloc(st, "0123456789", 10, 973));
-    struct item *it = store_alloc(st, "0123456789", 10, 972);
+    assert_null(store_alloc(st, 0, "0123456789", 10, 973));
+    struct item *it = store_alloc(st, 0, "0123456789", 10, 972);
     assert_non_null(it);
     store_free(st, it);
     assert_int_equal(stats(st).alloc_failures, 0);
@@ -649,14 +649,14 @@ static void *cworker(void *p)
                         a->corrupt++;
                         break;
                     }
-                store_bump(it, now);
+                store_bump(a->st, it, now);
             }
             store_unlock(a->st, hv);
         } else if (op < 9) {
             bool locked = op == 8;
             struct item *it = NULL;
             if (!locked) {
-                it = store_alloc(a->st, key, (size_t)nkey, len);
+                it = store_alloc(a->st, 0, key, (size_t)nkey, len);
                 if (!it) {
                     a->alloc_fail++;
                     continue;
@@ -666,7 +666,7 @@ static void *cworker(void *p)
             store_lock(a->st, hv);
             struct item *old = store_find(a->st, hv, key, (size_t)nkey, now, NULL);
             if (locked) {
-                it = store_alloc(a->st, key, (size_t)nkey, len);
+                it = store_alloc(a->st, 0, key, (size_t)nkey, len);
                 if (!it) {
                     a->alloc_fail++;
                     store_unlock(a->st, hv);
