@@ -35,6 +35,8 @@
 #   --shoal-bin PATH    SHOAL_NODE_BIN  default build/bin/shoal-node
 #   --memcached-bin P   MEMCACHED_BIN   default /usr/bin/memcached
 #   --bench-bin PATH    BENCH_BIN       default build/bin/shoal-bench
+#   --policies "P ..."  POLICIES        run shoal once per eviction policy of the default
+#                                       namespace (lru, lfu, s3fifo; default: the node's own)
 #   --keep-logs         KEEP_LOGS=1     keep server and bench output (path is printed)
 # At the defaults a run takes about 2 minutes (~30k gets/s at pipeline 1 on 2 cores), the
 # whole script about 8. 3M gets after 2M warm-up takes about 12 minutes at --pipeline 1, or
@@ -62,6 +64,7 @@ SHOAL_NODE_BIN=${SHOAL_NODE_BIN:-build/bin/shoal-node}
 MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
 BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
 KEEP_LOGS=${KEEP_LOGS:-0}
+POLICIES=${POLICIES:-}
 
 die() { echo "bench-hitratio.sh: $*" >&2; exit 1; }
 
@@ -88,6 +91,7 @@ while [ $# -gt 0 ]; do
     --shoal-bin) need_arg "$@"; SHOAL_NODE_BIN=$2; shift 2 ;;
     --memcached-bin) need_arg "$@"; MEMCACHED_BIN=$2; shift 2 ;;
     --bench-bin) need_arg "$@"; BENCH_BIN=$2; shift 2 ;;
+    --policies) need_arg "$@"; POLICIES=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -109,6 +113,9 @@ for wl in $WORKLOADS; do
     case "$wl" in zipf | scan) ;; *) die "--workloads: unknown workload '$wl' (zipf, scan)" ;; esac
 done
 [ -n "${WORKLOADS// /}" ] || die "--workloads is empty; e.g. --workloads \"zipf scan\""
+for p in $POLICIES; do
+    case "$p" in lru | lfu | s3fifo) ;; *) die "--policies: unknown policy '$p' (lru, lfu, s3fifo)" ;; esac
+done
 
 [ -x "$BENCH_BIN" ] || die "$BENCH_BIN not found or not executable: build it with 'make $BENCH_BIN' (or set BENCH_BIN)"
 [ -x "$SHOAL_NODE_BIN" ] || die "$SHOAL_NODE_BIN not found: build it with 'make build/bin/shoal-node' (or set SHOAL_NODE_BIN)"
@@ -158,10 +165,17 @@ bench_args() { # bench_args WORKLOAD: shoal-bench's workload options, port exclu
     fi
 }
 
-# measure WORKLOAD NAME BIN: fresh server, one replay, its stats; results in the arrays below.
+# measure WORKLOAD NAME BIN [POLICY]: fresh server (shoal with POLICY for its default namespace),
+# one replay, its stats; results in the arrays below.
 measure() {
-    local wl=$1 name=$2 bin=$3 label="$1-$2" t0=$SECONDS
+    local wl=$1 name=$2 bin=$3 policy=${4:-} label="$1-$2" t0=$SECONDS
+    local saved=("${SERVER_EXTRA_FLAGS[@]}")
+    if [ -n "$policy" ]; then
+        printf '{"default": {"eviction": "%s"}}\n' "$policy" >"$WORK/ns-$policy.json"
+        SERVER_EXTRA_FLAGS+=(--namespaces "$WORK/ns-$policy.json")
+    fi
     start_server "$name" "$bin"
+    SERVER_EXTRA_FLAGS=("${saved[@]}")
     COMMANDS+=("$label server: ${SERVER_CMD[*]}")
     local args
     read -r -a args <<<"$(bench_args "$wl" | tr '\n' ' ')"
@@ -199,8 +213,17 @@ declare -A MISS MISS_ALL GETS_DONE SCAN_GETS ERRS OPS_S EVICT ITEMS SECS
 VALUE_MEAN=""
 MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
 START=$SECONDS
+SHOALS=()
+if [ -n "${POLICIES// /}" ]; then
+    for p in $POLICIES; do SHOALS+=("shoal-$p"); done
+else
+    SHOALS=(shoal)
+fi
 for wl in $WORKLOADS; do
-    measure "$wl" shoal "$SHOAL_NODE_BIN"
+    for s in "${SHOALS[@]}"; do
+        p=""; [ "$s" = shoal ] || p=${s#shoal-}
+        measure "$wl" "$s" "$SHOAL_NODE_BIN" "$p"
+    done
     measure "$wl" memcached "$MEMCACHED_BIN"
 done
 
@@ -217,25 +240,27 @@ case " $WORKLOADS " in *" scan "*)
     echo "scan: after every $SCAN_EVERY key gets, a one-pass scan of $SCAN_LENGTH keys of a $SCAN_KEYS-key cold range" ;;
 esac
 echo
-printf '%-6s %12s %12s %14s %10s %10s %12s %12s %11s %11s\n' workload "shoal miss" "mc miss" \
-    "(mc-shoal)/mc" "shoal all" "mc all" "shoal evict" "mc evict" "shoal items" "mc items"
+printf '%-8s %-13s %10s %10s %14s %12s %11s\n' workload server miss "all gets" \
+    "(mc-x)/mc" evictions items
 for wl in $WORKLOADS; do
-    s="$wl-shoal" m="$wl-memcached"
-    printf '%-6s %12s %12s %14s %10s %10s %12s %12s %11s %11s\n' "$wl" \
-        "$(pct "${MISS[$s]}")" "$(pct "${MISS[$m]}")" "$(rel "${MISS[$s]}" "${MISS[$m]}")" \
-        "$(pct "${MISS_ALL[$s]}")" "$(pct "${MISS_ALL[$m]}")" \
-        "${EVICT[$s]:-?}" "${EVICT[$m]:-?}" "${ITEMS[$s]:-?}" "${ITEMS[$m]:-?}"
+    m="$wl-memcached"
+    for name in "${SHOALS[@]}" memcached; do
+        x="$wl-$name"
+        printf '%-8s %-13s %10s %10s %14s %12s %11s\n' "$wl" "$name" "$(pct "${MISS[$x]}")" \
+            "$(pct "${MISS_ALL[$x]}")" "$(rel "${MISS[$x]}" "${MISS[$m]}")" \
+            "${EVICT[$x]:-?}" "${ITEMS[$x]:-?}"
+    done
 done
 echo "(miss = misses / gets of the zipf keys, scans excluded; all = over every get, scans included;"
-echo " (mc-shoal)/mc > 0: shoal misses less; evict/items = the servers' stats evictions and"
-echo " curr_items after the run)"
+echo " (mc-x)/mc > 0: that server misses less than memcached; evictions/items = the servers' stats"
+echo " evictions and curr_items after the run)"
 for wl in $WORKLOADS; do
-    for name in shoal memcached; do
+    for name in "${SHOALS[@]}" memcached; do
         l="$wl-$name"
         if [ "${ERRS[$l]}" != 0 ]; then echo "note: $l had ${ERRS[$l]} request errors (see --keep-logs)"; fi
     done
     if [ "$wl" = scan ]; then # the same sequence for both servers
-        echo "scan: scans were $(pct "$(awk -v a="${SCAN_GETS[$wl-shoal]}" -v b="${GETS_DONE[$wl-shoal]}" 'BEGIN{print a / b}')") of measured gets"
+        echo "scan: scans were $(pct "$(awk -v a="${SCAN_GETS[$wl-memcached]}" -v b="${GETS_DONE[$wl-memcached]}" 'BEGIN{print a / b}')") of measured gets"
     fi
 done
 echo

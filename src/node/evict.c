@@ -130,6 +130,28 @@ void evict_class_grew(struct slab_pool *pl, struct slab_class *c)
     if (c->small.cap < want) ring_grow(&c->small, want);
 }
 
+/* Largest ring class c may have: every chunk it could hold, twice (a power of two). While a
+ * class fills, nothing is evicted and every new item stays in the small queue, as in S3-FIFO;
+ * the bound only stops a churn of overwrites in a roomy class from growing it forever. */
+static uint32_t ring_bound(const struct slab_class *c)
+{
+    uint64_t chunks = (uint64_t)c->npages * c->perpage, b = 64;
+    while (b < 2 * chunks && b < (1u << 31)) b <<= 1;
+    return (uint32_t)b;
+}
+
+/* Drop entries of chunks no longer in the small queue (freed, reused by main, promoted). */
+static void ring_compact(struct evict_ring *r)
+{
+    uint32_t len = r->tail - r->head, out = r->head;
+    for (uint32_t i = 0; i < len; i++) {
+        struct item *it = r->slot[(r->head + i) & (r->cap - 1)];
+        if ((slab_chunk_state(it) & ITEM_LINKED) && (LOAD(&it->clock) & S3_SMALL))
+            r->slot[out++ & (r->cap - 1)] = it;
+    }
+    r->tail = out;
+}
+
 void evict_class_free(struct slab_class *c)
 {
     free(c->small.slot);
@@ -151,13 +173,18 @@ static struct item *ring_pop(struct evict_ring *r)
     return r->slot[r->head++ & (r->cap - 1)];
 }
 
-/* Queue a new chunk; a full ring promotes its oldest entry to main to make room. */
-static void ring_push(struct evict_ring *r, struct item *it)
+/* Queue a new chunk of class c. A full ring grows (up to ring_bound), then sheds stale entries,
+ * and only then promotes its oldest entry to main to make room. */
+static void ring_push(struct slab_class *c, struct item *it)
 {
+    struct evict_ring *r = &c->small;
     if (r->cap == 0) return; /* no ring (out of memory): the item lives in main from the start */
-    if (ring_len(r) == r->cap) {
-        struct item *old = ring_pop(r);
-        if (slab_chunk_state(old) & ITEM_LINKED) clock_clear(old, S3_SMALL);
+    if (ring_len(r) == r->cap && !(r->cap < ring_bound(c) && ring_grow(r, r->cap * 2))) {
+        ring_compact(r);
+        if (ring_len(r) == r->cap) {
+            struct item *old = ring_pop(r);
+            if (slab_chunk_state(old) & ITEM_LINKED) clock_clear(old, S3_SMALL);
+        }
     }
     r->slot[r->tail++ & (r->cap - 1)] = it;
 }
@@ -177,7 +204,7 @@ void evict_admit(struct slab_pool *pl, struct slab_class *c, struct item *it, ui
         }
         if (c->small.cap == 0) evict_class_grew(pl, c);
         STORE(&it->clock, c->small.cap ? S3_SMALL : 0);
-        ring_push(&c->small, it);
+        ring_push(c, it);
         break;
     default:
         STORE(&it->clock, 0);
