@@ -146,9 +146,10 @@ bool slab_class_info(struct slab *s, int clsid, struct slab_class_info *out);
  * 256 MiB slice of a larger store, resuming where the last tick stopped) and lets `fn` (with
  * SLAB_VISIT_SWEEP) reclaim expired and flushed items; it also trims pools over their quota. */
 struct sweeper;
-/* Start the thread. Returns 0, or -1 with a message in err. */
-int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void *ctx,
-                   uint32_t interval_ms, char *err, size_t errlen);
+/* Start the thread. `tick`, if not NULL, is called with `ctx` about every second whatever the
+ * interval (the store's transient item reaper). Returns 0, or -1 with a message in err. */
+int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void (*tick)(void *),
+                   void *ctx, uint32_t interval_ms, char *err, size_t errlen);
 /* Stop the thread (promptly, even mid-pass) and free it. Sets *swp to NULL. */
 void sweeper_destroy(struct sweeper **swp);
 

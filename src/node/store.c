@@ -25,10 +25,30 @@ _Static_assert((int)STORE_POLICY_LRU == (int)SLAB_POLICY_LRU &&
 _Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN) & ITEM_SLAB_FREE) == 0,
                "slab's private flag overlaps a public one");
 
+/* The transient item cache (the paper's, for short-TTL keys): per index shard, guarded by the
+ * shard lock, the items stored with a TTL of at most STORE_TRANSIENT_TTL seconds, so that the
+ * sweeper thread frees each within about a second of its expiry without walking all memory.
+ * Bounded per shard; items beyond the bound wait for the regular sweep. */
+#define STORE_TRANSIENT_TTL 60
+#define STORE_TRANSIENT_PER_SHARD 512
+
+struct transient_entry {
+    struct item *it;
+    uint64_t cas; /* the item's identity: a reused chunk has another CAS */
+    uint32_t exptime;
+};
+
+struct transient {
+    struct transient_entry *v;
+    uint32_t n, cap;
+    uint64_t reclaimed;
+};
+
 struct store {
     struct slab *slab;
     struct index *index;
     struct sweeper *sweeper;
+    struct transient *transient; /* INDEX_SHARDS of them */
     uint64_t memory;
     uint64_t item_max;
 
@@ -147,6 +167,61 @@ static int store_visit_sweep(void *ctx, struct item *it, enum slab_visit why)
     return store_visit(ctx, it, why, clock_now(), NULL, 0);
 }
 
+/* ---- transient items ---------------------------------------------------------------------- */
+
+/* Remember a just-linked item of shard `shard` if it expires soon (shard lock held). */
+static void transient_note(struct store *st, uint64_t hv, struct item *it, uint32_t now)
+{
+    uint32_t exp = it->exptime;
+    if (exp == 0 || exp <= now || exp - now > STORE_TRANSIENT_TTL) return;
+    struct transient *t = &st->transient[hv & (INDEX_SHARDS - 1)];
+    if (t->n == t->cap) {
+        if (t->cap >= STORE_TRANSIENT_PER_SHARD) return;
+        uint32_t cap = t->cap ? 2 * t->cap : 16;
+        struct transient_entry *v = realloc(t->v, cap * sizeof *v);
+        if (!v) return; /* the regular sweep will find it */
+        t->v = v;
+        t->cap = cap;
+    }
+    t->v[t->n++] = (struct transient_entry){it, it->cas, exp};
+}
+
+/* The sweeper's tick: free the noted items of every shard that have expired. */
+static void transient_reap(void *ctx)
+{
+    struct store *st = ctx;
+    uint32_t now = clock_now();
+    for (unsigned s = 0; s < INDEX_SHARDS; s++) {
+        struct transient *t = &st->transient[s];
+        if (__atomic_load_n(&t->n, __ATOMIC_RELAXED) == 0) continue;
+        struct index_shard *sh = &st->index->shards[s];
+        pthread_mutex_lock(&sh->lock);
+        for (uint32_t i = 0; i < t->n;) {
+            struct transient_entry *e = &t->v[i];
+            if (e->exptime > now) {
+                i++;
+                continue;
+            }
+            struct item *it = e->it;
+            /* The chunk may since hold another item, maybe of another shard (whose lock we do
+             * not hold): only an item still linked, with the same CAS, hashing here is ours. */
+            if ((__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
+                __atomic_load_n(&it->cas, __ATOMIC_RELAXED) == e->cas) {
+                uint64_t hv = index_hash(item_key(it), it->nkey);
+                if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED) {
+                    if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
+                    __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
+                    store_unindex(sh, hv, it);
+                    slab_free(st->slab, it);
+                    t->reclaimed++;
+                }
+            }
+            *e = t->v[--t->n]; /* handled, or touched since (the regular sweep has it) */
+        }
+        pthread_mutex_unlock(&sh->lock);
+    }
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 void store_options_default(struct store_options *o)
@@ -186,12 +261,18 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
     if (index_create(&st->index, (unsigned)o->hash_power, slab_class_count(st->slab), err,
                      errlen))
         goto fail;
-    if (sweeper_create(&st->sweeper, st->slab, store_visit_sweep, st,
+    st->transient = calloc(INDEX_SHARDS, sizeof *st->transient);
+    if (!st->transient) {
+        snprintf(err, errlen, "out of memory creating the store");
+        goto fail;
+    }
+    if (sweeper_create(&st->sweeper, st->slab, store_visit_sweep, transient_reap, st,
                        (uint32_t)o->sweep_interval_ms, err, errlen))
         goto fail;
     *out = st;
     return 0;
 fail:
+    free(st->transient);
     index_destroy(&st->index);
     slab_destroy(&st->slab);
     pthread_mutex_destroy(&st->flush_lock);
@@ -204,6 +285,8 @@ void store_destroy(struct store **stp)
     struct store *st = *stp;
     if (!st) return;
     sweeper_destroy(&st->sweeper); /* first: it walks the slab and the index */
+    for (unsigned i = 0; i < INDEX_SHARDS; i++) free(st->transient[i].v);
+    free(st->transient);
     index_destroy(&st->index);
     slab_destroy(&st->slab);
     pthread_mutex_destroy(&st->flush_lock);
@@ -316,6 +399,7 @@ void store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
     index_insert(sh, hv, it);
     sh->total_items++;
     store_mark_linked(it);
+    transient_note(st, hv, it, now);
 }
 
 void store_replace(struct store *st, uint64_t hv, struct item *old, struct item *it, uint32_t now)
@@ -334,6 +418,7 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
     store_mark_linked(it);
     __atomic_store_n(&old->iflags, old->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
     slab_free(st->slab, old);
+    transient_note(st, hv, it, now);
 }
 
 void store_unlink(struct store *st, uint64_t hv, struct item *it)
@@ -421,6 +506,7 @@ void store_stats(struct store *st, struct store_stats *out)
         out->bytes += sh->bytes;
         out->expired_unfetched += sh->expired_unfetched;
         out->hash_expansions += sh->expansions;
+        out->transient_reclaimed += st->transient[i].reclaimed;
         buckets += (uint64_t)1 << sh->power;
         pthread_mutex_unlock(&sh->lock);
     }

@@ -87,6 +87,7 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(expired_unfetched, COUNTER, "expired items reclaimed that were never read")                \
     X(reclaimed, COUNTER, "times memory of an expired item was reused")                          \
     X(sweeper_reclaimed, COUNTER, "expired items freed by the background sweeper")              \
+    X(transient_reclaimed, COUNTER, "short-TTL items freed within a second of expiry")          \
     X(slab_pages_moved, COUNTER, "slab pages taken from one size class for another")             \
     X(slab_pages_trimmed, COUNTER, "slab pages given back by namespaces over their quota")        \
     X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \

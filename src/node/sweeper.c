@@ -19,9 +19,12 @@
  * lookups reclaim dead items meanwhile). */
 #define SWEEPER_BYTES_PER_TICK (256ull << 20)
 
+#define SWEEPER_TICK_MS 1000u /* the tick callback's period, at most */
+
 struct sweeper {
     struct slab *slab;
     slab_visit_fn fn;
+    void (*tick)(void *);
     void *ctx;
     uint32_t interval_ms;
     uint32_t cursor; /* next page to walk; the sweeper thread's own */
@@ -54,11 +57,14 @@ static void sweeper_pass(struct sweeper *sw)
 static void *sweeper_main(void *arg)
 {
     struct sweeper *sw = arg;
+    /* Wake every min(interval, 1 s): the tick runs each time, the pass once per interval. */
+    uint32_t step = sw->interval_ms < SWEEPER_TICK_MS ? sw->interval_ms : SWEEPER_TICK_MS;
+    uint32_t since_pass = 0;
     pthread_mutex_lock(&sw->lock);
     while (!sw->stop) {
         struct timespec deadline;
         clock_gettime(CLOCK_MONOTONIC, &deadline);
-        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)sw->interval_ms * 1000000u;
+        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)step * 1000000u;
         deadline.tv_sec += (time_t)(ns / 1000000000u);
         deadline.tv_nsec = (long)(ns % 1000000000u);
         int rc = 0;
@@ -66,15 +72,20 @@ static void *sweeper_main(void *arg)
             rc = pthread_cond_timedwait(&sw->cond, &sw->lock, &deadline);
         if (sw->stop) break;
         pthread_mutex_unlock(&sw->lock);
-        sweeper_pass(sw);
+        if (sw->tick) sw->tick(sw->ctx);
+        since_pass += step;
+        if (since_pass >= sw->interval_ms) {
+            since_pass = 0;
+            sweeper_pass(sw);
+        }
         pthread_mutex_lock(&sw->lock);
     }
     pthread_mutex_unlock(&sw->lock);
     return NULL;
 }
 
-int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void *ctx,
-                   uint32_t interval_ms, char *err, size_t errlen)
+int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void (*tick)(void *),
+                   void *ctx, uint32_t interval_ms, char *err, size_t errlen)
 {
     *out = NULL;
     struct sweeper *sw = calloc(1, sizeof *sw);
@@ -84,6 +95,7 @@ int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void 
     }
     sw->slab = s;
     sw->fn = fn;
+    sw->tick = tick;
     sw->ctx = ctx;
     sw->interval_ms = interval_ms;
     pthread_condattr_t ca;

@@ -64,3 +64,21 @@ def test_expired_items_are_reclaimed_within_about_a_second(node, policy):
     fill(r, [f"t:new:{i:04d}" for i in range(700)], b"n" * 1000)
     assert present(r, live) == len(live)
     assert ns_stats(r, "t")["evictions"] == "0"
+
+
+def test_transient_items_go_within_about_a_second_without_a_sweep(start_server):
+    """The transient item cache frees short-TTL items even when the full sweep is a minute away
+    (as on a node with far more memory than one tick walks)."""
+    srv = start_server("-m", "64", "--sweep-interval-ms", "60000")
+    r = srv.raw()
+    short = [f"tr:{i:05d}" for i in range(2000)]
+    for i in range(0, len(short), 200):
+        r.send(b"".join(b"set %s 0 1 100\r\n%s\r\n" % (k.encode(), b"t" * 100)
+                        for k in short[i:i + 200]))
+        for _ in range(200):
+            assert r.read_line() == "STORED"
+    assert r.store("set", "tr:long", b"l", exptime=120) == "STORED"
+    wait_until(lambda: r.stats()["curr_items"] == "1", timeout=4,
+               message="short-TTL items to be freed without a read or a sweep")
+    assert int(r.stats()["transient_reclaimed"]) >= 1000
+    assert r.get("tr:long")
