@@ -99,8 +99,9 @@ void evict_pool_free(struct slab_pool *pl)
 
 static inline uint32_t ring_len(const struct evict_ring *r) { return r->tail - r->head; }
 
-/* Grow ring r to hold `want` entries (a power of two), keeping order. False if out of memory. */
-static bool ring_grow(struct evict_ring *r, uint32_t want)
+/* Give ring r room for `want` entries (a power of two, at least its length), keeping order.
+ * False if out of memory. */
+static bool ring_resize(struct evict_ring *r, uint32_t want)
 {
     struct item **n = malloc((size_t)want * sizeof *n);
     if (!n) return false;
@@ -127,16 +128,16 @@ void evict_class_grew(struct slab_pool *pl, struct slab_class *c)
     /* Twice the target: entries of freed or promoted chunks linger until they come up. */
     uint32_t want = 64;
     while (want < 2 * small_target(c)) want <<= 1;
-    if (c->small.cap < want) ring_grow(&c->small, want);
+    if (c->small.cap < want) ring_resize(&c->small, want);
 }
 
-/* Largest ring class c may have: every chunk it could hold, twice (a power of two). While a
+/* Largest ring class c may have: every chunk it could hold (rounded up to a power of two). While a
  * class fills, nothing is evicted and every new item stays in the small queue, as in S3-FIFO;
  * the bound only stops a churn of overwrites in a roomy class from growing it forever. */
 static uint32_t ring_bound(const struct slab_class *c)
 {
     uint64_t chunks = (uint64_t)c->npages * c->perpage, b = 64;
-    while (b < 2 * chunks && b < (1u << 31)) b <<= 1;
+    while (b < chunks && b < (1u << 31)) b <<= 1;
     return (uint32_t)b;
 }
 
@@ -179,7 +180,7 @@ static void ring_push(struct slab_class *c, struct item *it)
 {
     struct evict_ring *r = &c->small;
     if (r->cap == 0) return; /* no ring (out of memory): the item lives in main from the start */
-    if (ring_len(r) == r->cap && !(r->cap < ring_bound(c) && ring_grow(r, r->cap * 2))) {
+    if (ring_len(r) == r->cap && !(r->cap < ring_bound(c) && ring_resize(r, r->cap * 2))) {
         ring_compact(r);
         if (ring_len(r) == r->cap) {
             struct item *old = ring_pop(r);
@@ -395,6 +396,16 @@ static struct item *evict_small(struct slab_pool *pl, struct slab_class *c, slab
     return NULL;
 }
 
+/* After a class's warm-up the small queue keeps to its share: give back a ring that is mostly
+ * empty (a quarter used, twice what the target needs). */
+static void ring_shrink(struct slab_class *c)
+{
+    struct evict_ring *r = &c->small;
+    uint32_t want = 64;
+    while (want < 2 * small_target(c)) want <<= 1;
+    if (r->cap > want && ring_len(r) <= r->cap / 4) ring_resize(r, r->cap / 2);
+}
+
 struct item *evict_run(struct slab *s, struct slab_pool *pl, struct slab_class *c,
                        slab_visit_fn fn, void *ctx)
 {
@@ -404,8 +415,10 @@ struct item *evict_run(struct slab *s, struct slab_pool *pl, struct slab_class *
     case SLAB_POLICY_LFU:
         return evict_lfu(s, c, fn, ctx);
     case SLAB_POLICY_S3FIFO:
-        if (ring_len(&c->small) >= small_target(c) && (it = evict_small(pl, c, fn, ctx)))
+        if (ring_len(&c->small) >= small_target(c) && (it = evict_small(pl, c, fn, ctx))) {
+            ring_shrink(c);
             return it;
+        }
         if ((it = evict_clock(s, c, true, fn, ctx))) return it;
         return evict_small(pl, c, fn, ctx);
     default:
