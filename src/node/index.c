@@ -1,11 +1,13 @@
 /* index.c — the sharded hash index of items (see index.h): one open-addressing table per shard,
- * linear probing, 16-bit tags beside 48-bit item addresses, backward-shift deletion.
+ * linear probing, 16-bit tags and 4-bit displacements beside item addresses, backward-shift
+ * deletion.
  *
  * Load limit 3/4. Linear probing at load a costs about (1 + 1/(1-a))/2 probes for a hit and
  * (1 + 1/(1-a)^2)/2 for a miss: at 3/4 that is 2.5 and 8.5 slots, i.e. one or two cache lines of
  * the table, and thanks to the tags almost never a look at an item. Above ~0.8 the miss cost
- * climbs steeply (13 slots at 0.8, 50 at 0.9), and a removal rehashes the rest of its run, which
- * grows the same way; below, memory rises for little gain.
+ * climbs steeply (13 slots at 0.8, 50 at 0.9), a removal walks the rest of its run, which grows
+ * the same way, and more displacements reach 15 (where a removal must rehash a key); below 3/4,
+ * memory rises for little gain.
  *
  * Memory (outside -m, like memcached's hash table): 8 bytes per slot, so 8 / 0.75 = 10.7 bytes
  * per item at the growth threshold and 21.3 just after a doubling; 15.4 averaged over item
@@ -30,14 +32,17 @@ static inline uint64_t index_tag(uint64_t hv)
     return (hv >> INDEX_SHARD_BITS) & (((uint64_t)1 << INDEX_TAG_BITS) - 1);
 }
 
+/* Slot value with displacement 0 (index_place sets it). */
 static inline uint64_t index_slot_make(uint64_t hv, const struct item *it)
 {
-    return index_tag(hv) << INDEX_PTR_BITS | (uint64_t)(uintptr_t)it;
+    return index_tag(hv) << INDEX_TAG_SHIFT | (uint64_t)(uintptr_t)it >> INDEX_ADDR_SHIFT;
 }
 
-static inline struct item *index_slot_item(uint64_t s)
+/* `s` with its displacement field set to `d` (saturated at INDEX_DISP_MAX). */
+static inline uint64_t index_with_disp(uint64_t s, size_t d)
 {
-    return (struct item *)(uintptr_t)(s & INDEX_PTR_MASK);
+    uint64_t f = d < INDEX_DISP_MAX ? d : INDEX_DISP_MAX;
+    return (s & ~INDEX_DISP_MASK) | f << INDEX_DISP_SHIFT;
 }
 
 /* The home slot of a hash in a table of 2^power slots: the high bits, since the low ones chose
@@ -52,11 +57,12 @@ static inline size_t index_mask(const struct index_shard *sh)
     return ((size_t)1 << sh->power) - 1;
 }
 
-/* Put slot value `s` in the first empty slot from `i` on (there is one). */
-static inline void index_place(uint64_t *t, size_t mask, size_t i, uint64_t s)
+/* Put slot value `s` in the first empty slot from its home on (there is one). */
+static inline void index_place(uint64_t *t, size_t mask, size_t home, uint64_t s)
 {
+    size_t i = home;
     while (t[i]) i = (i + 1) & mask;
-    t[i] = s;
+    t[i] = index_with_disp(s, (i - home) & mask);
 }
 
 int index_create(struct index **out, unsigned hash_power, int nclasses, char *err, size_t errlen)
@@ -134,7 +140,7 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
     for (;;) {
         uint64_t s = t[i];
         if (!s) return NULL;
-        if (s >> INDEX_PTR_BITS == tag) {
+        if (s >> INDEX_TAG_SHIFT == tag) {
             struct item *it = index_slot_item(s);
             if (it->nkey == nkey && memcmp(it->data, key, nkey) == 0) return it;
         }
@@ -186,16 +192,23 @@ static inline void index_count(struct index_shard *sh, const struct item *it, in
     }
 }
 
+/* True if the slot layout cannot hold this address (above 2^47 or not 8-aligned). */
+static inline bool index_bad_address(const struct item *it)
+{
+    uint64_t a = (uint64_t)(uintptr_t)it;
+    return __builtin_expect((a >> INDEX_ADDR_BITS) | (a & ((1u << INDEX_ADDR_SHIFT) - 1)), 0);
+}
+
 static void index_bad_pointer(const struct item *it)
 {
-    fprintf(stderr, "index: item address %p does not fit in %d bits\n", (const void *)it,
-            INDEX_PTR_BITS);
+    fprintf(stderr, "index: item address %p is not 8-aligned below 2^%d\n", (const void *)it,
+            INDEX_ADDR_BITS);
     abort();
 }
 
 bool index_insert(struct index_shard *sh, uint64_t hv, struct item *it)
 {
-    if (__builtin_expect((uint64_t)(uintptr_t)it >> INDEX_PTR_BITS != 0, 0)) index_bad_pointer(it);
+    if (index_bad_address(it)) index_bad_pointer(it);
     uint64_t n = (uint64_t)1 << sh->power;
     if ((sh->curr_items + 1) * 4 > n * 3 && index_grow(sh)) n <<= 1;
     if (sh->curr_items + 1 >= n) return false; /* the last empty slot ends every probe */
@@ -211,24 +224,31 @@ static size_t index_locate(const struct index_shard *sh, uint64_t hv, const stru
     size_t mask = index_mask(sh);
     uint64_t want = index_slot_make(hv, it);
     for (size_t i = index_home(hv, sh->power);; i = (i + 1) & mask) {
-        if (t[i] == want) return i;
+        if ((t[i] & ~INDEX_DISP_MASK) == want) return i;
         if (!t[i]) return SIZE_MAX;
     }
 }
 
 /* Empty slot `hole` and close the gap: walk the rest of the run and move back every entry whose
  * home is not between the hole and its place (cyclically), so that each entry stays reachable
- * from its home through full slots. Homes are not stored, so each entry of the run is rehashed. */
+ * from its home through full slots. The home is the slot's place minus its displacement; only a
+ * saturated displacement costs a read of the item and a rehash of its key. */
 static void index_delete_at(struct index_shard *sh, size_t hole)
 {
     uint64_t *t = sh->slots;
     size_t mask = index_mask(sh);
     for (size_t k = (hole + 1) & mask; t[k]; k = (k + 1) & mask) {
-        const struct item *e = index_slot_item(t[k]);
-        size_t home = index_home(index_hash(e->data, e->nkey), sh->power);
-        /* movable iff home lies cyclically in [k - dist(hole, k), hole], i.e. not in (hole, k] */
-        if (((k - home) & mask) >= ((k - hole) & mask)) {
-            t[hole] = t[k];
+        uint64_t s = t[k];
+        size_t d = (size_t)(s >> INDEX_DISP_SHIFT) & INDEX_DISP_MAX;
+        if (d == 0) continue; /* at home: stays */
+        if (d == INDEX_DISP_MAX) {
+            const struct item *e = index_slot_item(s);
+            d = (k - index_home(index_hash(e->data, e->nkey), sh->power)) & mask;
+        }
+        /* movable iff its home is not cyclically in (hole, k], i.e. d >= dist(hole, k) */
+        size_t gap = (k - hole) & mask;
+        if (d >= gap) {
+            t[hole] = index_with_disp(s, d - gap);
             hole = k;
         }
     }
@@ -246,10 +266,10 @@ bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it)
 
 bool index_swap(struct index_shard *sh, uint64_t hv, struct item *old, struct item *it)
 {
-    if (__builtin_expect((uint64_t)(uintptr_t)it >> INDEX_PTR_BITS != 0, 0)) index_bad_pointer(it);
+    if (index_bad_address(it)) index_bad_pointer(it);
     size_t i = index_locate(sh, hv, old);
     if (i == SIZE_MAX) return false;
-    sh->slots[i] = index_slot_make(hv, it);
+    sh->slots[i] = index_slot_make(hv, it) | (sh->slots[i] & INDEX_DISP_MASK);
     index_count(sh, old, -1);
     index_count(sh, it, 1);
     return true;

@@ -1,10 +1,15 @@
 /* index.h — the store's hash index: INDEX_SHARDS shards, each with its own mutex, its own
  * open-addressing table of 8-byte slots and its own counters. Items carry no link field for it.
  *
- * Slot layout: bits 63..48 hold a 16-bit tag (hash bits 10..25, see index_tag), bits 47..0 the
- * item's address; 0 is an empty slot. x86-64 user-space addresses fit in 47 bits, so the top 16
- * bits of a pointer are free (index_insert aborts on an address that does not fit). A lookup
- * walks the run of full slots from the key's home slot (linear probing) and compares tags first;
+ * Slot layout, 0 being an empty slot:
+ *   bits 63..48  tag: hash bits 10..25 (see index_tag)
+ *   bits 47..44  displacement: distance from the entry's home slot, 15 meaning "15 or more"
+ *   bits 43..0   item address >> 3
+ * An x86-64 user-space address fits in 47 bits and a struct item is 8-byte aligned, so 44 bits
+ * hold it (index_insert aborts on an address that does not fit). The displacement gives a
+ * removal each following entry's home without reading its item; only at 15 is the key rehashed.
+ *
+ * A lookup walks the run of full slots from the key's home slot (linear probing) and compares tags first;
  * only a slot whose tag matches is followed to the item to compare the key, so a miss touches
  * item memory with probability ~ probes / 65536. Removal shifts the rest of the run back
  * (no tombstones), so runs stay as short as the load alone makes them.
@@ -30,14 +35,22 @@
 #define INDEX_SHARD_BITS 10
 #define INDEX_SHARDS (1u << INDEX_SHARD_BITS)
 #define INDEX_POWER_MAX 31 /* per shard; 2^41 slots in all is far beyond any memory limit */
-#define INDEX_TAG_BITS 16
-#define INDEX_PTR_BITS 48
+#define INDEX_ADDR_BITS 47 /* item addresses are below 2^47 (x86-64 user space) */
+#define INDEX_ADDR_SHIFT 3 /* and multiples of 8 */
+#define INDEX_PTR_BITS (INDEX_ADDR_BITS - INDEX_ADDR_SHIFT)
 #define INDEX_PTR_MASK (((uint64_t)1 << INDEX_PTR_BITS) - 1)
+#define INDEX_DISP_SHIFT INDEX_PTR_BITS
+#define INDEX_DISP_MAX 15u /* saturated: the home must be found by rehashing */
+#define INDEX_DISP_MASK ((uint64_t)INDEX_DISP_MAX << INDEX_DISP_SHIFT)
+#define INDEX_TAG_SHIFT 48
+#define INDEX_TAG_BITS 16
 
 _Static_assert(INDEX_SHARD_BITS + INDEX_TAG_BITS <= 64 - INDEX_POWER_MAX,
                "tag bits must not overlap the slot-selection bits of the largest table");
-_Static_assert(INDEX_TAG_BITS + INDEX_PTR_BITS == 64, "a slot is one 64-bit word");
+_Static_assert(INDEX_DISP_SHIFT + 4 == INDEX_TAG_SHIFT && INDEX_TAG_SHIFT + INDEX_TAG_BITS == 64,
+               "a slot is one 64-bit word: tag, displacement, address");
 _Static_assert(sizeof(void *) == 8, "the slot layout assumes 64-bit pointers");
+_Static_assert(_Alignof(struct item) >= 1 << INDEX_ADDR_SHIFT, "items must be 8-byte aligned");
 
 /* Counters live beside the lock that guards them, so the hot path writes no shared line. */
 /* Per-namespace counters, shared by all shards: relaxed atomic adds on link and unlink only. */
@@ -48,7 +61,7 @@ struct index_ns {
 struct index_shard {
     pthread_mutex_t lock;
     struct index_ns *ns;  /* the index's per-namespace counters */
-    uint64_t *slots;      /* 2^power slots: tag << 48 | item address, 0 = empty */
+    uint64_t *slots;      /* 2^power slots: tag | displacement | address >> 3; 0 = empty */
     uint32_t power;       /* log2 of this shard's slot count */
     uint32_t *cls_items;  /* linked items per size class, indexed by clsid */
     uint64_t curr_items;  /* linked items = full slots; also the load that triggers doubling */
@@ -75,6 +88,12 @@ static inline struct index_shard *index_shard_of(struct index *ix, uint64_t hv)
     return &ix->shards[hv & (INDEX_SHARDS - 1)];
 }
 
+/* The item a full slot points at. */
+static inline struct item *index_slot_item(uint64_t s)
+{
+    return (struct item *)(uintptr_t)((s & INDEX_PTR_MASK) << INDEX_ADDR_SHIFT);
+}
+
 static inline uint32_t index_item_bytes(const struct item *it)
 {
     return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes;
@@ -94,8 +113,8 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
  * the shard holds 2^power - 1 items and doubling failed. The caller still owns `it` then and
  * should treat it as an allocation failure. */
 bool index_insert(struct index_shard *sh, uint64_t hv, struct item *it);
-/* Remove `it` and uncount it. Returns false if it was not in the shard. Reads the keys of the
- * items after it in its probe run (to rehash them), so those must be intact. */
+/* Remove `it` and uncount it. Returns false if it was not in the shard. May rehash the key of an
+ * item after it in its probe run (one displaced by 15 or more), so those must be intact. */
 bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it);
 /* Put `it` where `old` is (same key), adjusting counts. Returns false if `old` was not found.
  * Never needs a free slot, so it cannot fail for want of room. */

@@ -74,9 +74,9 @@ static uint64_t rng(void)
     return rng_state;
 }
 
-/* The linear-probing invariant, checked on every slot of a shard: each entry sits in the first
- * empty-free stretch after its home (every slot from its home to it is full), its tag is its
- * hash's, and the number of full slots is curr_items, with at least one slot empty. */
+/* The linear-probing invariant, checked on every slot of a shard: every slot from an entry's
+ * home to the entry is full, its tag is its hash's, its displacement field is right, and
+ * the number of full slots is curr_items, with at least one slot empty. */
 static void check_shard(const struct index_shard *sh)
 {
     size_t n = (size_t)1 << sh->power, mask = n - 1, full = 0;
@@ -84,10 +84,12 @@ static void check_shard(const struct index_shard *sh)
         uint64_t s = sh->slots[p];
         if (!s) continue;
         full++;
-        const struct item *it = (const struct item *)(uintptr_t)(s & INDEX_PTR_MASK);
+        const struct item *it = index_slot_item(s);
         uint64_t hv = index_hash(it->data, it->nkey);
-        assert_int_equal(s >> INDEX_PTR_BITS, (hv >> INDEX_SHARD_BITS) & 0xffff);
+        assert_int_equal(s >> INDEX_TAG_SHIFT, (hv >> INDEX_SHARD_BITS) & 0xffff);
         size_t home = sh->power ? (size_t)(hv >> (64 - sh->power)) : 0;
+        size_t d = (p - home) & mask;
+        assert_int_equal((s >> INDEX_DISP_SHIFT) & INDEX_DISP_MAX, d < 15 ? d : 15);
         for (size_t q = home; q != p; q = (q + 1) & mask)
             if (!sh->slots[q]) fail_msg("slot %zu empty between home %zu and entry at %zu", q, home, p);
     }
