@@ -102,8 +102,12 @@ bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, si
     if (t) {
         t->iflags = ITEM_HOLD;
         t->exptime = clock_exptime(secs, now);
-        if (old) store_replace(st, hv, old, t, now);
-        else store_link(st, hv, t, now);
+        if (old) {
+            store_replace(st, hv, old, t, now);
+        } else if (!store_link(st, hv, t, now)) { /* index shard full: as out of memory */
+            store_free(st, t);
+            t = NULL;
+        }
     }
     store_unlock(st, hv);
     *ok = t != NULL;
@@ -136,8 +140,8 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
         else if (a->mode == CS_SET || a->mode == CS_ADD) res = CS_STORED;
         else res = CS_NOT_STORED;
         if (res == CS_STORED) {
-            store_link(st, hv, it, now);
-            stored = it;
+            if (store_link(st, hv, it, now)) stored = it;
+            else res = CS_NO_MEMORY; /* index shard full; `it` is freed below */
         }
     } else if (a->mode == CS_ADD) {
         store_bump(st, old, now);

@@ -94,8 +94,12 @@ static void meta_get(struct conn *c, struct proto_req *req)
              * before N reports -1 */
             it->exptime = 0;
             if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
-            store_link(st, hv, it, now);
-            created = true;
+            if (store_link(st, hv, it, now)) {
+                created = true;
+            } else { /* index shard full: a plain miss, as when the allocation fails */
+                store_free(st, it);
+                it = NULL;
+            }
         }
     }
     if (it == NULL || created) {
@@ -319,8 +323,13 @@ static void meta_arith(struct conn *c, struct proto_req *req)
                 memcpy(item_value(it), digits, len);
                 it->exptime = ns_exptime(ns, mf->vivify, now);
                 if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
-                store_link(st, hv, it, now);
-                value = mf->initial;
+                if (store_link(st, hv, it, now)) {
+                    value = mf->initial;
+                } else { /* index shard full: as when the allocation fails */
+                    store_free(st, it);
+                    it = NULL;
+                    code = "NS";
+                }
             } else {
                 code = "NS";
             }

@@ -1,11 +1,26 @@
 /* index.h — the store's hash index: INDEX_SHARDS shards, each with its own mutex, its own
- * chained bucket array (items linked through item->hnext) and its own counters.
+ * open-addressing table of 8-byte slots and its own counters. Items carry no link field for it.
  *
- * A shard's table doubles alone when its load passes 1.5, so a resize pauses only the keys of
- * that shard. The shard is picked by the low bits of the key's hash, the bucket inside the shard
- * by the high bits, so the two choices stay independent as tables grow.
+ * Slot layout, 0 being an empty slot:
+ *   bits 63..48  tag: hash bits 10..25 (see index_tag)
+ *   bits 47..44  displacement: distance from the entry's home slot, 15 meaning "15 or more"
+ *   bits 43..0   item address >> 3
+ * An x86-64 user-space address fits in 47 bits and a struct item is 8-byte aligned, so 44 bits
+ * hold it (index_insert aborts on an address that does not fit). The displacement gives a
+ * removal each following entry's home without reading its item; only at 15 is the key rehashed.
  *
- * Every function here expects the shard's lock to be held by the caller. */
+ * A lookup walks the run of full slots from the key's home slot (linear probing) and compares tags first;
+ * only a slot whose tag matches is followed to the item to compare the key, so a miss touches
+ * item memory with probability ~ probes / 65536. Removal shifts the rest of the run back
+ * (no tombstones), so runs stay as short as the load alone makes them.
+ *
+ * Three hash bit ranges, disjoint for every table size, so shard, home slot and tag are
+ * independent: low INDEX_SHARD_BITS bits pick the shard, the next 16 bits are the tag, and the
+ * top `power` bits (power <= INDEX_POWER_MAX) pick the home slot inside the shard.
+ *
+ * A shard's table doubles alone when its load would pass 3/4, so a resize pauses only the keys of
+ * that shard. Every function here except index_create, index_destroy and index_buckets expects
+ * the shard's lock to be held by the caller. */
 #ifndef SHOAL_NODE_INDEX_H
 #define SHOAL_NODE_INDEX_H
 
@@ -19,7 +34,23 @@
 
 #define INDEX_SHARD_BITS 10
 #define INDEX_SHARDS (1u << INDEX_SHARD_BITS)
-#define INDEX_POWER_MAX 31 /* per shard; 2^41 buckets in all is far beyond any memory limit */
+#define INDEX_POWER_MAX 31 /* per shard; 2^41 slots in all is far beyond any memory limit */
+#define INDEX_ADDR_BITS 47 /* item addresses are below 2^47 (x86-64 user space) */
+#define INDEX_ADDR_SHIFT 3 /* and multiples of 8 */
+#define INDEX_PTR_BITS (INDEX_ADDR_BITS - INDEX_ADDR_SHIFT)
+#define INDEX_PTR_MASK (((uint64_t)1 << INDEX_PTR_BITS) - 1)
+#define INDEX_DISP_SHIFT INDEX_PTR_BITS
+#define INDEX_DISP_MAX 15u /* saturated: the home must be found by rehashing */
+#define INDEX_DISP_MASK ((uint64_t)INDEX_DISP_MAX << INDEX_DISP_SHIFT)
+#define INDEX_TAG_SHIFT 48
+#define INDEX_TAG_BITS 16
+
+_Static_assert(INDEX_SHARD_BITS + INDEX_TAG_BITS <= 64 - INDEX_POWER_MAX,
+               "tag bits must not overlap the slot-selection bits of the largest table");
+_Static_assert(INDEX_DISP_SHIFT + 4 == INDEX_TAG_SHIFT && INDEX_TAG_SHIFT + INDEX_TAG_BITS == 64,
+               "a slot is one 64-bit word: tag, displacement, address");
+_Static_assert(sizeof(void *) == 8, "the slot layout assumes 64-bit pointers");
+_Static_assert(_Alignof(struct item) >= 1 << INDEX_ADDR_SHIFT, "items must be 8-byte aligned");
 
 /* Counters live beside the lock that guards them, so the hot path writes no shared line. */
 /* Per-namespace counters, shared by all shards: relaxed atomic adds on link and unlink only. */
@@ -30,14 +61,17 @@ struct index_ns {
 struct index_shard {
     pthread_mutex_t lock;
     struct index_ns *ns;  /* the index's per-namespace counters */
-    struct item **buckets;
-    uint32_t power;       /* log2 of this shard's bucket count */
+    uint64_t *slots;      /* 2^power slots: tag | displacement | address >> 3; 0 = empty */
+    uint32_t power;       /* log2 of this shard's slot count */
     uint32_t *cls_items;  /* linked items per size class, indexed by clsid */
-    uint64_t curr_items;  /* linked items; also the load that triggers doubling */
+    uint64_t curr_items;  /* linked items = full slots; also the load that triggers doubling */
     uint64_t bytes;       /* header + key + value of linked items */
     uint64_t total_items; /* links and replaces (kept by store.c) */
     uint64_t expired_unfetched; /* lazily expired on lookup, never read (kept by store.c) */
     uint64_t expansions;
+    /* Allocates a zeroed table (calloc by default; whatever it returns is released with free).
+     * Tests replace it to make doubling fail. */
+    void *(*alloc)(size_t nmemb, size_t size);
 } __attribute__((aligned(64)));
 
 struct index {
@@ -54,12 +88,18 @@ static inline struct index_shard *index_shard_of(struct index *ix, uint64_t hv)
     return &ix->shards[hv & (INDEX_SHARDS - 1)];
 }
 
+/* The item a full slot points at. */
+static inline struct item *index_slot_item(uint64_t s)
+{
+    return (struct item *)(uintptr_t)((s & INDEX_PTR_MASK) << INDEX_ADDR_SHIFT);
+}
+
 static inline uint32_t index_item_bytes(const struct item *it)
 {
     return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes;
 }
 
-/* Build the shards with 2^hash_power buckets in all (at least one per shard), counting items
+/* Build the shards with 2^hash_power slots in all (at least one per shard), counting items
  * for class ids 1..nclasses. Returns 0, or -1 with a message in err. */
 int index_create(struct index **out, unsigned hash_power, int nclasses, char *err, size_t errlen);
 /* Free the tables (not the items). Sets *ixp to NULL. */
@@ -67,15 +107,20 @@ void index_destroy(struct index **ixp);
 
 /* The item with this key, or NULL. */
 struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey);
-/* Add `it` (key absent) and count it; may double the shard's table. Never fails: if the bigger
- * table cannot be allocated the shard keeps its chains longer. */
-void index_insert(struct index_shard *sh, uint64_t hv, struct item *it);
-/* Remove `it` and uncount it. Returns false if it was not in the shard. */
+/* Add `it` (key absent) and count it; may double the shard's table first. If the bigger table
+ * cannot be allocated the shard runs at a higher load. Returns false, changing nothing, only when
+ * the table is full: one slot is always kept empty so that every probe ends, so this happens when
+ * the shard holds 2^power - 1 items and doubling failed. The caller still owns `it` then and
+ * should treat it as an allocation failure. */
+bool index_insert(struct index_shard *sh, uint64_t hv, struct item *it);
+/* Remove `it` and uncount it. Returns false if it was not in the shard. May rehash the key of an
+ * item after it in its probe run (one displaced by 15 or more), so those must be intact. */
 bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it);
-/* Put `it` where `old` is (same key), adjusting counts. Returns false if `old` was not found. */
+/* Put `it` where `old` is (same key), adjusting counts. Returns false if `old` was not found.
+ * Never needs a free slot, so it cannot fail for want of room. */
 bool index_swap(struct index_shard *sh, uint64_t hv, struct item *old, struct item *it);
 
-/* Total buckets over all shards (takes each shard lock in turn; call with none held). */
+/* Total slots over all shards (takes each shard lock in turn; call with none held). */
 uint64_t index_buckets(struct index *ix);
 
 #endif

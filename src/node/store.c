@@ -341,7 +341,6 @@ struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_
     struct item *it = slab_alloc(st->slab, nsid, id, hv, store_visit_alloc, &ctx);
     if (!it) return NULL;
     /* iflags and clock are set by the slab under its lock; the rest is ours to initialise. */
-    it->hnext = NULL;
     it->cas = 0;
     it->exptime = 0;
     it->atime = 0;
@@ -391,15 +390,16 @@ struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size
     return it;
 }
 
-void store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
+bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
+    if (!index_insert(sh, hv, it)) return false;
     it->atime = now;
     if (it->cas == 0) it->cas = store_next_cas(st);
-    index_insert(sh, hv, it);
     sh->total_items++;
     store_mark_linked(it);
     transient_note(st, hv, it, now);
+    return true;
 }
 
 void store_replace(struct store *st, uint64_t hv, struct item *old, struct item *it, uint32_t now)
@@ -408,10 +408,11 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
     it->atime = now;
     if (it->cas == 0) it->cas = store_next_cas(st);
     if (!index_swap(sh, hv, old, it)) {
-        /* `old` was not linked (a caller bug): still store the new item, free nothing twice. */
-        index_insert(sh, hv, it);
-        sh->total_items++;
-        store_mark_linked(it);
+        /* `old` was not linked (a caller bug): still store the new item, free nothing twice.
+         * Should the table be full as well, `it` stays unlinked and is leaked rather than freed,
+         * since the caller goes on using it; the log says so. */
+        if (!store_link(st, hv, it, now))
+            log_warn("store_replace: item not linked and its index shard is full");
         return;
     }
     sh->total_items++;
@@ -520,7 +521,7 @@ void store_stats(struct store *st, struct store_stats *out)
     out->slab_pages_moved = c.pages_moved;
     out->slab_pages_trimmed = c.pages_trimmed;
     out->alloc_failures = c.alloc_failures;
-    out->hash_bytes = buckets * sizeof(struct item *);
+    out->hash_bytes = buckets * sizeof(uint64_t); /* one slot each (index.h) */
     out->hash_power_level = 63 - (uint64_t)__builtin_clzll(buckets);
     out->limit_maxbytes = st->memory;
     out->page_size = slab_page_size(st->slab);

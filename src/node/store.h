@@ -175,8 +175,10 @@ struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t n
 struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size_t nkey,
                             uint32_t now, enum store_miss *why);
 /* Insert `it`, which must not be in the index and whose key must be absent. Shard lock held.
- * Sets it->atime = now; gives it a fresh CAS unless it->cas is already non-zero. */
-void store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now);
+ * Sets it->atime = now; gives it a fresh CAS unless it->cas is already non-zero. Returns false,
+ * changing nothing, when the key's index shard is full and cannot grow (no memory for a bigger
+ * table): the caller still owns `it`, frees it and answers as for a failed store_alloc. */
+bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now);
 /* Put `it` in place of the linked `old` (same key) and free `old`. Shard lock held. CAS rule as
  * store_link. */
 void store_replace(struct store *st, uint64_t hv, struct item *old, struct item *it, uint32_t now);
