@@ -38,13 +38,15 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
 {
     struct store *st = c->node->store;
     *swallow = true;
-    if (store_item_size(st, req->nkey, (size_t)req->nbytes) == 0) {
+    /* Flags are part of the item's size: they are known before the value arrives. */
+    uint32_t flags = req->cmd == CMD_MS ? req->meta.flags : req->flags;
+    if (store_item_size(st, req->nkey, (size_t)req->nbytes, flags) == 0) {
         c->w->m.store_too_large++;
         cmd_store_refuse(c, req, "SERVER_ERROR object too large for cache\r\n");
         return NULL;
     }
     uint16_t nsid = cmd_ns(c, req->key, req->nkey)->id;
-    struct item *it = store_alloc(st, nsid, req->key, req->nkey, (size_t)req->nbytes);
+    struct item *it = store_alloc(st, nsid, req->key, req->nkey, (size_t)req->nbytes, flags);
     if (it == NULL) {
         c->w->m.store_no_memory++;
         cmd_store_refuse(c, req, "SERVER_ERROR out of memory storing object\r\n");
@@ -72,10 +74,10 @@ void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bo
 static struct item *cmd_concat(struct store *st, struct item *old, struct item *it, bool append)
 {
     size_t n = (size_t)old->nbytes + it->nbytes;
-    if (store_item_size(st, old->nkey, n) == 0) return NULL;
-    struct item *nit = store_alloc(st, old->nsid, item_key(old), old->nkey, n);
+    uint32_t flags = item_flags(old); /* appended data's own flags are ignored, as in memcached */
+    if (store_item_size(st, old->nkey, n, flags) == 0) return NULL;
+    struct item *nit = store_alloc(st, old->nsid, item_key(old), old->nkey, n, flags);
     if (nit == NULL) return NULL;
-    nit->flags = old->flags;
     nit->exptime = old->exptime;
     char *v = item_value(nit);
     if (append) {
@@ -85,7 +87,7 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
         memcpy(v, item_value(it), it->nbytes);
         memcpy(v + it->nbytes, item_value(old), old->nbytes);
     }
-    nit->cas = it->cas; /* an explicit E cas carries over */
+    item_set_cas(nit, item_cas(it)); /* an explicit E cas carries over */
     return nit;
 }
 
@@ -98,9 +100,9 @@ bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, si
     store_lock(st, hv);
     struct item *old = store_find_raw(st, hv, key, nkey, now, NULL);
     bool existed = old && !(old->iflags & ITEM_HOLD);
-    struct item *t = store_alloc(st, ns->id, key, nkey, 0);
+    struct item *t = store_alloc(st, ns->id, key, nkey, 0, 0);
     if (t) {
-        t->iflags = ITEM_HOLD;
+        t->iflags |= ITEM_HOLD;
         t->exptime = clock_exptime(secs, now);
         if (old) {
             store_replace(st, hv, old, t, now);
@@ -148,8 +150,8 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
         res = CS_NOT_STORED;
     } else {
         res = CS_STORED;
-        if (a->has_cas && a->cas != old->cas) {
-            if (a->set_stale && a->cas < old->cas) {
+        if (a->has_cas && a->cas != item_cas(old)) {
+            if (a->set_stale && a->cas < item_cas(old)) {
                 /* a fill that lost a race with an invalidation: keep it, marked stale, with the
                  * old item's TTL and win state (memcached's ms I) */
                 it->exptime = old->exptime;
@@ -174,7 +176,7 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
             }
         }
     }
-    if (stored && cas_out) *cas_out = stored->cas;
+    if (stored && cas_out) *cas_out = item_cas(stored);
     store_unlock(st, hv);
     if (stored == NULL) store_free(st, it);
     if (a->has_cas) {

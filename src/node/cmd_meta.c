@@ -88,12 +88,12 @@ static void meta_get(struct conn *c, struct proto_req *req)
     struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
     if (it == NULL && proto_meta_has(mf, 'N') && why != STORE_MISS_HELD) {
         /* vivify: an empty placeholder whose creator wins the right to fill it */
-        it = store_alloc(st, ns->id, req->key, req->nkey, 0);
+        it = store_alloc(st, ns->id, req->key, req->nkey, 0, 0);
         if (it) {
             /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
              * before N reports -1 */
             it->exptime = 0;
-            if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+            if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
             if (store_link(st, hv, it, now)) {
                 created = true;
             } else { /* index shard full: a plain miss, as when the allocation fails */
@@ -165,8 +165,8 @@ static void meta_get(struct conn *c, struct proto_req *req)
             break;
         case 's': ml_u64(&l, 's', it->nbytes); break;
         case 't': ml_ttl(&l, it->exptime, now); break;
-        case 'c': ml_u64(&l, 'c', it->cas); break;
-        case 'f': ml_u64(&l, 'f', it->flags); break;
+        case 'c': ml_u64(&l, 'c', item_cas(it)); break;
+        case 'f': ml_u64(&l, 'f', item_flags(it)); break;
         case 'l': ml_u64(&l, 'l', idle); break;
         case 'h': ml_put(&l, fetched ? " h1" : " h0", 3); break;
         default: ml_common(&l, req, f); break;
@@ -202,9 +202,8 @@ void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, cons
 {
     const struct proto_meta *mf = &req->meta;
     struct cmd_store_args a = {.mode = CS_SET};
-    it->flags = mf->flags;
     it->exptime = ns_exptime(ns, proto_meta_has(mf, 'T') ? mf->ttl : 0, clock_now());
-    if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+    if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
     switch (mf->mode) {
     case 'E': case 'e': a.mode = CS_ADD; break;
     case 'A': case 'a': a.mode = CS_APPEND; break;
@@ -261,13 +260,13 @@ static void meta_delete(struct conn *c, struct proto_req *req)
     if (it == NULL) {
         code = "NF";
         cmd_count_delete(c, ns, false);
-    } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
+    } else if (proto_meta_has(mf, 'C') && mf->cas_in != item_cas(it)) {
         code = "EX";
     } else {
         cmd_count_delete(c, ns, true);
         if (proto_meta_has(mf, 'x')) {
             /* drop the value but keep the item (and its TTL) in place */
-            struct item *nit = store_alloc(st, it->nsid, req->key, req->nkey, 0);
+            struct item *nit = store_alloc(st, it->nsid, req->key, req->nkey, 0, 0);
             if (nit) {
                 nit->exptime = it->exptime;
                 store_replace(st, hv, it, nit, now);
@@ -278,7 +277,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         }
         if (mf->invalidate) {
             item_set_iflags(it, (uint8_t)((it->iflags | ITEM_STALE) & ~ITEM_TOKEN));
-            it->cas = proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st);
+            item_set_cas(it, proto_meta_has(mf, 'E') ? mf->cas_new : store_next_cas(st));
             if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
             else if (ns->cfg.stale_ttl) /* serve the stale value for at most stale_ttl */
                 it->exptime = now + (uint32_t)ns->cfg.stale_ttl;
@@ -318,11 +317,11 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         } else if (proto_meta_has(mf, 'N')) {
             char digits[20];
             size_t len = fmt_u64(digits, mf->initial);
-            it = store_alloc(st, ns->id, req->key, req->nkey, len);
+            it = store_alloc(st, ns->id, req->key, req->nkey, len, 0);
             if (it) {
                 memcpy(item_value(it), digits, len);
                 it->exptime = ns_exptime(ns, mf->vivify, now);
-                if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+                if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
                 if (store_link(st, hv, it, now)) {
                     value = mf->initial;
                 } else { /* index shard full: as when the allocation fails */
@@ -336,7 +335,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         } else {
             code = "NF";
         }
-    } else if (proto_meta_has(mf, 'C') && mf->cas_in != it->cas) {
+    } else if (proto_meta_has(mf, 'C') && mf->cas_in != item_cas(it)) {
         code = "EX";
     } else {
         ttl_before = it->exptime;
@@ -345,7 +344,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
             if (incr) m->incr_hits++;
             else m->decr_hits++;
             if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
-            if (proto_meta_has(mf, 'E')) it->cas = mf->cas_new;
+            if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
             break;
         case DELTA_NON_NUMERIC:
             err = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
@@ -377,7 +376,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         const struct proto_mflag *f = &mf->flag[i];
         if (ok && f->flag == 't')
             ml_ttl(&l, ttl_before != UINT32_MAX ? ttl_before : it->exptime, now);
-        else if (ok && f->flag == 'c') ml_u64(&l, 'c', it->cas);
+        else if (ok && f->flag == 'c') ml_u64(&l, 'c', item_cas(it));
         else ml_common(&l, req, f);
     }
     store_unlock(st, hv);
@@ -408,8 +407,8 @@ static void meta_debug(struct conn *c, struct proto_req *req)
     char tail[160];
     int n = snprintf(tail, sizeof tail, " exp=%lld la=%u cas=%llu fetch=%s cls=%u size=%zu",
                      exp,
-                     now > it->atime ? now - it->atime : 0, (unsigned long long)it->cas,
-                     (it->iflags & ITEM_FETCHED) ? "yes" : "no", it->clsid,
+                     now > it->atime ? now - it->atime : 0, (unsigned long long)item_cas(it),
+                     (it->iflags & ITEM_FETCHED) ? "yes" : "no", store_item_class(st, it),
                      sizeof(struct item) + it->nkey + it->nbytes);
     ml_put(&l, tail, (size_t)n);
     store_unlock(st, hv);

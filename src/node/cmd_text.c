@@ -28,12 +28,12 @@ static bool text_value(struct conn *c, struct item *it, bool with_cas)
     memcpy(p, item_key(it), it->nkey);
     p += it->nkey;
     *p++ = ' ';
-    p += fmt_u64(p, it->flags);
+    p += fmt_u64(p, item_flags(it));
     *p++ = ' ';
     p += fmt_u64(p, it->nbytes);
     if (with_cas) {
         *p++ = ' ';
-        p += fmt_u64(p, it->cas);
+        p += fmt_u64(p, item_cas(it));
     }
     *p++ = '\r';
     *p++ = '\n';
@@ -102,7 +102,6 @@ static void text_get(struct conn *c, struct proto_req *req)
 void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns)
 {
     struct cmd_store_args a = {0};
-    it->flags = req->flags;
     it->exptime = ns_exptime(ns, req->exptime, clock_now());
     switch (req->cmd) {
     case CMD_ADD: a.mode = CS_ADD; break;
@@ -182,12 +181,11 @@ enum delta_res cmd_delta_locked(struct store *st, uint64_t hv, struct item **itp
     if (len <= it->nbytes) {
         memcpy(item_value(it), digits, len);
         memset(item_value(it) + len, ' ', it->nbytes - len);
-        it->cas = store_next_cas(st);
+        item_set_cas(it, store_next_cas(st));
         store_bump(st, it, now);
     } else {
-        struct item *nit = store_alloc(st, it->nsid, item_key(it), it->nkey, len);
+        struct item *nit = store_alloc(st, it->nsid, item_key(it), it->nkey, len, item_flags(it));
         if (nit == NULL) return DELTA_NO_MEMORY;
-        nit->flags = it->flags;
         nit->exptime = it->exptime;
         nit->iflags |= it->iflags & ITEM_FETCHED;
         memcpy(item_value(nit), digits, len);

@@ -65,19 +65,16 @@ static inline void index_place(uint64_t *t, size_t mask, size_t home, uint64_t s
     t[i] = index_with_disp(s, (i - home) & mask);
 }
 
-int index_create(struct index **out, unsigned hash_power, int nclasses, char *err, size_t errlen)
+int index_create(struct index **out, unsigned hash_power, char *err, size_t errlen)
 {
     *out = NULL;
     struct index *ix = calloc(1, sizeof *ix);
     if (!ix) goto oom;
-    ix->nclasses = nclasses;
     if (posix_memalign((void **)&ix->shards, 64, INDEX_SHARDS * sizeof *ix->shards)) {
         ix->shards = NULL;
         goto oom;
     }
     memset(ix->shards, 0, INDEX_SHARDS * sizeof *ix->shards);
-    ix->cls_items = calloc((size_t)INDEX_SHARDS * (size_t)(nclasses + 1), sizeof(uint32_t));
-    if (!ix->cls_items) goto oom;
     ix->ns = calloc(STORE_NS_MAX, sizeof *ix->ns);
     if (!ix->ns) goto oom;
 
@@ -88,7 +85,6 @@ int index_create(struct index **out, unsigned hash_power, int nclasses, char *er
         sh->power = power;
         sh->ns = ix->ns;
         sh->alloc = calloc;
-        sh->cls_items = ix->cls_items + (size_t)i * (size_t)(nclasses + 1);
         sh->slots = calloc((size_t)1 << power, sizeof *sh->slots);
         if (!sh->slots || lock_init(&sh->lock)) {
             free(sh->slots);
@@ -109,7 +105,6 @@ oom:
     snprintf(err, errlen, "out of memory creating the hash index");
     if (ix) {
         free(ix->shards);
-        free(ix->cls_items);
         free(ix->ns);
         free(ix);
     }
@@ -125,7 +120,6 @@ void index_destroy(struct index **ixp)
         pthread_mutex_destroy(&ix->shards[i].lock);
     }
     free(ix->shards);
-    free(ix->cls_items);
     free(ix->ns);
     free(ix);
     *ixp = NULL;
@@ -180,19 +174,17 @@ static inline void index_count(struct index_shard *sh, const struct item *it, in
     if (sign > 0) {
         sh->curr_items++;
         sh->bytes += bytes;
-        sh->cls_items[it->clsid]++;
         __atomic_fetch_add(&ns->items, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&ns->bytes, bytes, __ATOMIC_RELAXED);
     } else {
         sh->curr_items--;
         sh->bytes -= bytes;
-        sh->cls_items[it->clsid]--;
         __atomic_fetch_sub(&ns->items, 1, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&ns->bytes, bytes, __ATOMIC_RELAXED);
     }
 }
 
-/* True if the slot layout cannot hold this address (above 2^47 or not 8-aligned). */
+/* True if the slot layout cannot hold this address (above 2^47 or not 4-aligned). */
 static inline bool index_bad_address(const struct item *it)
 {
     uint64_t a = (uint64_t)(uintptr_t)it;
@@ -201,7 +193,7 @@ static inline bool index_bad_address(const struct item *it)
 
 static void index_bad_pointer(const struct item *it)
 {
-    fprintf(stderr, "index: item address %p is not 8-aligned below 2^%d\n", (const void *)it,
+    fprintf(stderr, "index: item address %p is not 4-aligned below 2^%d\n", (const void *)it,
             INDEX_ADDR_BITS);
     abort();
 }

@@ -3,11 +3,12 @@
  *
  * Slot layout, 0 being an empty slot:
  *   bits 63..48  tag: hash bits 10..25 (see index_tag)
- *   bits 47..44  displacement: distance from the entry's home slot, 15 meaning "15 or more"
- *   bits 43..0   item address >> 3
- * An x86-64 user-space address fits in 47 bits and a struct item is 8-byte aligned, so 44 bits
+ *   bits 47..45  displacement: distance from the entry's home slot, 7 meaning "7 or more"
+ *   bits 44..0   item address >> 2
+ * An x86-64 user-space address fits in 47 bits and a struct item is 4-byte aligned, so 45 bits
  * hold it (index_insert aborts on an address that does not fit). The displacement gives a
- * removal each following entry's home without reading its item; only at 15 is the key rehashed.
+ * removal each following entry's home without reading its item; only at 7 is the key rehashed
+ * (at load 3/4, about 1 entry in 20 of a long run).
  *
  * A lookup walks the run of full slots from the key's home slot (linear probing) and compares tags first;
  * only a slot whose tag matches is followed to the item to compare the key, so a miss touches
@@ -36,21 +37,21 @@
 #define INDEX_SHARDS (1u << INDEX_SHARD_BITS)
 #define INDEX_POWER_MAX 31 /* per shard; 2^41 slots in all is far beyond any memory limit */
 #define INDEX_ADDR_BITS 47 /* item addresses are below 2^47 (x86-64 user space) */
-#define INDEX_ADDR_SHIFT 3 /* and multiples of 8 */
+#define INDEX_ADDR_SHIFT 2 /* and multiples of 4 */
 #define INDEX_PTR_BITS (INDEX_ADDR_BITS - INDEX_ADDR_SHIFT)
 #define INDEX_PTR_MASK (((uint64_t)1 << INDEX_PTR_BITS) - 1)
 #define INDEX_DISP_SHIFT INDEX_PTR_BITS
-#define INDEX_DISP_MAX 15u /* saturated: the home must be found by rehashing */
+#define INDEX_DISP_MAX 7u /* saturated: the home must be found by rehashing */
 #define INDEX_DISP_MASK ((uint64_t)INDEX_DISP_MAX << INDEX_DISP_SHIFT)
 #define INDEX_TAG_SHIFT 48
 #define INDEX_TAG_BITS 16
 
 _Static_assert(INDEX_SHARD_BITS + INDEX_TAG_BITS <= 64 - INDEX_POWER_MAX,
                "tag bits must not overlap the slot-selection bits of the largest table");
-_Static_assert(INDEX_DISP_SHIFT + 4 == INDEX_TAG_SHIFT && INDEX_TAG_SHIFT + INDEX_TAG_BITS == 64,
+_Static_assert(INDEX_DISP_SHIFT + 3 == INDEX_TAG_SHIFT && INDEX_TAG_SHIFT + INDEX_TAG_BITS == 64,
                "a slot is one 64-bit word: tag, displacement, address");
 _Static_assert(sizeof(void *) == 8, "the slot layout assumes 64-bit pointers");
-_Static_assert(_Alignof(struct item) >= 1 << INDEX_ADDR_SHIFT, "items must be 8-byte aligned");
+_Static_assert(_Alignof(struct item) >= 1 << INDEX_ADDR_SHIFT, "items must be 4-byte aligned");
 
 /* Counters live beside the lock that guards them, so the hot path writes no shared line. */
 /* Per-namespace counters, shared by all shards: relaxed atomic adds on link and unlink only. */
@@ -63,7 +64,6 @@ struct index_shard {
     struct index_ns *ns;  /* the index's per-namespace counters */
     uint64_t *slots;      /* 2^power slots: tag | displacement | address >> 3; 0 = empty */
     uint32_t power;       /* log2 of this shard's slot count */
-    uint32_t *cls_items;  /* linked items per size class, indexed by clsid */
     uint64_t curr_items;  /* linked items = full slots; also the load that triggers doubling */
     uint64_t bytes;       /* header + key + value of linked items */
     uint64_t total_items; /* links and replaces (kept by store.c) */
@@ -77,8 +77,6 @@ struct index_shard {
 struct index {
     struct index_shard *shards; /* INDEX_SHARDS of them */
     struct index_ns *ns;        /* STORE_NS_MAX of them */
-    uint32_t *cls_items;        /* one block for every shard's per-class counts */
-    int nclasses;
 };
 
 static inline uint64_t index_hash(const char *key, size_t nkey) { return XXH3_64bits(key, nkey); }
@@ -96,12 +94,13 @@ static inline struct item *index_slot_item(uint64_t s)
 
 static inline uint32_t index_item_bytes(const struct item *it)
 {
-    return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes;
+    return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes +
+           ((it->iflags & ITEM_FLAGS) ? (uint32_t)sizeof(uint32_t) : 0);
 }
 
-/* Build the shards with 2^hash_power slots in all (at least one per shard), counting items
- * for class ids 1..nclasses. Returns 0, or -1 with a message in err. */
-int index_create(struct index **out, unsigned hash_power, int nclasses, char *err, size_t errlen);
+/* Build the shards with 2^hash_power slots in all (at least one per shard). Returns 0, or -1
+ * with a message in err. */
+int index_create(struct index **out, unsigned hash_power, char *err, size_t errlen);
 /* Free the tables (not the items). Sets *ixp to NULL. */
 void index_destroy(struct index **ixp);
 

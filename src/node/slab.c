@@ -25,7 +25,8 @@
 #include <sys/mman.h>
 
 #define SLAB_GROWTH 1.08
-#define SLAB_FINE_MAX 256u     /* classes every 8 bytes up to this size */
+#define SLAB_STEP 4u           /* chunk sizes are multiples of this: items are 4-byte aligned */
+#define SLAB_FINE_MAX 256u     /* classes every SLAB_STEP bytes up to this size */
 #define SLAB_STEAL_DONORS 3    /* classes tried for one page move */
 #define SLAB_STEAL_PAGES 4     /* pages of one donor tried */
 #define SLAB_STEAL_ROUNDS 2000 /* lock releases while waiting for busy shards, per page */
@@ -36,12 +37,13 @@
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
-/* Fill s->size/perpage[1..] with chunk sizes: every 8 bytes from SLAB_CHUNK_MIN to
- * SLAB_FINE_MAX, where most small items fall and a step of 8 wastes at most 7 bytes, then
- * growing by SLAB_GROWTH (rounded to 8), and last a class for the largest item. */
+/* Fill s->size/perpage[1..] with chunk sizes: every SLAB_STEP bytes from SLAB_CHUNK_MIN to
+ * SLAB_FINE_MAX, where most small items fall and a step of 4 wastes at most 3 bytes, then
+ * growing by SLAB_GROWTH (rounded to SLAB_STEP), and last a class for the largest item. */
 static int slab_build_classes(struct slab *s, uint64_t item_max)
 {
-    uint64_t maxc = (item_max + 7) & ~(uint64_t)7;
+    const uint64_t r = SLAB_STEP - 1;
+    uint64_t maxc = (item_max + r) & ~r;
     if (maxc > s->page_size) maxc = s->page_size;
     if (maxc < SLAB_CHUNK_MIN) maxc = SLAB_CHUNK_MIN;
     int n = 0;
@@ -53,8 +55,9 @@ static int slab_build_classes(struct slab *s, uint64_t item_max)
         s->size[n] = (uint32_t)sz;
         s->perpage[n] = (uint32_t)(s->page_size / sz);
         if (sz == maxc) break;
-        uint64_t next = sz < SLAB_FINE_MAX ? sz + 8 : ((uint64_t)((double)sz * SLAB_GROWTH) + 7) & ~7ull;
-        sz = next > sz ? next : sz + 8;
+        uint64_t next = sz < SLAB_FINE_MAX ? sz + SLAB_STEP
+                                           : ((uint64_t)((double)sz * SLAB_GROWTH) + r) & ~r;
+        sz = next > sz ? next : sz + SLAB_STEP;
     }
     s->nclasses = n;
     return 0;
@@ -177,6 +180,11 @@ int slab_class_for(const struct slab *s, size_t total)
 uint32_t slab_chunk_size(const struct slab *s, int clsid)
 {
     return clsid >= 1 && clsid <= s->nclasses ? s->size[clsid] : 0;
+}
+
+int slab_chunk_class(const struct slab *s, const struct item *it)
+{
+    return LOAD(&s->pages[slab_page_of(s, it)].clsid);
 }
 
 uint32_t slab_page_size(const struct slab *s) { return s->page_size; }
@@ -361,14 +369,13 @@ static void class_page_detach(struct slab *s, struct slab_class *c, uint32_t p)
 
     const char *lo = s->base + ((size_t)p << s->page_shift);
     const char *hi = lo + s->page_size;
-    for (struct item **pp = &c->free; *pp;) {
-        const char *ch = (const char *)*pp;
-        if (ch >= lo && ch < hi) {
-            *pp = (*pp)->hnext;
-            c->nfree--;
-        } else {
-            pp = &(*pp)->hnext;
-        }
+    struct item *keep = NULL, *it = c->free;
+    c->free = NULL;
+    c->nfree = 0;
+    for (; it; it = keep) {
+        keep = free_next(it);
+        const char *ch = (const char *)it;
+        if (ch < lo || ch >= hi) class_free_push(c, it);
     }
 }
 
@@ -381,11 +388,7 @@ static void class_page_restore(struct slab *s, struct slab_pool *pl, struct slab
     class_page_add(s, pl, c, clsid, p);
     for (uint32_t i = 0; i < pg->carved; i++) {
         struct item *it = slab_chunk(s, p, i, c->size);
-        if (slab_chunk_state(it) & ITEM_SLAB_FREE) {
-            it->hnext = c->free;
-            c->free = it;
-            c->nfree++;
-        }
+        if (slab_chunk_state(it) & ITEM_SLAB_FREE) class_free_push(c, it);
     }
     if (c->cur == SLAB_NONE && pg->carved < c->perpage) c->cur = p;
 }
@@ -397,7 +400,7 @@ static struct item *class_take_free(struct slab *s, struct slab_class *c)
 {
     if (c->free) {
         struct item *it = c->free;
-        c->free = it->hnext;
+        c->free = free_next(it);
         c->nfree--;
         return it;
     }
@@ -571,12 +574,10 @@ static void class_adopt(struct slab *s, struct slab_pool *pl, struct slab_class 
     for (uint32_t i = 0; i < c->perpage; i++) {
         struct item *it = slab_chunk(s, p, i, c->size);
         __atomic_store_n(&it->iflags, ITEM_SLAB_FREE, __ATOMIC_RELAXED);
-        it->hnext = c->free;
-        c->free = it;
+        class_free_push(c, it);
     }
     pg->carved = c->perpage;
     c->carved += c->perpage;
-    c->nfree += c->perpage;
 }
 
 /* A chunk from a page of the free pages, if the pool may have one (class lock held). */
@@ -655,11 +656,7 @@ void slab_free(struct slab *s, struct item *it)
     pthread_mutex_lock(&c->lock);
     __atomic_store_n(&it->iflags, ITEM_SLAB_FREE, __ATOMIC_RELAXED);
     /* In a page being moved the mover collects it; everywhere else it is reusable at once. */
-    if (!s->pages[slab_page_of(s, it)].moving) {
-        it->hnext = c->free;
-        c->free = it;
-        c->nfree++;
-    }
+    if (!s->pages[slab_page_of(s, it)].moving) class_free_push(c, it);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -714,9 +711,7 @@ uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t m
         if (!(r & SLAB_GONE)) continue;
         slab_count_gone(c, SLAB_VISIT_SWEEP, r);
         __atomic_store_n(&it->iflags, ITEM_SLAB_FREE, __ATOMIC_RELAXED);
-        it->hnext = c->free;
-        c->free = it;
-        c->nfree++;
+        class_free_push(c, it);
     }
     pthread_mutex_unlock(&c->lock);
     return end < n ? end : SLAB_NONE;

@@ -20,7 +20,7 @@
 
 #include "node/store.h"
 
-#define SLAB_CHUNK_MIN 48u
+#define SLAB_CHUNK_MIN 32u
 #define SLAB_PAGE_MIN (1u << 20)
 #define SLAB_CLASS_MAX 255 /* clsid is a uint8_t; 0 means "no class" */
 #define SLAB_NONE UINT32_MAX
@@ -99,6 +99,8 @@ int slab_class_count(const struct slab *s);
 /* Smallest class whose chunks hold `total` bytes, or 0 if none does. */
 int slab_class_for(const struct slab *s, size_t total);
 uint32_t slab_chunk_size(const struct slab *s, int clsid);
+/* Size class of the chunk `it` (its page's). */
+int slab_chunk_class(const struct slab *s, const struct item *it);
 uint32_t slab_page_size(const struct slab *s);
 uint32_t slab_pages_total(const struct slab *s);
 /* Pages handed out from the unassigned pool so far (they never go back to it). */

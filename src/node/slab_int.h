@@ -34,7 +34,7 @@ struct slab_class {
     pthread_mutex_t lock;
     uint32_t size;
     uint32_t perpage;
-    struct item *free; /* chained through hnext */
+    struct item *free; /* chained through the first 8 bytes of each free chunk (free_next) */
     uint64_t nfree;
     uint64_t carved; /* sum of its pages' carved counts */
     uint32_t npages;
@@ -92,6 +92,23 @@ static inline uint32_t slab_page_of(const struct slab *s, const struct item *it)
 static inline uint8_t slab_chunk_state(struct item *it)
 {
     return __atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE);
+}
+
+/* A free chunk's link to the next one, kept in its first 8 bytes (the CAS of a live item; the
+ * chunk is only 4-byte aligned, hence memcpy). iflags, further on, stays readable by walkers. */
+static inline struct item *free_next(const struct item *it)
+{
+    struct item *n;
+    __builtin_memcpy(&n, it, sizeof n);
+    return n;
+}
+
+/* Put chunk `it` on class c's free list (class lock held). */
+static inline void class_free_push(struct slab_class *c, struct item *it)
+{
+    __builtin_memcpy(it, &c->free, sizeof c->free);
+    c->free = it;
+    c->nfree++;
 }
 
 /* Next page of c after p, wrapping to the head. */

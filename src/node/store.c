@@ -17,7 +17,6 @@
 #include "node/index.h"
 #include "node/slab.h"
 
-_Static_assert(sizeof(struct item) == 40, "item header must stay 40 bytes");
 _Static_assert((int)STORE_POLICY_LRU == (int)SLAB_POLICY_LRU &&
                    (int)STORE_POLICY_LFU == (int)SLAB_POLICY_LFU &&
                    (int)STORE_POLICY_S3FIFO == (int)SLAB_POLICY_S3FIFO,
@@ -81,7 +80,7 @@ static inline enum store_miss store_dead(const struct store *st, const struct it
     uint64_t fcas = __atomic_load_n(&st->flush_cas, __ATOMIC_ACQUIRE);
     if (__builtin_expect(fcas != 0, 0)) {
         uint32_t ft = LOAD(&st->flush_time);
-        if (atime < ft || (atime == ft && LOAD(&it->cas) < fcas)) return STORE_MISS_FLUSHED;
+        if (atime < ft || (atime == ft && item_cas(it) < fcas)) return STORE_MISS_FLUSHED;
     }
     uint32_t ol = LOAD(&st->oldest_live);
     if (__builtin_expect(ol != 0, 0) && now >= ol && atime <= ol) return STORE_MISS_FLUSHED;
@@ -183,7 +182,7 @@ static void transient_note(struct store *st, uint64_t hv, struct item *it, uint3
         t->v = v;
         t->cap = cap;
     }
-    t->v[t->n++] = (struct transient_entry){it, it->cas, exp};
+    t->v[t->n++] = (struct transient_entry){it, item_cas(it), exp};
 }
 
 /* The sweeper's tick: free the noted items of every shard that have expired. */
@@ -206,7 +205,7 @@ static void transient_reap(void *ctx)
             /* The chunk may since hold another item, maybe of another shard (whose lock we do
              * not hold): only an item still linked, with the same CAS, hashing here is ours. */
             if ((__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
-                __atomic_load_n(&it->cas, __ATOMIC_RELAXED) == e->cas) {
+                item_cas(it) == e->cas) {
                 uint64_t hv = index_hash(item_key(it), it->nkey);
                 if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED) {
                     if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
@@ -258,8 +257,7 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
     if (slab_create(&st->slab, st->memory, st->item_max, err, errlen)) goto fail;
     if (o->huge_pages && slab_advise_huge(st->slab) != 0)
         log_warn("transparent huge pages unavailable for item memory; using normal pages");
-    if (index_create(&st->index, (unsigned)o->hash_power, slab_class_count(st->slab), err,
-                     errlen))
+    if (index_create(&st->index, (unsigned)o->hash_power, err, errlen))
         goto fail;
     st->transient = calloc(INDEX_SHARDS, sizeof *st->transient);
     if (!st->transient) {
@@ -312,26 +310,31 @@ void store_unlock(struct store *st, uint64_t hv)
     pthread_mutex_unlock(&sh->lock);
 }
 
-/* Class for an item of this key and value length, or 0 if it exceeds item_max. */
-static int store_class_of(const struct store *st, size_t nkey, size_t nbytes)
+/* Class for an item of this key and value length and flags, or 0 if it exceeds item_max. */
+static int store_class_of(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
 {
     if (nkey > UINT8_MAX || nbytes > UINT32_MAX) return 0;
-    size_t total = sizeof(struct item) + nkey + nbytes;
+    size_t total = sizeof(struct item) + nkey + nbytes + (flags ? sizeof flags : 0);
     /* memcached counts the value's \r\n against the limit; so do we, to refuse the same items */
     if (total + 2 > st->item_max) return 0;
     return slab_class_for(st->slab, total);
 }
 
-size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes)
+size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
 {
-    int id = store_class_of(st, nkey, nbytes);
+    int id = store_class_of(st, nkey, nbytes, flags);
     return id ? slab_chunk_size(st->slab, id) : 0;
 }
 
-struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
-                         size_t nbytes)
+int store_item_class(const struct store *st, const struct item *it)
 {
-    int id = store_class_of(st, nkey, nbytes);
+    return slab_chunk_class(st->slab, it);
+}
+
+struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
+                         size_t nbytes, uint32_t flags)
+{
+    int id = store_class_of(st, nkey, nbytes, flags);
     if (!id) return NULL;
     struct store_alloc_ctx ctx = {.st = st, .key = key, .nkey = nkey};
     nsid %= STORE_NS_MAX;
@@ -341,15 +344,18 @@ struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_
     struct item *it = slab_alloc(st->slab, nsid, id, hv, store_visit_alloc, &ctx);
     if (!it) return NULL;
     /* iflags and clock are set by the slab under its lock; the rest is ours to initialise. */
-    it->cas = 0;
+    item_set_cas(it, 0);
     it->exptime = 0;
     it->atime = 0;
     it->nbytes = (uint32_t)nbytes;
-    it->flags = 0;
     it->nkey = (uint8_t)nkey;
-    it->clsid = (uint8_t)id;
-    it->nsid = nsid;
+    it->nsid = (uint8_t)nsid;
     memcpy(it->data, key, nkey);
+    if (flags) {
+        /* Not linked yet, so no walker reads iflags: a plain store is enough. */
+        it->iflags = ITEM_FLAGS;
+        memcpy(it->data + nkey + nbytes, &flags, sizeof flags);
+    }
     return it;
 }
 
@@ -395,7 +401,7 @@ bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
     struct index_shard *sh = index_shard_of(st->index, hv);
     if (!index_insert(sh, hv, it)) return false;
     it->atime = now;
-    if (it->cas == 0) it->cas = store_next_cas(st);
+    if (item_cas(it) == 0) item_set_cas(it, store_next_cas(st));
     sh->total_items++;
     store_mark_linked(it);
     transient_note(st, hv, it, now);
@@ -406,7 +412,7 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
     it->atime = now;
-    if (it->cas == 0) it->cas = store_next_cas(st);
+    if (item_cas(it) == 0) item_set_cas(it, store_next_cas(st));
     if (!index_swap(sh, hv, old, it)) {
         /* `old` was not linked (a caller bug): still store the new item, free nothing twice.
          * Should the table be full as well, `it` stays unlinked and is leaked rather than freed,
@@ -548,11 +554,8 @@ bool store_class_stats(struct store *st, int clsid, struct store_class_stats *ou
     out->reclaimed = ci.c.reclaimed;
     uint32_t now = clock_now();
     out->oldest_age = ci.oldest_atime && now > ci.oldest_atime ? now - ci.oldest_atime : 0;
-    for (unsigned i = 0; i < INDEX_SHARDS; i++) {
-        struct index_shard *sh = &st->index->shards[i];
-        pthread_mutex_lock(&sh->lock);
-        out->curr_items += sh->cls_items[clsid];
-        pthread_mutex_unlock(&sh->lock);
-    }
+    /* Items are not counted per class (the item does not store its class): a chunk in use is
+     * an item, but for the few a request holds between allocating and linking. */
+    out->curr_items = out->used_chunks;
     return true;
 }

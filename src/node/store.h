@@ -29,25 +29,37 @@ enum {
     ITEM_STALE = 1 << 2,   /* marked stale by md I or ms I: served with X */
     ITEM_TOKEN = 1 << 3,   /* a win (W) was handed out: later readers get Z */
     ITEM_HOLD = 1 << 4,    /* a delete hold-off tombstone (empty); its exptime ends the hold */
+    ITEM_FLAGS = 1 << 5,   /* client flags are stored, after the value; set at allocation only */
 };
 
-/* One cached item. Header, then key bytes, then value bytes, in one slab chunk.
+/* One cached item: a 24-byte header, then key bytes, value bytes and, only when they are not 0,
+ * 4 bytes of client flags, in one slab chunk. Chunks are 4-byte aligned (sizes step by 4), so
+ * no field needs more: the CAS is two halves (item_cas/item_set_cas). The size class and the
+ * hash chain are not stored: the class is the chunk's page's, and the index keeps its own slots.
  * Times are on the store clock (clock_now(): seconds since start); exptime 0 = never. */
 struct item {
-    struct item *hnext; /* next item in the same hash bucket */
-    uint64_t cas;
+    uint32_t cas_lo, cas_hi; /* CAS unique; also the lease token */
     uint32_t exptime;
     uint32_t atime;  /* last access or store, store clock */
     uint32_t nbytes; /* value length, without \r\n */
-    uint32_t flags;  /* client flags, opaque */
     uint8_t nkey;
-    uint8_t clsid;
     uint8_t iflags;
-    uint8_t clock; /* CLOCK reference bit; written with relaxed atomics, no lock */
-    uint16_t nsid; /* namespace id (see node/ns.h); set by the owner before linking */
-    char data[];   /* key, then value */
+    uint8_t clock; /* eviction policy state (see node/evict.c); relaxed atomics, no lock */
+    uint8_t nsid;  /* namespace id (see node/ns.h); set by store_alloc */
+    char data[];   /* key, value, [flags] */
 };
-_Static_assert(sizeof(struct item) == 40, "the item header must stay 40 bytes");
+_Static_assert(sizeof(struct item) == 24, "the item header must stay 24 bytes");
+_Static_assert(_Alignof(struct item) == 4, "items live in 4-byte aligned chunks");
+
+static inline uint64_t item_cas(const struct item *it)
+{
+    return (uint64_t)it->cas_hi << 32 | it->cas_lo;
+}
+static inline void item_set_cas(struct item *it, uint64_t v)
+{
+    it->cas_lo = (uint32_t)v;
+    it->cas_hi = (uint32_t)(v >> 32);
+}
 
 /* Namespaces the engine keeps figures for (ids 0..STORE_NS_MAX-1). */
 #define STORE_NS_MAX 256
@@ -61,6 +73,14 @@ struct store_ns_stats {
 enum store_policy { STORE_POLICY_LRU, STORE_POLICY_LFU, STORE_POLICY_S3FIFO };
 
 static inline char *item_key(struct item *it) { return it->data; }
+
+/* Client flags: 0 unless stored (ITEM_FLAGS), then 4 bytes after the value (unaligned). */
+static inline uint32_t item_flags(const struct item *it)
+{
+    uint32_t f = 0;
+    if (it->iflags & ITEM_FLAGS) __builtin_memcpy(&f, it->data + it->nkey + it->nbytes, 4);
+    return f;
+}
 
 /* Change iflags of a linked item (shard lock held). The store, as an atomic store, because the
  * allocator's page walkers read iflags without the shard lock. */
@@ -143,18 +163,21 @@ uint64_t store_hash(const char *key, size_t nkey);
 void store_lock(struct store *st, uint64_t hv);
 void store_unlock(struct store *st, uint64_t hv);
 
-/* Total chunk bytes an item of this key and value length needs, or 0 when it exceeds
- * item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
-size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes);
+/* Total chunk bytes an item of this key, value length and client flags needs, or 0 when it
+ * exceeds item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
+size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags);
 
 /* Allocate an unlinked item of namespace `nsid` (from its pool) for `key` with room for
- * `nbytes` of value; key, nkey, nbytes, clsid and nsid are set, every other field is zero. Evicts when needed. Returns NULL when the size
+ * `nbytes` of value and client flags `flags` (fixed for the item's life); key, nkey, nbytes,
+ * flags and nsid are set, every other field is zero (iflags: ITEM_FLAGS if flags != 0). Evicts when needed. Returns NULL when the size
  * exceeds item_max or nothing could be evicted (counted in alloc_failures). The caller owns the
  * item until it links it or frees it. May be called with zero or one shard lock held; with one
  * held, items of that shard other than the one with this same key may be evicted during the call
  * (to empty a page for another class), so keep no pointer to them across it. */
 struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
-                         size_t nbytes);
+                         size_t nbytes, uint32_t flags);
+/* Size class of an item (its chunk's page's class), for `me` and stats. */
+int store_item_class(const struct store *st, const struct item *it);
 /* Return an unlinked item's memory. */
 void store_free(struct store *st, struct item *it);
 

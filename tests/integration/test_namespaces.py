@@ -28,12 +28,13 @@ def ttl_of(raw, key):
 
 def test_create_then_read_back(node):
     st, body = http(node.admin, "PUT", "/v1/namespaces/catalog",
-                    {"memory": 67108864, "default_ttl": 600, "max_ttl": 86400, "eviction": "lru"})
+                    {"memory": 67108864, "default_ttl": 600, "max_ttl": 86400, "eviction": "lfu"})
     assert st == 201, body
     st, body = http(node.admin, "GET", "/v1/namespaces/catalog")
     assert st == 200
     got = json.loads(body)
-    assert (got["memory"], got["default_ttl"], got["max_ttl"]) == (67108864, 600, 86400)
+    assert (got["memory"], got["default_ttl"], got["max_ttl"], got["eviction"]) == \
+        (67108864, 600, 86400, "lfu")
     st, body = http(node.admin, "GET", "/v1/namespaces")
     assert set(json.loads(body)["namespaces"]) == {"default", "catalog"}
 
@@ -236,3 +237,9 @@ def test_stale_ttl_bounds_how_long_an_invalidated_value_is_served(node):
     got = r.meta("mg st:k v t")
     assert "X" in got.flags and got.value == b"old"
     assert int(got.flags["t"]) in (6, 7), f"stale value kept for stale_ttl, not its TTL: {got.line}"
+
+
+def test_new_namespaces_default_to_s3fifo(node):
+    """s3fifo is the default policy: it has the lowest miss ratio in scripts/bench-hitratio.sh."""
+    assert json.loads(http(node.admin, "PUT", "/v1/namespaces/plain", {})[1])["eviction"] == "s3fifo"
+    assert json.loads(http(node.admin, "GET", "/v1/namespaces/default")[1])["eviction"] == "s3fifo"

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     size_t chunk = argc > 2 ? strtoul(argv[2], NULL, 10) : 192; /* 40 + 30-byte key + 100 + slack */
     struct ctx c = {.n = n};
     char err[128];
-    if (index_create(&c.ix, 16, 1, err, sizeof err)) {
+    if (index_create(&c.ix, 16, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -89,7 +89,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         struct item *it = (struct item *)(arena + i * chunk);
         it->nkey = (uint8_t)snprintf(it->data, 40, "key:%020zu:abcd", i);
-        it->clsid = 1;
         c.items[i] = it;
         snprintf(c.miss[i], sizeof c.miss[i], "abs:%020zu:abcd", i);
         c.mhv[i] = index_hash(c.miss[i], strlen(c.miss[i]));

@@ -34,7 +34,7 @@ static bool ns_put(struct store *st, uint16_t nsid, const char *key, size_t nbyt
 {
     size_t nkey = strlen(key);
     uint64_t hv = store_hash(key, nkey);
-    struct item *it = store_alloc(st, nsid, key, nkey, nbytes);
+    struct item *it = store_alloc(st, nsid, key, nkey, nbytes, 0);
     if (!it) return false;
     memset(item_value(it), 'v', nbytes);
     uint32_t now = clock_now();

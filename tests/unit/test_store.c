@@ -58,7 +58,7 @@ static bool put_ex(struct store *st, const char *key, size_t nbytes, char fill, 
     uint64_t hv = store_hash(key, nkey);
     struct item *it = NULL;
     if (!locked) {
-        it = store_alloc(st, 0, key, nkey, nbytes);
+        it = store_alloc(st, 0, key, nkey, nbytes, 0);
         if (!it) return false;
         fill_value(it, fill);
         it->exptime = exptime;
@@ -66,7 +66,7 @@ static bool put_ex(struct store *st, const char *key, size_t nbytes, char fill, 
     store_lock(st, hv);
     struct item *old = store_find(st, hv, key, nkey, now, NULL);
     if (locked) {
-        it = store_alloc(st, 0, key, nkey, nbytes);
+        it = store_alloc(st, 0, key, nkey, nbytes, 0);
         if (!it) {
             store_unlock(st, hv);
             return false;
@@ -98,7 +98,7 @@ static bool get(struct store *st, const char *key, uint32_t now, enum store_miss
     if (it) {
         if (nbytes) *nbytes = it->nbytes;
         if (first && it->nbytes) *first = item_value(it)[0];
-        if (cas) *cas = it->cas;
+        if (cas) *cas = item_cas(it);
         store_bump(st, it, now);
     }
     store_unlock(st, hv);
@@ -136,11 +136,11 @@ static void test_class_table(void **state)
     for (int i = 1; i <= n; i++) {
         struct store_class_stats cs;
         assert_true(store_class_stats(st, i, &cs));
-        assert_int_equal(cs.chunk_size % 8, 0);
+        assert_int_equal(cs.chunk_size % 4, 0);
         assert_true(cs.chunk_size > prev);
-        if (i == 1) assert_int_equal(cs.chunk_size, 48);
-        else if (cs.chunk_size <= 256) assert_int_equal(cs.chunk_size, prev + 8);
-        else if (i < n) assert_true(cs.chunk_size <= prev * 1.08 + 8);
+        if (i == 1) assert_int_equal(cs.chunk_size, 32);
+        else if (cs.chunk_size <= 256) assert_int_equal(cs.chunk_size, prev + 4);
+        else if (i < n) assert_true(cs.chunk_size <= prev * 1.08 + 4);
         assert_int_equal(cs.chunks_per_page, (1u << 20) / cs.chunk_size);
         prev = cs.chunk_size;
     }
@@ -148,9 +148,10 @@ static void test_class_table(void **state)
     struct store_class_stats cs;
     assert_false(store_class_stats(st, 0, &cs));
     assert_false(store_class_stats(st, n + 1, &cs));
-    /* 40-byte header + 30-byte key + 100-byte value = 170 -> 176-byte chunk */
-    assert_int_equal(store_item_size(st, 30, 100), 176);
-    assert_int_equal(store_item_size(st, 1, 0), 48);
+    /* 24-byte header + 30-byte key + 100-byte value = 154 -> 156-byte chunk; flags take 4 */
+    assert_int_equal(store_item_size(st, 30, 100, 0), 156);
+    assert_int_equal(store_item_size(st, 30, 100, 7), 160);
+    assert_int_equal(store_item_size(st, 1, 0, 0), 32);
     struct store_stats s = stats(st);
     assert_int_equal(s.page_size, 1 << 20);
     assert_int_equal(s.pages_total, 64);
@@ -167,19 +168,18 @@ static void test_basic_lifecycle(void **state)
     (void)state;
     struct store *st = mk_quiet(64);
     uint32_t now = clock_now();
-    struct item *it = store_alloc(st, 0, "foo", 3, 5);
+    struct item *it = store_alloc(st, 0, "foo", 3, 5, 42);
     assert_non_null(it);
     assert_int_equal(it->nkey, 3);
     assert_int_equal(it->nbytes, 5);
     assert_memory_equal(item_key(it), "foo", 3);
-    assert_int_equal(it->cas, 0);
+    assert_int_equal(item_cas(it), 0);
     assert_int_equal(it->exptime, 0);
-    assert_int_equal(it->flags, 0);
-    assert_int_equal(it->iflags, 0);
+    assert_int_equal(item_flags(it), 42);
+    assert_int_equal(it->iflags, ITEM_FLAGS);
     assert_int_equal(it->clock, 0);
-    assert_true(it->clsid >= 1);
+    assert_true(store_item_class(st, it) >= 1);
     memcpy(item_value(it), "hello", 5);
-    it->flags = 42;
 
     uint64_t hv = store_hash("foo", 3);
     enum store_miss why;
@@ -189,23 +189,24 @@ static void test_basic_lifecycle(void **state)
     store_link(st, hv, it, now);
     assert_true(it->iflags & ITEM_LINKED);
     assert_int_equal(it->atime, now);
-    uint64_t cas1 = it->cas;
+    uint64_t cas1 = item_cas(it);
     assert_true(cas1 > 0);
     struct item *f = store_find(st, hv, "foo", 3, now, &why);
     assert_ptr_equal(f, it);
     assert_int_equal(why, STORE_HIT);
     assert_memory_equal(item_value(f), "hello", 5);
-    assert_int_equal(f->flags, 42);
+    assert_int_equal(item_flags(f), 42);
+    assert_memory_equal(item_value(f), "hello", 5); /* the flags after it left it alone */
     assert_null(store_find(st, hv, "fo", 2, now, NULL));
     store_unlock(st, hv);
 
     struct store_stats s = stats(st);
     assert_int_equal(s.curr_items, 1);
     assert_int_equal(s.total_items, 1);
-    assert_int_equal(s.bytes, 40 + 3 + 5);
+    assert_int_equal(s.bytes, 24 + 3 + 5 + 4); /* the flags, 42, take 4 */
 
     /* replace: new value, higher cas, old memory returned */
-    struct item *it2 = store_alloc(st, 0, "foo", 3, 11);
+    struct item *it2 = store_alloc(st, 0, "foo", 3, 11, 0);
     assert_non_null(it2);
     memcpy(item_value(it2), "hello world", 11);
     store_lock(st, hv);
@@ -214,14 +215,14 @@ static void test_basic_lifecycle(void **state)
     store_replace(st, hv, old, it2, now + 1);
     f = store_find(st, hv, "foo", 3, now + 1, NULL);
     assert_ptr_equal(f, it2);
-    assert_true(f->cas > cas1);
+    assert_true(item_cas(f) > cas1);
     assert_int_equal(f->atime, now + 1);
     assert_memory_equal(item_value(f), "hello world", 11);
     store_unlock(st, hv);
     s = stats(st);
     assert_int_equal(s.curr_items, 1);
     assert_int_equal(s.total_items, 2);
-    assert_int_equal(s.bytes, 40 + 3 + 11);
+    assert_int_equal(s.bytes, 24 + 3 + 11);
 
     /* bump */
     store_lock(st, hv);
@@ -244,10 +245,10 @@ static void test_basic_lifecycle(void **state)
     assert_int_equal(s.bytes, 0);
 
     /* free of an unlinked item, and the chunk is reused */
-    struct item *a = store_alloc(st, 0, "bar", 3, 5);
+    struct item *a = store_alloc(st, 0, "bar", 3, 5, 0);
     assert_non_null(a);
     store_free(st, a);
-    struct item *b = store_alloc(st, 0, "baz", 3, 5);
+    struct item *b = store_alloc(st, 0, "baz", 3, 5, 0);
     assert_ptr_equal(a, b);
     store_free(st, b);
 
@@ -261,7 +262,7 @@ static void test_basic_lifecycle(void **state)
             assert_int_equal(cs.curr_items, 1);
             assert_int_equal(cs.used_chunks, 1);
             assert_int_equal(cs.total_pages, 1);
-            assert_int_equal(cs.chunk_size, store_item_size(st, 2, 100));
+            assert_int_equal(cs.chunk_size, store_item_size(st, 2, 100, 0));
             cls = i;
         }
     }
@@ -290,12 +291,12 @@ static void test_cas_increasing(void **state)
         last = cas;
     }
     /* an explicit cas is kept */
-    struct item *it = store_alloc(st, 0, "explicit", 8, 1);
-    it->cas = 7;
+    struct item *it = store_alloc(st, 0, "explicit", 8, 1, 0);
+    item_set_cas(it, 7);
     uint64_t hv = store_hash("explicit", 8);
     store_lock(st, hv);
     store_link(st, hv, it, now);
-    assert_int_equal(it->cas, 7);
+    assert_int_equal(item_cas(it), 7);
     store_unlock(st, hv);
     store_destroy(&st);
 }
@@ -324,7 +325,7 @@ static void test_expiry_lazy(void **state)
     assert_int_equal(why, STORE_MISS_EXPIRED);
     s = stats(st);
     assert_int_equal(s.expired_unfetched, 1);
-    assert_int_equal(s.bytes, 40 + 7 + 10);
+    assert_int_equal(s.bytes, 24 + 7 + 10);
     store_destroy(&st);
 }
 
@@ -409,7 +410,7 @@ static void test_eviction_full(void **state)
     assert_true(s.evictions > 0);
     assert_int_equal(s.alloc_failures, 0);
     assert_true(s.bytes <= 2u << 20);
-    assert_true(s.curr_items <= (2u << 20) / store_item_size(st, 8, 100));
+    assert_true(s.curr_items <= (2u << 20) / store_item_size(st, 8, 100, 0));
     assert_int_equal(s.curr_items + s.evictions, N + 1);
     assert_int_equal(s.evicted_unfetched, s.evictions); /* none of those was read */
     assert_int_equal(s.pages_used, 2);
@@ -509,7 +510,7 @@ static void test_steal_with_lock_held(void **state)
             continue;
         }
         size_t big = 50 * 1024 + (size_t)j * 8192; /* a new class each round */
-        struct item *nit = store_alloc(st, 0, key, nkey, big);
+        struct item *nit = store_alloc(st, 0, key, nkey, big, 0);
         assert_non_null(nit);
         /* old is intact */
         assert_true(old->iflags & ITEM_LINKED);
@@ -569,12 +570,12 @@ static void test_item_max_and_limits(void **state)
 {
     (void)state;
     struct store *st = mk(2, 1024, 16, 60000);
-    /* 40 + 10 + 972 + 2 (\r\n) = 1024 fits; one byte more does not */
-    assert_int_equal(store_item_size(st, 10, 972), 1024);
-    assert_int_equal(store_item_size(st, 10, 973), 0);
-    assert_int_equal(store_item_size(st, 256, 1), 0);
-    assert_null(store_alloc(st, 0, "0123456789", 10, 973));
-    struct item *it = store_alloc(st, 0, "0123456789", 10, 972);
+    /* 24 + 10 + 988 + 2 (\r\n) = 1024 fits; one byte more does not */
+    assert_int_equal(store_item_size(st, 10, 988, 0), 1024);
+    assert_int_equal(store_item_size(st, 10, 989, 0), 0);
+    assert_int_equal(store_item_size(st, 256, 1, 0), 0);
+    assert_null(store_alloc(st, 0, "0123456789", 10, 989, 0));
+    struct item *it = store_alloc(st, 0, "0123456789", 10, 988, 0);
     assert_non_null(it);
     store_free(st, it);
     assert_int_equal(stats(st).alloc_failures, 0);
@@ -656,7 +657,7 @@ static void *cworker(void *p)
             bool locked = op == 8;
             struct item *it = NULL;
             if (!locked) {
-                it = store_alloc(a->st, 0, key, (size_t)nkey, len);
+                it = store_alloc(a->st, 0, key, (size_t)nkey, len, 0);
                 if (!it) {
                     a->alloc_fail++;
                     continue;
@@ -666,7 +667,7 @@ static void *cworker(void *p)
             store_lock(a->st, hv);
             struct item *old = store_find(a->st, hv, key, (size_t)nkey, now, NULL);
             if (locked) {
-                it = store_alloc(a->st, 0, key, (size_t)nkey, len);
+                it = store_alloc(a->st, 0, key, (size_t)nkey, len, 0);
                 if (!it) {
                     a->alloc_fail++;
                     store_unlock(a->st, hv);
@@ -727,7 +728,7 @@ static void run_concurrent(uint64_t mb, uint32_t maxval, bool expect_evictions)
         struct item *it = store_find(st, hv, key, (size_t)nkey, now, NULL);
         if (it) {
             found++;
-            bytes += 40 + it->nkey + it->nbytes;
+            bytes += 24 + it->nkey + it->nbytes;
         }
         store_unlock(st, hv);
     }
@@ -799,7 +800,7 @@ static void test_sweeper(void **state)
     assert_int_equal(s.curr_items, 1000);
     assert_true(s.expired_unfetched >= 1000);
     uint64_t live_bytes = 0;
-    for (int i = 0; i < 1000; i++) live_bytes += 40 + (uint64_t)snprintf(key, sizeof key, "live%d", i) + 50;
+    for (int i = 0; i < 1000; i++) live_bytes += 24 + (uint64_t)snprintf(key, sizeof key, "live%d", i) + 50;
     assert_int_equal(s.bytes, live_bytes);
     /* flushed items are reclaimed too */
     store_flush(st, now, now);
