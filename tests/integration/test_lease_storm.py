@@ -26,8 +26,8 @@ READERS = 200
 DURATION = 10.0       # seconds of deletes
 DELETE_EVERY = 0.05   # seconds between deletes
 LOAD_TIME = 0.005     # the simulated database query
-RETRY = (0.010, 0.030)  # wait after Z without a value, seconds (uniform)
-USE_TIME = (0.010, 0.030)  # time a reader spends "using" a value before its next read
+RETRY = (0.010, 0.020)  # wait after Z without a value, seconds (uniform)
+USE_TIME = (0.050, 0.100)  # time a reader spends "using" a value before its next read
 LEASE_TTL = 2
 STALE_TTL = 5
 # Documented bound: lease_ttl + the retry interval. Slack: 200 Python threads on 2 cores can be
@@ -57,6 +57,7 @@ class Storm:
         self.waits = 0
         self.fills = {}
         self.max_wait = 0.0
+        self.max_fill = 0.0  # longest time from a win to its fill's reply
         self.errors = []
         self.stop = threading.Event()
 
@@ -91,6 +92,7 @@ def reader(storm, host, port, key, seed):
                 fill = c.meta(f"ms {key} {len(value)} C{r.cas} T60", value)
                 with storm.lock:
                     storm.fills[fill.code] = storm.fills.get(fill.code, 0) + 1
+                    storm.max_fill = max(storm.max_fill, time.monotonic() - got)
             elif r.code == "VA" and r.value:
                 with storm.lock:
                     if "X" in r.flags:
@@ -150,7 +152,7 @@ def run_storm(node, key, delete_cmd):
     storm.server_wins = int(st["ns:storm:lease_wins"])
     print(f"\n{delete_cmd}: {deletes} deletes ({hits} hit), {storm.wins} wins, fills "
           f"{storm.fills}, reads fresh {storm.fresh} stale {storm.stale}, waits {storm.waits}, "
-          f"longest wait {storm.max_wait:.3f} s, {elapsed:.1f} s")
+          f"longest wait {storm.max_wait:.3f} s, longest fill {storm.max_fill:.3f} s, {elapsed:.1f} s")
     return storm
 
 
@@ -188,5 +190,5 @@ def test_storm_lease_period_caps_wins(node):
     check_common(storm)
     cap = int(storm.elapsed // period) + 1
     assert storm.wins <= cap, f"{storm.wins} wins in {storm.elapsed:.1f} s; at most {cap}"
-    assert storm.wins >= DURATION / period / 2, "wins kept coming once per period"
+    assert storm.wins >= 3, "wins kept coming, one per period at most"
     assert storm.stale > storm.fresh, "between wins readers were served the stale value"
