@@ -4,8 +4,10 @@
  * a miss with N creates an empty placeholder and hands exactly one client the win (W), later
  * readers see Z until the winner's fill replaces it; R hands one client an early recache; md I
  * marks an item stale (X) so the next reader wins and the rest may serve the old value; a fill
- * whose CAS no longer matches is refused, or with I stored as stale. Reply flags come back in
- * the order they were asked, then Z, X, W as memcached orders them. */
+ * whose CAS no longer matches is refused, or with I stored as stale. Namespaces may ration wins
+ * further (lease_period, one win in flight under lease_ttl: lease.h) and serve expired values
+ * stale for stale_ttl to readers with N or R. Reply flags come back in the order they were
+ * asked, then Z, X, W as memcached orders them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -105,7 +107,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
     /* A miss that may not win (lease_period, or a win still in flight) is answered as if a
      * placeholder held by someone else were there: an empty value with Z, nothing stored. */
     bool ghost = false;
-    _Alignas(struct item) char ghost_buf[sizeof(struct item) + 8] = {0};
+    _Alignas(struct item) char ghost_buf[sizeof(struct item) + 8];
     int64_t life = 0; /* a vivified placeholder's life, seconds */
     m->cmd_get++;
     store_lock(st, hv);
@@ -117,6 +119,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
     if (it == NULL && proto_meta_has(mf, 'N') && why != STORE_MISS_HELD) {
         if (!meta_may_win(c, ns, hv)) {
             ghost = true;
+            memset(ghost_buf, 0, sizeof ghost_buf);
             it = (struct item *)ghost_buf;
             it->iflags = ITEM_TOKEN;
             it->atime = now;
