@@ -125,9 +125,23 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
     uint64_t hv = store_hash(item_key(it), it->nkey);
     enum cmd_store_res res;
     struct item *stored = NULL;
+    enum store_miss why;
     store_lock(st, hv);
-    struct item *old = store_find_raw(st, hv, item_key(it), it->nkey, now, NULL);
-    if (old && (old->iflags & ITEM_HOLD)) {
+    struct item *old = store_find_ex(st, hv, item_key(it), it->nkey, now, &why,
+                                     STORE_FIND_HELD | STORE_FIND_GRACE);
+    if (old && why == STORE_MISS_EXPIRED) {
+        /* an expired value kept for stale readers (stale_ttl): absent to every store except the
+         * fill of the win it handed out, which carries its CAS */
+        bool fill = a->has_cas && a->cas == item_cas(old) &&
+                    (a->mode == CS_SET || a->mode == CS_REPLACE);
+        if (fill || (!a->has_cas && (a->mode == CS_SET || a->mode == CS_ADD))) {
+            store_replace(st, hv, old, it, now);
+            stored = it;
+            res = CS_STORED;
+        } else {
+            res = a->has_cas ? CS_NOT_FOUND : CS_NOT_STORED;
+        }
+    } else if (old && (old->iflags & ITEM_HOLD)) {
         /* delete hold-off (§4.3): add, replace, append, prepend and cas fail as if the key
          * were absent and add could not win; a plain set stores and ends the hold */
         if (a->mode == CS_SET && !a->has_cas) {
@@ -177,6 +191,9 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
         }
     }
     if (stored && cas_out) *cas_out = item_cas(stored);
+    /* a fill with a win's CAS, stored or refused, ends that win's time in flight */
+    if (a->has_cas && cmd_lease_ruled(cmd_ns(c, item_key(it), it->nkey)))
+        lease_filled(c->node->leases, hv, a->cas);
     store_unlock(st, hv);
     if (stored == NULL) store_free(st, it);
     if (a->has_cas) {

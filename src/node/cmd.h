@@ -21,6 +21,13 @@ static inline struct ns_metrics *cmd_nsm(const struct conn *c, const struct ns *
     return &c->w->ns_m[ns->id];
 }
 
+/* Does the namespace ration lease wins (lease_period or lease_ttl set)? Its wins then go
+ * through the node's lease table (lease.h); otherwise leases are memcached's, item-bound only. */
+static inline bool cmd_lease_ruled(const struct ns *ns)
+{
+    return ns->cfg.lease_period != 0 || ns->cfg.lease_ttl != 0;
+}
+
 /* Count a delete request's outcome, node-wide and for its namespace. */
 static inline void cmd_count_delete(struct conn *c, const struct ns *ns, bool hit)
 {

@@ -4,8 +4,10 @@
  * a miss with N creates an empty placeholder and hands exactly one client the win (W), later
  * readers see Z until the winner's fill replaces it; R hands one client an early recache; md I
  * marks an item stale (X) so the next reader wins and the rest may serve the old value; a fill
- * whose CAS no longer matches is refused, or with I stored as stale. Reply flags come back in
- * the order they were asked, then Z, X, W as memcached orders them. */
+ * whose CAS no longer matches is refused, or with I stored as stale. Namespaces may ration wins
+ * further (lease_period, one win in flight under lease_ttl: lease.h) and serve expired values
+ * stale for stale_ttl to readers with N or R. Reply flags come back in the order they were
+ * asked, then Z, X, W as memcached orders them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +74,24 @@ static void ml_send(struct conn *c, struct mline *l)
     conn_reply(c, l->b, l->n);
 }
 
+/* May the key hand out a win now? Always, unless its namespace rations wins (lease_period,
+ * lease_ttl) and the lease table says a recent win's period or a win in flight blocks it. */
+static bool meta_may_win(struct conn *c, const struct ns *ns, uint64_t hv)
+{
+    return !cmd_lease_ruled(ns) || lease_may_win(c->node->leases, hv, lease_now_ms(), NULL);
+}
+
+/* Remember a win (token = the CAS its holder fills with) for lease_period and, with lease_ttl,
+ * as in flight for `inflight` seconds. */
+static void meta_record_win(struct conn *c, const struct ns *ns, uint64_t hv, uint64_t token,
+                            uint64_t inflight)
+{
+    if (!cmd_lease_ruled(ns)) return;
+    if (!lease_record_win(c->node->leases, hv, token, lease_now_ms(), ns->cfg.lease_period * 1000,
+                          ns->cfg.lease_ttl ? inflight * 1000 : 0))
+        c->w->m.lease_table_overflows++;
+}
+
 static void meta_get(struct conn *c, struct proto_req *req)
 {
     struct store *st = c->node->store;
@@ -81,28 +101,46 @@ static void meta_get(struct conn *c, struct proto_req *req)
     uint64_t hv = store_hash(req->key, req->nkey);
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     struct ns_metrics *nsm = cmd_nsm(c, ns);
+    bool lease_aware = proto_meta_has(mf, 'N') || proto_meta_has(mf, 'R');
     enum store_miss why;
     bool created = false, won = false;
+    /* A miss that may not win (lease_period, or a win still in flight) is answered as if a
+     * placeholder held by someone else were there: an empty value with Z, nothing stored. */
+    bool ghost = false;
+    _Alignas(struct item) char ghost_buf[sizeof(struct item) + 8];
+    int64_t life = 0; /* a vivified placeholder's life, seconds */
     m->cmd_get++;
     store_lock(st, hv);
-    struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
+    struct item *it = store_find_ex(st, hv, req->key, req->nkey, now, &why, STORE_FIND_GRACE);
+    /* An expired item kept for stale_ttl (the store's grace) is served, marked stale, only to
+     * lease-aware readers; to the others it is a miss, and it stays for the next N/R reader. */
+    bool grace = it != NULL && why == STORE_MISS_EXPIRED;
+    if (grace && !lease_aware) it = NULL;
     if (it == NULL && proto_meta_has(mf, 'N') && why != STORE_MISS_HELD) {
-        /* vivify: an empty placeholder whose creator wins the right to fill it */
-        it = store_alloc(st, ns->id, req->key, req->nkey, 0, 0);
-        if (it) {
-            /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
-             * before N reports -1 */
-            it->exptime = 0;
-            if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
-            if (store_link(st, hv, it, now)) {
-                created = true;
-            } else { /* index shard full: a plain miss, as when the allocation fails */
-                store_free(st, it);
-                it = NULL;
+        if (!meta_may_win(c, ns, hv)) {
+            ghost = true;
+            memset(ghost_buf, 0, sizeof ghost_buf);
+            it = (struct item *)ghost_buf;
+            it->iflags = ITEM_TOKEN;
+            it->atime = now;
+        } else {
+            /* vivify: an empty placeholder whose creator wins the right to fill it */
+            it = store_alloc(st, ns->id, req->key, req->nkey, 0, 0);
+            if (it) {
+                /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
+                 * before N reports -1 */
+                it->exptime = 0;
+                if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
+                if (store_link(st, hv, it, now)) {
+                    created = true;
+                } else { /* index shard full: a plain miss, as when the allocation fails */
+                    store_free(st, it);
+                    it = NULL;
+                }
             }
         }
     }
-    if (it == NULL || created) {
+    if (it == NULL || created || ghost) {
         m->get_misses++;
         nsm->get_misses++;
         if (why == STORE_MISS_EXPIRED) m->get_expired++;
@@ -144,6 +182,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
         const struct proto_mflag *f = &mf->flag[i];
         switch (f->flag) {
         case 'T':
+            if (ghost || grace) break; /* nothing to touch; an expired value is not revived */
             it->exptime = ns_exptime(ns, mf->ttl, now);
             m->cmd_touch++;
             m->touch_hits++;
@@ -151,7 +190,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
         case 'N':
             if (created) {
                 /* a holder that never fills must not block the key for longer than lease_ttl */
-                int64_t life = mf->vivify;
+                life = mf->vivify;
                 if (ns->cfg.lease_ttl && (life <= 0 || life > (int64_t)ns->cfg.lease_ttl))
                     life = (int64_t)ns->cfg.lease_ttl;
                 it->exptime = ns_exptime(ns, life, now);
@@ -164,7 +203,10 @@ static void meta_get(struct conn *c, struct proto_req *req)
                 won = true;
             break;
         case 's': ml_u64(&l, 's', it->nbytes); break;
-        case 't': ml_ttl(&l, it->exptime, now); break;
+        case 't':
+            /* an expired value in its grace reports how long it is still served stale */
+            ml_ttl(&l, grace ? it->exptime + (uint32_t)ns->cfg.stale_ttl : it->exptime, now);
+            break;
         case 'c': ml_u64(&l, 'c', item_cas(it)); break;
         case 'f': ml_u64(&l, 'f', item_flags(it)); break;
         case 'l': ml_u64(&l, 'l', idle); break;
@@ -172,24 +214,33 @@ static void meta_get(struct conn *c, struct proto_req *req)
         default: ml_common(&l, req, f); break;
         }
     }
-    if (it->iflags & ITEM_TOKEN) {
+    bool stale = (it->iflags & ITEM_STALE) || grace;
+    bool wait = it->iflags & ITEM_TOKEN;
+    if (stale && !wait) won = true;
+    if (won && !created && !meta_may_win(c, ns, hv)) {
+        /* lease_period not over, or another win still in flight: wait (with the stale value
+         * if there is one); the item is left without a token so the next reader asks again */
+        won = false;
+        wait = true;
+    }
+    if (wait) {
         ml_flag(&l, 'Z');
         m->lease_waits++;
         nsm->lease_waits++;
     }
-    if (it->iflags & ITEM_STALE) {
+    if (stale) {
         ml_flag(&l, 'X');
         m->stale_hits++;
         nsm->stale_hits++;
-        if (!(it->iflags & ITEM_TOKEN)) won = true;
     }
     if (won) {
         ml_flag(&l, 'W');
         item_set_iflags(it, it->iflags | ITEM_TOKEN);
         m->lease_wins++;
         nsm->lease_wins++;
+        meta_record_win(c, ns, hv, item_cas(it), created ? (uint64_t)life : ns->cfg.lease_ttl);
     }
-    if (!proto_meta_has(mf, 'u') && !created) store_bump(st, it, now);
+    if (!proto_meta_has(mf, 'u') && !created && !ghost && !grace) store_bump(st, it, now);
     ml_send(c, &l);
     if (want_value) {
         conn_reply(c, item_value(it), it->nbytes);
@@ -255,8 +306,15 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         ml_send(c, &l);
         return;
     }
+    enum store_miss why;
     store_lock(st, hv);
-    struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
+    struct item *it = store_find_ex(st, hv, req->key, req->nkey, now, &why, STORE_FIND_GRACE);
+    if (it && why == STORE_MISS_EXPIRED && !mf->invalidate) {
+        /* an expired value kept for stale readers: a plain delete drops it, and answers NF as
+         * for any expired item; md I marks it stale below like a live one */
+        store_unlink(st, hv, it);
+        it = NULL;
+    }
     if (it == NULL) {
         code = "NF";
         cmd_count_delete(c, ns, false);

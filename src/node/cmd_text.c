@@ -69,7 +69,10 @@ static void text_get(struct conn *c, struct proto_req *req)
         m->cmd_get++;
         if (touch) m->cmd_touch++;
         store_lock(st, hv);
-        struct item *it = store_find(st, hv, key, nkey, now, &why);
+        struct item *it = store_find_ex(st, hv, key, nkey, now, &why, STORE_FIND_GRACE);
+        /* an expired item kept for stale_ttl is for lease-aware mg readers: a miss here, and
+         * left in place for them */
+        if (it && why == STORE_MISS_EXPIRED) it = NULL;
         if (it) {
             if (touch) {
                 it->exptime = ns_exptime(ns, req->exptime, now);

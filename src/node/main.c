@@ -31,6 +31,16 @@ static char store_short(const char *name, const char **alias)
     return 0;
 }
 
+/* The registry's `published` hook: each namespace's stale_ttl is the store's grace for the
+ * items tagged with its id (expired items served stale to lease-aware readers); ids no
+ * namespace holds get none. */
+static void node_ns_published(void *ctx, const struct ns_table *t)
+{
+    struct store *st = ctx;
+    for (int id = 0; id < NS_MAX; id++)
+        store_set_grace(st, (uint16_t)id, t->byid[id] ? (uint32_t)t->byid[id]->cfg.stale_ttl : 0);
+}
+
 static size_t build_options(struct opt_def *defs, struct node_config *cfg)
 {
     size_t n = 0;
@@ -89,6 +99,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
+    node.leases = lease_table_create((size_t)node.cfg.lease_keys);
+    if (node.leases == NULL) {
+        fprintf(stderr, "shoal-node: out of memory creating the lease table (--lease-keys)\n");
+        return 2;
+    }
     node.listen_fd = net_listen(node.cfg.listen, (unsigned)node.cfg.port, (int)node.cfg.backlog,
                                 err, sizeof err);
     if (node.listen_fd < 0) {
@@ -114,6 +129,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
+    node.ns.published = node_ns_published;
+    node.ns.published_ctx = node.store;
     if (node.cfg.namespaces &&
         ns_load_file(&node.ns, node.cfg.namespaces, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);
@@ -154,5 +171,6 @@ int main(int argc, char **argv)
     close(node.listen_fd);
     ns_registry_teardown(&node.ns);
     store_destroy(&node.store);
+    lease_table_destroy(&node.leases);
     return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/metrics.h"
+#include "node/lease.h"
 #include "node/ns.h"
 #include "node/store.h"
 #include "protocol/protocol.h"
@@ -40,11 +41,13 @@
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
-    X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)
+    X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)        \
+    X(lease_keys, 0, UINT, "65536", 64, 1 << 24,                                                 \
+      "keys whose last lease win is remembered, for lease_period and lease_ttl", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port;
+        admin_port, lease_keys;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -77,6 +80,7 @@ struct node_config {
     X(lease_wins, COUNTER, "W flags handed out (the right to fill or recache)")                  \
     X(lease_waits, COUNTER, "Z flags handed out (another client holds the win)")                 \
     X(stale_hits, COUNTER, "reads served a stale (X) value")                                     \
+    X(lease_table_overflows, COUNTER, "lease wins recorded by forgetting a still-blocking key")  \
     X(bytes_read, COUNTER, "bytes read from clients")                                            \
     X(bytes_written, COUNTER, "bytes sent to clients")                                           \
     X(protocol_errors, COUNTER, "requests answered ERROR or CLIENT_ERROR")                       \
@@ -106,6 +110,7 @@ struct worker {
 struct node {
     struct node_config cfg;
     struct store *store;
+    struct lease_table *leases; /* lease_period / lease_ttl memory per key (lease.h) */
     struct ns_registry ns;
     struct worker *workers;
     int listen_fd;

@@ -147,6 +147,7 @@ static void ns_publish(struct ns_registry *r, struct ns_table *t)
     struct ns_table *old = r->table;
     t->version = old->version + 1;
     __atomic_store_n(&r->table, t, __ATOMIC_SEQ_CST);
+    if (r->published) r->published(r->published_ctx, t);
     uint64_t g = __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
     /* A reader that went online at generation < g (seen in 1..g) may still use `old`. Workers
      * finish a batch in micro- to milliseconds, so waiting here is short. */

@@ -39,7 +39,7 @@ enum ns_eviction { NS_EVICT_LRU, NS_EVICT_LFU, NS_EVICT_S3FIFO };
     X(max_ttl, 0, 2592000, "longest TTL, seconds; longer ones are clamped (0: no limit)")        \
     X(lease_ttl, 0, 3600, "longest life of a lease placeholder whose holder never fills, s (0: N)") \
     X(lease_period, 0, 3600, "at most one lease win per key per this many seconds (0: off)")     \
-    X(stale_ttl, 0, 86400, "seconds an invalidated (md I) item is kept to be served stale")
+    X(stale_ttl, 0, 86400, "seconds an invalidated (md I) or expired item is served stale")
 
 struct ns_config {
 #define X(name, lo, hi, help) uint64_t name;
@@ -94,6 +94,10 @@ struct ns_registry {
      * HTTP status (400, 507) with a message in err naming the field; then nothing changes. */
     int (*apply)(void *ctx, uint16_t id, const struct ns_config *cfg, char *err, size_t errlen);
     void *apply_ctx;
+    /* told of every table published, once readers may see it (the node passes stale_ttl on to
+       the store's grace); may be NULL */
+    void (*published)(void *ctx, const struct ns_table *t);
+    void *published_ctx;
 };
 
 /* Registry with only `default`, with no quota (it shares the memory the quotas leave), no TTL

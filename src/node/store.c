@@ -61,6 +61,9 @@ struct store {
     uint32_t oldest_live;
     pthread_mutex_t flush_lock;
 
+    /* Stale grace per namespace id, seconds (store_set_grace); read without a lock. */
+    uint32_t grace[STORE_NS_MAX];
+
     /* On its own cache line: every store writes it. */
     uint64_t cas_next __attribute__((aligned(64)));
 } __attribute__((aligned(64)));
@@ -87,6 +90,17 @@ static inline enum store_miss store_dead(const struct store *st, const struct it
     uint32_t exp = LOAD(&it->exptime);
     if (exp != 0 && exp <= now) return STORE_MISS_EXPIRED;
     return STORE_HIT;
+}
+
+/* Is `it`, which store_dead found expired, still in its namespace's stale grace? Relaxed reads,
+ * as store_dead. */
+static inline bool store_in_grace(const struct store *st, const struct item *it, uint32_t now)
+{
+    uint32_t g = LOAD(&st->grace[it->nsid % STORE_NS_MAX]);
+    if (g == 0 || LOAD(&it->nbytes) == 0 || (LOAD(&it->iflags) & (ITEM_HOLD | ITEM_STALE)))
+        return false;
+    uint32_t exp = LOAD(&it->exptime);
+    return exp != 0 && exp <= now && now - exp < g;
 }
 
 /* Take `it` out of the index (shard lock held); the caller frees or reuses the chunk. */
@@ -123,7 +137,9 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
 {
     enum store_miss dead = store_dead(st, it, now);
     if (why == SLAB_VISIT_PEEK) return dead != STORE_HIT ? SLAB_DEAD : SLAB_KEEP;
-    if (why == SLAB_VISIT_SWEEP && dead == STORE_HIT) return SLAB_KEEP;
+    /* the sweeper keeps an expired item in its stale grace; eviction may take it */
+    bool keep = dead == STORE_HIT || (dead == STORE_MISS_EXPIRED && store_in_grace(st, it, now));
+    if (why == SLAB_VISIT_SWEEP && keep) return SLAB_KEEP;
     uint64_t hv = index_hash(item_key(it), it->nkey);
     struct index_shard *sh = index_shard_of(st->index, hv);
     bool mine = sh == tls_held;
@@ -138,7 +154,8 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
         r = SLAB_BUSY; /* its owner unlinked it and is about to free it */
     } else {
         dead = store_dead(st, it, now);
-        if (why == SLAB_VISIT_SWEEP && dead == STORE_HIT) {
+        keep = dead == STORE_HIT || (dead == STORE_MISS_EXPIRED && store_in_grace(st, it, now));
+        if (why == SLAB_VISIT_SWEEP && keep) {
             r = SLAB_KEEP; /* touched or re-stored since the first look */
         } else {
             r = SLAB_GONE;
@@ -207,7 +224,8 @@ static void transient_reap(void *ctx)
             if ((__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
                 item_cas(it) == e->cas) {
                 uint64_t hv = index_hash(item_key(it), it->nkey);
-                if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED) {
+                if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED &&
+                    !store_in_grace(st, it, now)) { /* kept for stale readers: the sweep's */
                     if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
                     __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
                     store_unindex(sh, hv, it);
@@ -366,30 +384,39 @@ void store_free(struct store *st, struct item *it) { slab_free(st->slab, it); }
 struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t nkey, uint32_t now,
                         enum store_miss *why)
 {
-    enum store_miss m;
-    struct item *it = store_find_raw(st, hv, key, nkey, now, &m);
-    if (it && (it->iflags & ITEM_HOLD)) {
-        it = NULL;
-        m = STORE_MISS_HELD;
-    }
-    if (why) *why = m;
-    return it;
+    return store_find_ex(st, hv, key, nkey, now, why, 0);
 }
 
 struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size_t nkey,
                             uint32_t now, enum store_miss *why)
+{
+    return store_find_ex(st, hv, key, nkey, now, why, STORE_FIND_HELD);
+}
+
+void store_set_grace(struct store *st, uint16_t nsid, uint32_t secs)
+{
+    __atomic_store_n(&st->grace[nsid % STORE_NS_MAX], secs, __ATOMIC_RELAXED);
+}
+
+struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_t nkey,
+                           uint32_t now, enum store_miss *why, unsigned opts)
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
     struct item *it = index_find(sh, hv, key, nkey);
     enum store_miss m = STORE_MISS_ABSENT;
     if (it) {
         m = store_dead(st, it, now);
-        if (m != STORE_HIT) {
+        if (m == STORE_MISS_EXPIRED && (opts & STORE_FIND_GRACE) && store_in_grace(st, it, now)) {
+            /* kept for stale-while-revalidate: the caller sees it, marked by *why */
+        } else if (m != STORE_HIT) {
             if (m == STORE_MISS_EXPIRED && !(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
             __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
             store_unindex(sh, hv, it);
             slab_free(st->slab, it);
             it = NULL;
+        } else if ((it->iflags & ITEM_HOLD) && !(opts & STORE_FIND_HELD)) {
+            it = NULL;
+            m = STORE_MISS_HELD;
         }
     }
     if (why) *why = m;

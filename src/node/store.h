@@ -197,6 +197,25 @@ struct item *store_find(struct store *st, uint64_t hv, const char *key, size_t n
 /* As store_find, but a hold-off tombstone is returned too (for stores and hold-off deletes). */
 struct item *store_find_raw(struct store *st, uint64_t hv, const char *key, size_t nkey,
                             uint32_t now, enum store_miss *why);
+
+/* Stale grace (stale-while-revalidate of expired items): an item of namespace `nsid` that has
+ * expired stays in the index `secs` more seconds instead of being reclaimed, so a lease-aware
+ * reader can be served its old value marked stale while one client refills it. Tombstones,
+ * empty items and items already marked ITEM_STALE get no grace. store_find and store_find_raw
+ * still treat such an item as expired (and reclaim it); only lookups with STORE_FIND_GRACE see
+ * it, and the sweeper leaves it alone until the grace ends. Eviction takes it like any expired
+ * item. `secs` 0 (the default) turns grace off. */
+void store_set_grace(struct store *st, uint16_t nsid, uint32_t secs);
+
+enum {
+    STORE_FIND_HELD = 1 << 0,  /* return a hold-off tombstone (as store_find_raw) */
+    STORE_FIND_GRACE = 1 << 1, /* return an expired item within its grace, *why EXPIRED */
+};
+/* store_find with options: an item returned with *why == STORE_MISS_EXPIRED is one in its
+ * grace. The caller must treat it as expired (never serve it as fresh) and may replace, unlink
+ * or leave it, but must not link another item of the same key beside it. */
+struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_t nkey,
+                           uint32_t now, enum store_miss *why, unsigned opts);
 /* Insert `it`, which must not be in the index and whose key must be absent. Shard lock held.
  * Sets it->atime = now; gives it a fresh CAS unless it->cas is already non-zero. Returns false,
  * changing nothing, when the key's index shard is full and cannot grow (no memory for a bigger

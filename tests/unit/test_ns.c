@@ -147,6 +147,43 @@ static void test_namespace_count_is_bounded(void **state)
     assert_non_null(strstr(msg, "at most"));
 }
 
+/* The `published` hook sees every new table, including removals (how the node hands stale_ttl
+ * to the store's grace). */
+struct seen_tables {
+    int calls;
+    uint64_t stale_of_id[NS_MAX];
+};
+
+static void on_published(void *ctx, const struct ns_table *t)
+{
+    struct seen_tables *s = ctx;
+    s->calls++;
+    for (int id = 0; id < NS_MAX; id++)
+        s->stale_of_id[id] = t->byid[id] ? t->byid[id]->cfg.stale_ttl : 0;
+}
+
+static void test_published_hook_sees_each_table(void **state)
+{
+    struct ns_registry *r = *state;
+    struct seen_tables s = {0};
+    r->published = on_published;
+    r->published_ctx = &s;
+    char msg[512];
+    assert_int_equal(put(r, "st", "{\"stale_ttl\": 30}", msg, sizeof msg), 201);
+    int id = ns_find(ns_current(r), "st", 2)->id;
+    assert_int_equal(s.calls, 1);
+    assert_int_equal(s.stale_of_id[id], 30);
+    assert_int_equal(put(r, "st", "{\"stale_ttl\": 5}", msg, sizeof msg), 200);
+    assert_int_equal(s.stale_of_id[id], 5);
+    struct buf out;
+    buf_init(&out);
+    assert_int_equal(ns_delete(r, "st", &out), 200);
+    buf_release(&out);
+    assert_int_equal(s.calls, 3);
+    assert_int_equal(s.stale_of_id[id], 0);
+    r->published = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -159,6 +196,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_file_creates_namespaces_or_reports_the_field,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_namespace_count_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_published_hook_sees_each_table, setup, teardown),
     };
     return cmocka_run_group_tests_name("ns", tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* test_store.c — unit tests of the storage engine (src/node/store.h): item lifecycle, CAS,
- * expiry, flush, eviction, page moves between classes, hash growth, limits, threads, sweeper. */
+ * expiry, stale grace, flush, eviction, page moves between classes, hash growth, limits, threads,
+ * sweeper. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,6 +114,34 @@ static bool del(struct store *st, const char *key, uint32_t now)
     store_lock(st, hv);
     struct item *it = store_find(st, hv, key, nkey, now, NULL);
     if (it) store_unlink(st, hv, it);
+    store_unlock(st, hv);
+    return it != NULL;
+}
+
+/* Store key with namespace id `nsid` and iflags `iflags` (unlinked bits only). */
+static void put_ns(struct store *st, const char *key, size_t nbytes, uint32_t exptime,
+                   uint32_t now, uint16_t nsid, uint8_t iflags)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    struct item *it = store_alloc(st, nsid, key, nkey, nbytes, 0);
+    assert_non_null(it);
+    fill_value(it, 'g');
+    it->exptime = exptime;
+    it->iflags |= iflags;
+    store_lock(st, hv);
+    assert_null(store_find_raw(st, hv, key, nkey, now, NULL));
+    store_link(st, hv, it, now);
+    store_unlock(st, hv);
+}
+
+/* store_find_ex with STORE_FIND_GRACE: is the key there (live or in grace), and why. */
+static bool get_grace(struct store *st, const char *key, uint32_t now, enum store_miss *why)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    store_lock(st, hv);
+    struct item *it = store_find_ex(st, hv, key, nkey, now, why, STORE_FIND_GRACE);
     store_unlock(st, hv);
     return it != NULL;
 }
@@ -326,6 +355,69 @@ static void test_expiry_lazy(void **state)
     s = stats(st);
     assert_int_equal(s.expired_unfetched, 1);
     assert_int_equal(s.bytes, 24 + 7 + 10);
+    store_destroy(&st);
+}
+
+static void test_grace_keeps_expired_item_for_stale_readers(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    store_set_grace(st, 3, 5);
+    put_ns(st, "g", 10, now + 10, now, 3, 0);
+    assert_true(get_grace(st, "g", now + 9, &why));
+    assert_int_equal(why, STORE_HIT);
+    /* expired, within 5 s of grace: returned only to a GRACE lookup, marked EXPIRED */
+    assert_true(get_grace(st, "g", now + 10, &why));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    assert_true(get_grace(st, "g", now + 14, &why));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    assert_int_equal(stats(st).curr_items, 1);
+    /* grace over: reclaimed like any expired item */
+    assert_false(get_grace(st, "g", now + 15, &why));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    assert_int_equal(stats(st).curr_items, 0);
+    store_destroy(&st);
+}
+
+static void test_grace_plain_lookup_reclaims(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    store_set_grace(st, 3, 5);
+    put_ns(st, "g", 10, now + 10, now, 3, 0);
+    assert_false(get(st, "g", now + 11, &why, NULL, NULL, NULL));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    assert_false(get_grace(st, "g", now + 11, &why));
+    assert_int_equal(why, STORE_MISS_ABSENT);
+    store_destroy(&st);
+}
+
+static void test_grace_only_for_its_namespace_and_real_values(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    store_set_grace(st, 3, 5);
+    put_ns(st, "other-ns", 10, now + 10, now, 4, 0);
+    put_ns(st, "empty", 0, now + 10, now, 3, 0);
+    put_ns(st, "stale", 10, now + 10, now, 3, ITEM_STALE);
+    put_ns(st, "hold", 0, now + 10, now, 3, ITEM_HOLD);
+    const char *none[] = {"other-ns", "empty", "stale", "hold"};
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+        assert_false(get_grace(st, none[i], now + 11, &why));
+        assert_int_equal(why, STORE_MISS_EXPIRED);
+    }
+    /* turning grace off ends it at once */
+    put_ns(st, "g", 10, now + 10, now, 3, 0);
+    assert_true(get_grace(st, "g", now + 11, &why));
+    store_set_grace(st, 3, 0);
+    assert_false(get_grace(st, "g", now + 11, &why));
+    assert_int_equal(stats(st).curr_items, 0);
     store_destroy(&st);
 }
 
@@ -811,6 +903,29 @@ static void test_sweeper(void **state)
     store_destroy(&st);
 }
 
+static void test_sweeper_keeps_items_in_grace(void **state)
+{
+    (void)state;
+    struct store *st = mk(8, 1 << 20, 16, 10);
+    uint32_t now = clock_now();
+    enum store_miss why;
+    store_set_grace(st, 3, 3600);
+    /* exptime 1 is "already expired" on the store clock */
+    put_ns(st, "in-grace", 50, 1, now, 3, 0);
+    put_ns(st, "no-grace", 50, 1, now, 0, 0);
+    struct store_stats s;
+    WAIT_FOR(st, s, s.sweeper_reclaimed >= 1, 10.0);
+    assert_int_equal(s.sweeper_reclaimed, 1);
+    assert_int_equal(s.curr_items, 1);
+    assert_true(get_grace(st, "in-grace", clock_now(), &why));
+    assert_int_equal(why, STORE_MISS_EXPIRED);
+    /* once the grace is gone the next pass takes it */
+    store_set_grace(st, 3, 0);
+    WAIT_FOR(st, s, s.curr_items == 0, 10.0);
+    assert_int_equal(s.curr_items, 0);
+    store_destroy(&st);
+}
+
 static void test_destroy_prompt(void **state)
 {
     (void)state;
@@ -828,6 +943,9 @@ int main(void)
         cmocka_unit_test(test_basic_lifecycle),
         cmocka_unit_test(test_cas_increasing),
         cmocka_unit_test(test_expiry_lazy),
+        cmocka_unit_test(test_grace_keeps_expired_item_for_stale_readers),
+        cmocka_unit_test(test_grace_plain_lookup_reclaims),
+        cmocka_unit_test(test_grace_only_for_its_namespace_and_real_values),
         cmocka_unit_test(test_flush_immediate),
         cmocka_unit_test(test_flush_delayed),
         cmocka_unit_test(test_eviction_full),
@@ -839,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_roomy),
         cmocka_unit_test(test_concurrent_evicting),
         cmocka_unit_test(test_sweeper),
+        cmocka_unit_test(test_sweeper_keeps_items_in_grace),
         cmocka_unit_test(test_destroy_prompt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
