@@ -20,7 +20,7 @@
 
 #include "node/store.h"
 
-#define SLAB_CHUNK_MIN 32u
+#define SLAB_CHUNK_MIN 28u
 #define SLAB_PAGE_MIN (1u << 20)
 #define SLAB_CLASS_MAX 255 /* clsid is a uint8_t; 0 means "no class" */
 #define SLAB_NONE UINT32_MAX
