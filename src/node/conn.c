@@ -66,6 +66,7 @@ void conn_destroy(struct conn *c)
     free(c->pline);
     free(c);
     __atomic_fetch_sub(&w->node->curr_conns, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&w->nconns, 1, __ATOMIC_RELAXED);
 }
 
 bool conn_out_room(const struct conn *c, size_t n)

@@ -1,8 +1,8 @@
 /* node.h — shoal-node's process-wide state: configuration, workers, connections, counters.
  *
  * One `struct node` exists per process. Each worker thread owns an epoll loop and the
- * connections it accepted; connections never move between workers, so a connection's state is
- * touched by one thread only. Request counters are per worker (no shared cache lines on the hot
+ * connections handed to it at accept (to the worker with the fewest); connections never move
+ * after that, so a connection's state is touched by one thread only. Request counters are per worker (no shared cache lines on the hot
  * path) and summed when `stats` or `/metrics` asks. */
 #ifndef SHOAL_NODE_NODE_H
 #define SHOAL_NODE_NODE_H
@@ -97,7 +97,13 @@ struct worker {
     uint64_t ns_seen __attribute__((aligned(64)));
     int epfd;
     int wakefd; /* eventfd to stop the loop */
+    int handfd; /* eventfd: another worker queued accepted sockets in `hand` for us */
     pthread_t thread;
+    /* connections owned or handed to this worker, read by acceptors to balance the load */
+    uint64_t nconns;
+    pthread_mutex_t hand_lock; /* guards hand, nhand, handcap */
+    int *hand;                 /* accepted sockets waiting for this worker to adopt them */
+    size_t nhand, handcap;
     struct node_metrics m __attribute__((aligned(64)));
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
     struct conn *conns;             /* list of this worker's connections */
@@ -116,6 +122,7 @@ struct node {
     uint64_t curr_conns;
     uint64_t total_conns;
     uint64_t rejected_conns;
+    uint64_t next_worker; /* rotates the first worker considered for a new connection */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */
