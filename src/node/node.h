@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/metrics.h"
+#include "common/uring.h"
 #include "node/ns.h"
 #include "node/store.h"
 #include "protocol/protocol.h"
@@ -40,11 +41,14 @@
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
-    X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)
+    X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)      \
+    X(io_uring, 0, UINT, "1", 0, 1,                                                              \
+      "1: batch the reads and sends of all ready connections with io_uring (0: a system call "  \
+      "each)", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port;
+        admin_port, io_uring;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -107,6 +111,8 @@ struct worker {
     struct node_metrics m __attribute__((aligned(64)));
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
     struct conn *conns;             /* list of this worker's connections */
+    struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
+    bool use_ring;
 };
 
 struct node {
