@@ -95,8 +95,8 @@ static void worker_adopt(struct worker *w, int fd)
 /* Give an accepted socket to the worker with the fewest connections, ties taken in turn (as
  * memcached's listener hands them round-robin). EPOLLEXCLUSIVE wakes whichever worker happens
  * to wait first, and that one accepts a whole burst, so without this a burst of connections
- * lands mostly on one worker (measured 28/22 to 33/17 for 50 connections on 2 workers) and
- * that worker becomes the bottleneck. Another worker's sockets go through its queue and its
+ * lands mostly on one worker (measured 28/22, and once 50/0, for 50 connections on 2 workers)
+ * and that worker becomes the bottleneck. Another worker's sockets go through its queue and its
  * handfd; it creates the connection itself, since a worker's connection list is its own. */
 static void worker_dispatch(struct worker *w, int fd)
 {
