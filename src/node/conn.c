@@ -276,8 +276,8 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-/* Where the next read goes: straight into the item for the rest of a large value, else the
- * input buffer (grown to take a chunk). Returns -1 when the buffer cannot grow. */
+/* Where the next read goes: straight into the item for the rest of a large value (returns 1),
+ * else the input buffer, grown to take a chunk (returns 0). -1 when the buffer cannot grow. */
 static int conn_read_target(struct conn *c, char **dst, size_t *len)
 {
     /* vgot also counts the \r\n after the value, so check it is still inside the value */
@@ -287,7 +287,7 @@ static int conn_read_target(struct conn *c, char **dst, size_t *len)
         /* large value: straight into the item, skipping the input buffer */
         *dst = item_value(c->it) + c->vgot;
         *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
-        return 0;
+        return 1;
     }
     if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
         c->w->m.conn_oom++;
@@ -298,12 +298,12 @@ static int conn_read_target(struct conn *c, char **dst, size_t *len)
     return 0;
 }
 
-/* Account `n` > 0 bytes that a read put where conn_read_target said. */
-static void conn_read_got(struct conn *c, const char *dst, size_t n)
+/* Account `n` > 0 bytes that a read put where conn_read_target said (`direct`: its 1). */
+static void conn_read_got(struct conn *c, int direct, size_t n)
 {
     c->w->m.bytes_read += (uint64_t)n;
-    if (dst == c->rbuf.data + c->rbuf.len) c->rbuf.len += n;
-    else c->vgot += (uint64_t)n;
+    if (direct) c->vgot += (uint64_t)n;
+    else c->rbuf.len += n;
 }
 
 /* Read once from the socket. Returns bytes read, 0 on EOF, -1 on error, -2 when nothing is
@@ -312,9 +312,10 @@ static ssize_t conn_read(struct conn *c)
 {
     char *dst;
     size_t len;
-    if (conn_read_target(c, &dst, &len) < 0) return -1;
+    int direct = conn_read_target(c, &dst, &len);
+    if (direct < 0) return -1;
     ssize_t n = read(c->fd, dst, len);
-    if (n > 0) conn_read_got(c, dst, (size_t)n);
+    if (n > 0) conn_read_got(c, direct, (size_t)n);
     if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
     return n;
 }
@@ -374,12 +375,13 @@ bool conn_event(struct conn *c, uint32_t events, struct uring *r)
         if (r) {
             char *dst;
             size_t len;
-            if (conn_read_target(c, &dst, &len) < 0) {
+            int direct = conn_read_target(c, &dst, &len);
+            if (direct < 0) {
                 conn_after_read(c, -1);
                 return false;
             }
             if (uring_recv(r, c->fd, dst, len, c) == 0) {
-                c->ring_dst = dst;
+                c->ring_direct = direct == 1;
                 return true;
             }
         }
@@ -392,9 +394,8 @@ bool conn_event(struct conn *c, uint32_t events, struct uring *r)
 bool conn_read_done(struct conn *c, int res, struct uring *r)
 {
     ssize_t n = res;
-    if (res > 0) conn_read_got(c, c->ring_dst, (size_t)res);
+    if (res > 0) conn_read_got(c, c->ring_direct, (size_t)res);
     else if (res < 0) n = (res == -EAGAIN || res == -EWOULDBLOCK || res == -EINTR) ? -2 : -1;
-    c->ring_dst = NULL;
     if (!conn_after_read(c, n)) return false;
     if (buf_used(&c->wbuf) > 0 && !c->epollout &&
         uring_send(r, c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), c) == 0)

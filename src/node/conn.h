@@ -41,7 +41,7 @@ struct conn {
     uint64_t vgot;     /* value bytes received so far */
     bool badchunk;     /* the data block was not followed by \r\n */
     uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
-    char *ring_dst;    /* where the recv queued on the worker's io_uring reads into */
+    bool ring_direct;  /* the recv queued on the worker's io_uring reads into the item */
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;

@@ -189,17 +189,17 @@ static void *worker_main(void *arg)
         }
         /* Accepting (which may close other connections at -c) and stopping wait until the
          * batch's queued I/O is done, since queued I/O points into connections' buffers. */
-        bool stop = false, accept = false, handed = false;
+        bool stop = false, accepting = false, handed = false;
         for (int i = 0; i < k; i++) {
             void *p = evs[i].data.ptr;
             if (p == &worker_wake_tag) stop = true;
-            else if (p == &worker_listen_tag) accept = true;
+            else if (p == &worker_listen_tag) accepting = true;
             else if (p == &worker_hand_tag) handed = true;
             else conn_event(p, evs[i].events, ring);
         }
         if (ring) worker_run_ring(w);
         if (stop) break;
-        if (accept) worker_accept(w);
+        if (accepting) worker_accept(w);
         if (handed) worker_take_handed(w);
     }
     while (w->conns) conn_destroy(w->conns);
