@@ -66,6 +66,7 @@ void conn_destroy(struct conn *c)
     free(c->pline);
     free(c);
     __atomic_fetch_sub(&w->node->curr_conns, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&w->nconns, 1, __ATOMIC_RELAXED);
 }
 
 bool conn_out_room(const struct conn *c, size_t n)
@@ -275,55 +276,54 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-/* Read once from the socket. Returns bytes read, 0 on EOF, -1 on error, -2 when nothing is
- * there now. */
-static ssize_t conn_read(struct conn *c)
+/* Where the next read goes: straight into the item for the rest of a large value (returns 1),
+ * else the input buffer, grown to take a chunk (returns 0). -1 when the buffer cannot grow. */
+static int conn_read_target(struct conn *c, char **dst, size_t *len)
 {
-    ssize_t n;
     /* vgot also counts the \r\n after the value, so check it is still inside the value */
     if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
         c->vgot < (uint64_t)c->preq.nbytes &&
         (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
         /* large value: straight into the item, skipping the input buffer */
-        n = read(c->fd, item_value(c->it) + c->vgot, (size_t)((uint64_t)c->preq.nbytes - c->vgot));
-        if (n > 0) {
-            c->vgot += (uint64_t)n;
-            c->w->m.bytes_read += (uint64_t)n;
-        }
-    } else {
-        if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
-            c->w->m.conn_oom++;
-            return -1;
-        }
-        n = read(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
-        if (n > 0) {
-            c->rbuf.len += (size_t)n;
-            c->w->m.bytes_read += (uint64_t)n;
-        }
+        *dst = item_value(c->it) + c->vgot;
+        *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
+        return 1;
     }
+    if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
+        c->w->m.conn_oom++;
+        return -1;
+    }
+    *dst = c->rbuf.data + c->rbuf.len;
+    *len = c->rbuf.cap - c->rbuf.len;
+    return 0;
+}
+
+/* Account `n` > 0 bytes that a read put where conn_read_target said (`direct`: its 1). */
+static void conn_read_got(struct conn *c, int direct, size_t n)
+{
+    c->w->m.bytes_read += (uint64_t)n;
+    if (direct) c->vgot += (uint64_t)n;
+    else c->rbuf.len += n;
+}
+
+/* Read once from the socket. Returns bytes read, 0 on EOF, -1 on error, -2 when nothing is
+ * there now. */
+static ssize_t conn_read(struct conn *c)
+{
+    char *dst;
+    size_t len;
+    int direct = conn_read_target(c, &dst, &len);
+    if (direct < 0) return -1;
+    ssize_t n = read(c->fd, dst, len);
+    if (n > 0) conn_read_got(c, direct, (size_t)n);
     if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? -2 : -1;
     return n;
 }
 
-void conn_event(struct conn *c, uint32_t events)
+/* After a read (or none): send what is queued, run requests a drained output un-paused, and
+ * close when due. May destroy the connection. */
+static void conn_event_end(struct conn *c)
 {
-    /* Reset or fully shut down: nothing more can be sent, so nothing is worth running. */
-    if (events & (EPOLLERR | EPOLLHUP)) goto close;
-    if (events & EPOLLOUT) {
-        if (conn_flush(c) < 0) goto close;
-        if (buf_used(&c->wbuf) == 0) conn_process(c); /* resume paused input */
-    }
-    if ((events & (EPOLLIN | EPOLLRDHUP)) && !c->paused &&
-        c->state != CONN_CLOSE) {
-        ssize_t n = conn_read(c);
-        if (n == 0 || n == -1) {
-            /* Peer closed (or failed): run what it sent, send what we can, then close. */
-            conn_process(c);
-            conn_flush(c);
-            goto close;
-        }
-        conn_process(c);
-    }
     /* A flush that drains the output un-pauses the connection; requests already in the input
      * buffer must then run now, since no new socket data may ever come to wake us. */
     for (;;) {
@@ -339,4 +339,80 @@ void conn_event(struct conn *c, uint32_t events)
     return;
 close:
     conn_destroy(c);
+}
+
+/* Handle the result of this event's read: n bytes, 0 on EOF, -1 on error, -2 for none. Returns
+ * false when the connection was destroyed. */
+static bool conn_after_read(struct conn *c, ssize_t n)
+{
+    if (n == 0 || n == -1) {
+        /* Peer closed (or failed): run what it sent, send what we can, then close. */
+        conn_process(c);
+        conn_flush(c);
+        conn_destroy(c);
+        return false;
+    }
+    conn_process(c);
+    return true;
+}
+
+bool conn_event(struct conn *c, uint32_t events, struct uring *r)
+{
+    /* Reset or fully shut down: nothing more can be sent, so nothing is worth running. */
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        conn_destroy(c);
+        return false;
+    }
+    if (events & EPOLLOUT) {
+        if (conn_flush(c) < 0) {
+            conn_destroy(c);
+            return false;
+        }
+        if (buf_used(&c->wbuf) == 0) conn_process(c); /* resume paused input */
+    }
+    if ((events & (EPOLLIN | EPOLLRDHUP)) && !c->paused &&
+        c->state != CONN_CLOSE) {
+        if (r) {
+            char *dst;
+            size_t len;
+            int direct = conn_read_target(c, &dst, &len);
+            if (direct < 0) {
+                conn_after_read(c, -1);
+                return false;
+            }
+            if (uring_recv(r, c->fd, dst, len, c) == 0) {
+                c->ring_direct = direct == 1;
+                return true;
+            }
+        }
+        if (!conn_after_read(c, conn_read(c))) return false;
+    }
+    conn_event_end(c);
+    return false;
+}
+
+bool conn_read_done(struct conn *c, int res, struct uring *r)
+{
+    ssize_t n = res;
+    if (res > 0) conn_read_got(c, c->ring_direct, (size_t)res);
+    else if (res < 0) n = (res == -EAGAIN || res == -EWOULDBLOCK || res == -EINTR) ? -2 : -1;
+    if (!conn_after_read(c, n)) return false;
+    if (buf_used(&c->wbuf) > 0 && !c->epollout &&
+        uring_send(r, c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), c) == 0)
+        return true;
+    conn_event_end(c);
+    return false;
+}
+
+void conn_send_done(struct conn *c, int res)
+{
+    if (res > 0) {
+        c->w->m.bytes_written += (uint64_t)res;
+        buf_consume(&c->wbuf, (size_t)res);
+    } else if (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR) {
+        conn_destroy(c); /* the peer is gone (EPIPE, ECONNRESET, ...) */
+        return;
+    }
+    /* sends the rest of a partial write (or asks for EPOLLOUT), runs what is left, closes */
+    conn_event_end(c);
 }

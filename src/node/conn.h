@@ -2,7 +2,9 @@
  *
  * A connection reads whatever the socket has, runs every complete request in its input buffer,
  * appends each reply to one output buffer in request order, and writes that buffer once per
- * batch (so a pipeline of N requests costs one read and one write). Limits: a request line
+ * batch (so a pipeline of N requests costs one read and one write; with the worker's io_uring,
+ * the reads of all connections epoll reported ready go in one system call, and so do their
+ * sends). Limits: a request line
  * longer than line_max closes the connection after an error; new requests are not taken while
  * more than out_max/4 reply bytes wait to be sent, and a single reply that would push the
  * queue past out_max is refused with a SERVER_ERROR. */
@@ -13,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/uring.h"
 #include "node/node.h"
 #include "protocol/protocol.h"
 
@@ -38,6 +41,7 @@ struct conn {
     uint64_t vgot;     /* value bytes received so far */
     bool badchunk;     /* the data block was not followed by \r\n */
     uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
+    bool ring_direct;  /* the recv queued on the worker's io_uring reads into the item */
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;
@@ -46,8 +50,18 @@ struct conn {
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's
  * epoll. Returns NULL (and closes fd) when memory runs out. */
 struct conn *conn_create(struct worker *w, int fd);
-/* Handle readiness reported by epoll for this connection. May destroy it. */
-void conn_event(struct conn *c, uint32_t events);
+/* Handle readiness reported by epoll for this connection. May destroy it. With a ring `r`, the
+ * socket read may be queued on it instead of done: then it returns true, and the caller must,
+ * after uring_run, pass the read's result to conn_read_done. Otherwise (false) the event is
+ * fully handled, and the connection may be gone. */
+bool conn_event(struct conn *c, uint32_t events, struct uring *r);
+/* The queued read completed with `res` (bytes, 0 at EOF, or -errno): run the requests it
+ * brought. Returns true when it queued the replies' send on `r` (pass its result to
+ * conn_send_done after the next uring_run); false when done, the connection may be gone. Until
+ * then the connection's buffers are the kernel's: nothing else may touch them. */
+bool conn_read_done(struct conn *c, int res, struct uring *r);
+/* The queued send completed with `res`: finish the event as conn_event would. May destroy it. */
+void conn_send_done(struct conn *c, int res);
 /* Close the socket, free buffers and any item being received, unlink from the worker. */
 void conn_destroy(struct conn *c);
 

@@ -1,8 +1,8 @@
 /* node.h — shoal-node's process-wide state: configuration, workers, connections, counters.
  *
  * One `struct node` exists per process. Each worker thread owns an epoll loop and the
- * connections it accepted; connections never move between workers, so a connection's state is
- * touched by one thread only. Request counters are per worker (no shared cache lines on the hot
+ * connections handed to it at accept (to the worker with the fewest); connections never move
+ * after that, so a connection's state is touched by one thread only. Request counters are per worker (no shared cache lines on the hot
  * path) and summed when `stats` or `/metrics` asks. */
 #ifndef SHOAL_NODE_NODE_H
 #define SHOAL_NODE_NODE_H
@@ -14,6 +14,7 @@
 
 #include "common/buf.h"
 #include "common/metrics.h"
+#include "common/uring.h"
 #include "node/lease.h"
 #include "node/ns.h"
 #include "node/store.h"
@@ -43,11 +44,14 @@
     X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
     X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)        \
     X(lease_keys, 0, UINT, "65536", 64, 1 << 24,                                                 \
-      "keys whose last lease win is remembered, for lease_period and lease_ttl", NULL)
+      "keys whose last lease win is remembered, for lease_period and lease_ttl", NULL)            \
+    X(io_uring, 0, UINT, "1", 0, 1,                                                              \
+      "1: batch the reads and sends of all ready connections with io_uring (0: a system call "  \
+      "each)", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys;
+        admin_port, lease_keys, io_uring;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -101,10 +105,18 @@ struct worker {
     uint64_t ns_seen __attribute__((aligned(64)));
     int epfd;
     int wakefd; /* eventfd to stop the loop */
+    int handfd; /* eventfd: another worker queued accepted sockets in `hand` for us */
     pthread_t thread;
+    /* connections owned or handed to this worker, read by acceptors to balance the load */
+    uint64_t nconns;
+    pthread_mutex_t hand_lock; /* guards hand, nhand, handcap */
+    int *hand;                 /* accepted sockets waiting for this worker to adopt them */
+    size_t nhand, handcap;
     struct node_metrics m __attribute__((aligned(64)));
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
     struct conn *conns;             /* list of this worker's connections */
+    struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
+    bool use_ring;
 };
 
 struct node {
@@ -121,6 +133,7 @@ struct node {
     uint64_t curr_conns;
     uint64_t total_conns;
     uint64_t rejected_conns;
+    uint64_t next_worker; /* rotates the first worker considered for a new connection */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */

@@ -1,6 +1,7 @@
 /* worker.h — worker threads of shoal-node: each runs one epoll loop over the shared listening
  * socket (registered with EPOLLEXCLUSIVE, so one worker wakes per new connection) and over the
- * connections it accepted. */
+ * connections it owns. The worker that accepts gives each new connection to the worker with the
+ * fewest (ties in turn), through that worker's queue and eventfd. */
 #ifndef SHOAL_NODE_WORKER_H
 #define SHOAL_NODE_WORKER_H
 
