@@ -1,5 +1,5 @@
-/* uring.h — a minimal io_uring ring over the raw system calls (no liburing), for batching the
- * socket reads and sends of many connections into one system call.
+/* uring.h — a small io_uring ring (over liburing) for batching the socket reads and sends of
+ * many connections into one system call.
  *
  * Contract: one thread owns a ring. The owner queues requests with uring_recv/uring_send (each
  * carries a caller pointer returned with its completion), submits them all and waits for all
@@ -11,23 +11,17 @@
 #ifndef SHOAL_COMMON_URING_H
 #define SHOAL_COMMON_URING_H
 
+#include <liburing.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct uring {
-    int fd;
+    struct io_uring ring;
+    bool live;
     unsigned entries;
-    /* submission ring */
-    unsigned *sq_head, *sq_tail, *sq_mask, *sq_array;
-    struct io_uring_sqe *sqes;
-    unsigned sq_local_tail; /* our next free slot, published at uring_run */
-    /* completion ring */
-    unsigned *cq_head, *cq_tail, *cq_mask;
-    struct io_uring_cqe *cqes;
     unsigned queued; /* requests queued since the last uring_run */
     unsigned ready;  /* completions waiting to be taken with uring_next */
-    void *sq_map, *cq_map;
-    size_t sq_map_len, cq_map_len, sqes_len;
 };
 
 /* Set up a ring for up to `entries` requests at once. 0, or -1 with errno set (ENOSYS, EPERM

@@ -175,14 +175,17 @@ static struct item *ring_pop(struct evict_ring *r)
 }
 
 /* Queue a new chunk of class c. A full ring grows (up to ring_bound), then sheds stale entries,
- * and only then promotes its oldest entry to main to make room. */
+ * and only then promotes its oldest entries to main to make room. */
 static void ring_push(struct slab_class *c, struct item *it)
 {
     struct evict_ring *r = &c->small;
     if (r->cap == 0) return; /* no ring (out of memory): the item lives in main from the start */
     if (ring_len(r) == r->cap && !(r->cap < ring_bound(c) && ring_resize(r, r->cap * 2))) {
         ring_compact(r);
-        if (ring_len(r) == r->cap) {
+        /* Still mostly full (a roomy class where overwrites reuse chunks still queued, so
+         * their entries look live): promote the oldest to main until half is free, so that a
+         * push costs O(1) amortised, never a scan of the ring each. */
+        while (ring_len(r) > r->cap / 2) {
             struct item *old = ring_pop(r);
             if (slab_chunk_state(old) & ITEM_LINKED) clock_clear(old, S3_SMALL);
         }

@@ -224,14 +224,13 @@ int worker_setup(struct node *n, char *err, size_t errlen)
         w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         w->handfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         pthread_mutex_init(&w->hand_lock, NULL);
-        w->ring.fd = -1;
         if (n->cfg.io_uring) {
             /* one recv or send per connection epoll may report at once */
             if (uring_init(&w->ring, WORKER_EVENTS) == 0 && w->ring.entries >= WORKER_EVENTS)
                 w->use_ring = true;
             else if (i == 0)
                 log_warn("io_uring unavailable (%s): one system call per socket read and send",
-                         w->ring.fd < 0 ? strerror(errno) : "ring too small");
+                         !w->ring.live ? strerror(errno) : "ring too small");
             if (!w->use_ring) uring_free(&w->ring);
         }
         if (w->epfd < 0 || w->wakefd < 0 || w->handfd < 0) {
