@@ -28,7 +28,7 @@ static struct index *mk(unsigned hash_power)
 static struct item *mk_item(const char *key, uint8_t clsid, uint16_t nsid, uint32_t nbytes)
 {
     size_t nkey = strlen(key);
-    struct item *it = calloc(1, sizeof *it + nkey);
+    struct item *it = calloc(1, sizeof *it + nkey + 1); /* NUL-terminated: keys are reused */
     assert_non_null(it);
     memcpy(it->data, key, nkey);
     it->nkey = (uint8_t)nkey;
