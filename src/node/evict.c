@@ -309,8 +309,15 @@ static struct item *evict_clock(struct slab *s, struct slab_class *c, bool s3, s
     while ((it = hand_next(s, c, &budget)) != NULL) {
         uint8_t v = LOAD(&it->clock);
         enum hand_verdict d = HAND_TAKE;
-        if (s3 && (v & S3_SMALL)) {
+        if (s3 && (v & S3_SMALL) && ring_len(&c->small) > 0) {
             d = HAND_SKIP; /* the small queue's, not ours */
+        } else if (s3 && (v & S3_SMALL)) {
+            /* An empty queue cannot hold it: the bit is left from another policy's state. */
+            clock_clear(it, S3_SMALL);
+            if (v & S3_FREQ && !looks_dead(it, fn, ctx)) {
+                __atomic_fetch_sub(&it->clock, 1, __ATOMIC_RELAXED);
+                d = HAND_SKIP;
+            }
         } else if (v && !looks_dead(it, fn, ctx)) {
             d = HAND_SKIP; /* referenced: another turn, one reference fewer */
             if (s3) __atomic_fetch_sub(&it->clock, 1, __ATOMIC_RELAXED);
