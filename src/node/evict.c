@@ -141,14 +141,23 @@ static uint32_t ring_bound(const struct slab_class *c)
     return (uint32_t)b;
 }
 
-/* Drop entries of chunks no longer in the small queue (freed, reused by main, promoted). */
-static void ring_compact(struct evict_ring *r)
+/* Is ring entry `it` a queued item of class c? A chunk may have been freed, reused by main,
+ * promoted, or its page moved to another class (then `it` need not even be a chunk start). */
+static inline bool ring_entry_live(const struct slab_pool *pl, const struct slab_class *c,
+                                   struct item *it)
 {
+    return slab_chunk_of_class(pl->slab, c, it) && (slab_chunk_state(it) & ITEM_LINKED) &&
+           (LOAD(&it->clock) & S3_SMALL);
+}
+
+/* Drop entries of chunks no longer in the small queue. */
+static void ring_compact(const struct slab_pool *pl, struct slab_class *c)
+{
+    struct evict_ring *r = &c->small;
     uint32_t len = r->tail - r->head, out = r->head;
     for (uint32_t i = 0; i < len; i++) {
         struct item *it = r->slot[(r->head + i) & (r->cap - 1)];
-        if ((slab_chunk_state(it) & ITEM_LINKED) && (LOAD(&it->clock) & S3_SMALL))
-            r->slot[out++ & (r->cap - 1)] = it;
+        if (ring_entry_live(pl, c, it)) r->slot[out++ & (r->cap - 1)] = it;
     }
     r->tail = out;
 }
@@ -176,18 +185,18 @@ static struct item *ring_pop(struct evict_ring *r)
 
 /* Queue a new chunk of class c. A full ring grows (up to ring_bound), then sheds stale entries,
  * and only then promotes its oldest entries to main to make room. */
-static void ring_push(struct slab_class *c, struct item *it)
+static void ring_push(const struct slab_pool *pl, struct slab_class *c, struct item *it)
 {
     struct evict_ring *r = &c->small;
     if (r->cap == 0) return; /* no ring (out of memory): the item lives in main from the start */
     if (ring_len(r) == r->cap && !(r->cap < ring_bound(c) && ring_resize(r, r->cap * 2))) {
-        ring_compact(r);
+        ring_compact(pl, c);
         /* Still mostly full (a roomy class where overwrites reuse chunks still queued, so
          * their entries look live): promote the oldest to main until half is free, so that a
          * push costs O(1) amortised, never a scan of the ring each. */
         while (ring_len(r) > r->cap / 2) {
             struct item *old = ring_pop(r);
-            if (slab_chunk_state(old) & ITEM_LINKED) clock_clear(old, S3_SMALL);
+            if (ring_entry_live(pl, c, old)) clock_clear(old, S3_SMALL);
         }
     }
     r->slot[r->tail++ & (r->cap - 1)] = it;
@@ -208,7 +217,7 @@ void evict_admit(struct slab_pool *pl, struct slab_class *c, struct item *it, ui
         }
         if (c->small.cap == 0) evict_class_grew(pl, c);
         STORE(&it->clock, c->small.cap ? S3_SMALL : 0);
-        ring_push(c, it);
+        ring_push(pl, c, it);
         break;
     default:
         STORE(&it->clock, 0);
@@ -385,8 +394,8 @@ static struct item *evict_small(struct slab_pool *pl, struct slab_class *c, slab
     for (uint32_t k = 0; k < n; k++) {
         struct item *it = ring_pop(r);
         if (!it) break;
+        if (!ring_entry_live(pl, c, it)) continue; /* stale */
         uint8_t v = LOAD(&it->clock);
-        if (!(slab_chunk_state(it) & ITEM_LINKED) || !(v & S3_SMALL)) continue; /* stale */
         bool dead = looks_dead(it, fn, ctx);
         if ((v & S3_FREQ) && !dead) {
             clock_clear(it, S3_SMALL | S3_FREQ); /* promoted: main starts it at frequency 0 */

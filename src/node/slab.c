@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/log.h"
+
 #define SLAB_GROWTH 1.08
 #define SLAB_ALIGN 4u          /* chunk sizes are multiples of this: items are 4-byte aligned */
 #define SLAB_FINE_STEP 8u      /* small classes every 8 bytes: 4 would double their number, and
@@ -185,6 +187,39 @@ uint32_t slab_chunk_size(const struct slab *s, int clsid)
     return clsid >= 1 && clsid <= s->nclasses ? s->size[clsid] : 0;
 }
 
+/* Byte offset of `it` in page p, and the page's current class id (0: none, or moving). */
+static inline uint8_t chunk_page_class(const struct slab *s, const void *it, uint32_t *page,
+                                       size_t *off)
+{
+    if ((const char *)it < s->base || (const char *)it >= s->base + s->mapped) return 0;
+    uint32_t p = (uint32_t)(((const char *)it - s->base) >> s->page_shift);
+    const struct slab_page *pg = &s->pages[p];
+    if (LOAD(&pg->moving)) return 0;
+    *page = p;
+    *off = (size_t)((const char *)it - (s->base + ((size_t)p << s->page_shift)));
+    return LOAD(&pg->clsid);
+}
+
+bool slab_chunk_of_class(const struct slab *s, const struct slab_class *c, const struct item *it)
+{
+    uint32_t p;
+    size_t off;
+    uint8_t cls = chunk_page_class(s, it, &p, &off);
+    if (cls == 0) return false;
+    const struct slab_pool *pl = s->pools[LOAD(&s->pages[p].nsid)];
+    if (pl == NULL || &pl->cls[cls] != c) return false;
+    return off % c->size == 0 && off / c->size < s->pages[p].carved;
+}
+
+bool slab_chunk_plausible(const struct slab *s, const void *it)
+{
+    uint32_t p;
+    size_t off;
+    uint8_t cls = chunk_page_class(s, it, &p, &off);
+    if (cls == 0) return false;
+    return off % s->size[cls] == 0 && off / s->size[cls] < LOAD(&s->pages[p].carved);
+}
+
 int slab_chunk_class(const struct slab *s, const struct item *it)
 {
     return LOAD(&s->pages[slab_page_of(s, it)].clsid);
@@ -210,6 +245,7 @@ static struct slab_pool *pool_get(struct slab *s, uint16_t nsid)
                               sizeof *pl + (size_t)(s->nclasses + 1) * sizeof pl->cls[0]) == 0) {
         memset(pl, 0, sizeof *pl + (size_t)(s->nclasses + 1) * sizeof pl->cls[0]);
         pl->id = nsid;
+        pl->slab = s;
         int i;
         for (i = 1; i <= s->nclasses; i++) {
             struct slab_class *c = &pl->cls[i];
@@ -657,6 +693,17 @@ void slab_free(struct slab *s, struct item *it)
 {
     struct slab_class *c = slab_class_of_chunk(s, it);
     pthread_mutex_lock(&c->lock);
+    if (slab_chunk_state(it) & ITEM_SLAB_FREE) {
+        /* Freed twice: a bug. Never let it corrupt the free list (two owners for one chunk);
+         * say so, and stop a sanitizer build at once so that tests find it. */
+        c->c.double_frees++;
+        pthread_mutex_unlock(&c->lock);
+        log_error("slab: chunk %p freed twice", (void *)it);
+#ifdef __SANITIZE_ADDRESS__
+        abort();
+#endif
+        return;
+    }
     __atomic_store_n(&it->iflags, ITEM_SLAB_FREE, __ATOMIC_RELAXED);
     /* In a page being moved the mover collects it; everywhere else it is reusable at once. */
     if (!s->pages[slab_page_of(s, it)].moving) class_free_push(c, it);
@@ -730,6 +777,7 @@ static void counters_add(struct slab_counters *out, const struct slab_counters *
     out->pages_moved += c->pages_moved;
     out->alloc_failures += c->alloc_failures;
     out->pages_trimmed += c->pages_trimmed;
+    out->double_frees += c->double_frees;
 }
 
 void slab_sum_counters(struct slab *s, struct slab_counters *out)

@@ -72,6 +72,7 @@ struct slab_counters {
     uint64_t pages_moved; /* pages this class received from another class */
     uint64_t alloc_failures;
     uint64_t pages_trimmed; /* pages given back because the pool was over its quota */
+    uint64_t double_frees;  /* chunks freed twice (a bug; refused) */
 };
 
 struct slab_class_info {
@@ -101,6 +102,10 @@ int slab_class_for(const struct slab *s, size_t total);
 uint32_t slab_chunk_size(const struct slab *s, int clsid);
 /* Size class of the chunk `it` (its page's). */
 int slab_chunk_class(const struct slab *s, const struct item *it);
+/* Does `p` point at the start of a carved chunk of its page's current class (page not being
+ * moved)? No lock: a guess that keeps a pointer kept since (the transient list) from reading
+ * across chunk bounds; a chunk that passes may still be free or hold another item. */
+bool slab_chunk_plausible(const struct slab *s, const void *p);
 uint32_t slab_page_size(const struct slab *s);
 uint32_t slab_pages_total(const struct slab *s);
 /* Pages handed out from the unassigned pool so far (they never go back to it). */

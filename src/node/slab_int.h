@@ -48,6 +48,7 @@ struct slab_class {
 } __attribute__((aligned(64)));
 
 struct slab_pool {
+    struct slab *slab;    /* the allocator it belongs to */
     uint16_t id;
     uint8_t policy;       /* enum slab_policy; relaxed atomic, read on every hit */
     uint32_t npages;      /* pages owned (pool_lock; read relaxed elsewhere) */
@@ -118,6 +119,11 @@ static inline uint32_t slab_class_page_next(const struct slab *s, const struct s
     uint32_t n = s->pages[p].next;
     return n != SLAB_NONE ? n : c->head;
 }
+
+/* Is `it` still a chunk of class c: its page owned by c and not being moved, `it` on c's chunk
+ * grid and carved? Class c's lock held. A pointer kept across page moves (s3fifo's ring) must
+ * pass this before it is read: its page may since belong to another class, cut differently. */
+bool slab_chunk_of_class(const struct slab *s, const struct slab_class *c, const struct item *it);
 
 /* Count a chunk given up by a visitor in class c's counters. */
 void slab_count_gone(struct slab_class *c, enum slab_visit why, int r);

@@ -220,8 +220,10 @@ static void transient_reap(void *ctx)
             }
             struct item *it = e->it;
             /* The chunk may since hold another item, maybe of another shard (whose lock we do
-             * not hold): only an item still linked, with the same CAS, hashing here is ours. */
-            if ((__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
+             * not hold), or its page another class cut differently: only a chunk start, still
+             * linked, with the same CAS, hashing here is ours. */
+            if (slab_chunk_plausible(st->slab, it) &&
+                (__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
                 item_cas(it) == e->cas) {
                 uint64_t hv = index_hash(item_key(it), it->nkey);
                 if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED &&
