@@ -293,6 +293,7 @@ void upconn_event(struct upconn *uc, uint32_t events)
 {
     struct upnode *un = uc->un;
     struct rworker *w = un->w;
+    if (uc->state == UP_DOWN) return; /* failed earlier in this batch: a stale event */
     if (uc->state == UP_CONNECTING) {
         int soerr = 0;
         socklen_t sl = sizeof soerr;

@@ -277,3 +277,35 @@ def test_silent_node_times_out_with_server_error(start_router):
         assert r.read_line().startswith("VERSION"), "the router answers in order after a timeout"
     finally:
         lst.close()
+
+
+def test_large_values_and_multiget(cluster):
+    r = cluster.raw()
+    big = {f"big{i}": bytes([65 + i]) * (300_000 + i) for i in range(6)}
+    for k, v in big.items():
+        assert r.store("set", k, v) == "STORED"
+    got = r.get(*big)
+    assert [(g[0], g[2]) for g in got] == list(big.items())
+
+
+def test_window_of_one_still_answers_a_deep_pipeline(start_server, start_router):
+    nodes = [start_server() for _ in range(2)]
+    router, _, _ = start_router(nodes, "--upstream-window", "1", "--upstream-conns", "2")
+    r = router.raw()
+    n = 300
+    r.send(b"".join(f"set w{i} 0 0 1 noreply\r\nx\r\nget w{i} w{i + 1}\r\n".encode()
+                    for i in range(n)))
+    for i in range(n):
+        got = r.read_get_reply()
+        assert [g[0] for g in got] == [f"w{i}"], f"request {i}: {got}"
+
+
+def test_client_leaving_with_requests_in_flight(cluster):
+    for _ in range(20):
+        c = McRaw(cluster.router.host, cluster.router.port)
+        c.send(b"".join(f"set gone{i} 0 0 1\r\nx\r\nget gone{i} a b c d e\r\n".encode()
+                        for i in range(200)))
+        c.close()
+    r = cluster.raw()
+    assert r.store("set", "after", "1") == "STORED", "the router serves on"
+    assert r.get("after") == [("after", 0, b"1", None)]
