@@ -110,7 +110,7 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
     }
     char err[512];
     struct topo *t;
-    if (topo_parse(body, len, &t, err, sizeof err) < 0 ||
+    if (topo_parse(body, len, 0, &t, err, sizeof err) < 0 ||
         topo_publish(&r->topo, t, err, sizeof err) < 0) {
         __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
         log_error("topology from the admin API refused: %s", err);

@@ -80,7 +80,7 @@ static bool topo_name_ok(const char *s)
 
 /* Index of node `addr` in t->nodes, adding (and resolving) it when new. */
 static int topo_node_index(struct topo *t, uint32_t *cap, const char *addr, const char *path,
-                           char *err, size_t errlen)
+                           unsigned flags, char *err, size_t errlen)
 {
     for (uint32_t i = 0; i < t->nnodes; i++)
         if (!strcmp(t->nodes[i].addr, addr)) return (int)i;
@@ -105,6 +105,7 @@ static int topo_node_index(struct topo *t, uint32_t *cap, const char *addr, cons
         return topo_err(err, errlen, "%s: more than %d nodes", path, TOPO_NODES_MAX);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV}, *res = NULL;
+    if (flags & TOPO_NUMERIC_HOSTS) hints.ai_flags |= AI_NUMERICHOST;
     int rc = getaddrinfo(host, colon + 1, &hints, &res);
     if (rc != 0 || res == NULL)
         return topo_err(err, errlen, "%s: cannot resolve '%.200s': %s", path, host,
@@ -185,10 +186,13 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
     return 0;
 }
 
-static int topo_parse_pools(struct topo *t, json_t *pools, char *err, size_t errlen)
+static int topo_parse_pools(struct topo *t, json_t *pools, unsigned flags, char *err,
+                            size_t errlen)
 {
     if (!json_is_object(pools) || json_object_size(pools) == 0)
         return topo_err(err, errlen, "pools: must be an object with at least one pool");
+    if (json_object_size(pools) > TOPO_POOLS_MAX)
+        return topo_err(err, errlen, "pools: more than %d pools", TOPO_POOLS_MAX);
     t->pools = calloc(json_object_size(pools), sizeof *t->pools);
     if (t->pools == NULL) return topo_err(err, errlen, "pools: out of memory");
     uint32_t cap = 0;
@@ -222,7 +226,7 @@ static int topo_parse_pools(struct topo *t, json_t *pools, char *err, size_t err
             snprintf(npath, sizeof npath, "%.200s.nodes[%zu]", path, i);
             if (!json_is_string(nv))
                 return topo_err(err, errlen, "%s: must be a string \"host:port\"", npath);
-            int idx = topo_node_index(t, &cap, json_string_value(nv), npath, err, errlen);
+            int idx = topo_node_index(t, &cap, json_string_value(nv), npath, flags, err, errlen);
             if (idx < 0) return -1;
             for (uint32_t k = 0; k < p->nnodes; k++)
                 if (p->nodes[k] == (uint32_t)idx)
@@ -296,7 +300,8 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
     return 0;
 }
 
-int topo_parse(const char *text, size_t len, struct topo **out, char *err, size_t errlen)
+int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, char *err,
+               size_t errlen)
 {
     *out = NULL;
     json_error_t je;
@@ -323,7 +328,7 @@ int topo_parse(const char *text, size_t len, struct topo **out, char *err, size_
         goto out;
     }
     if (topo_uint(v, "version", 1, INT64_MAX, &t->version, err, errlen) < 0) goto out;
-    if (topo_parse_pools(t, json_object_get(root, "pools"), err, errlen) < 0) goto out;
+    if (topo_parse_pools(t, json_object_get(root, "pools"), flags, err, errlen) < 0) goto out;
     if ((v = json_object_get(root, "gutter_pool")) != NULL) {
         if (!json_is_string(v) || (t->gutter_pool = topo_pool_index(t, json_string_value(v))) < 0) {
             topo_err(err, errlen, "gutter_pool: must name a pool of \"pools\"");
@@ -357,7 +362,7 @@ int topo_load_file(const char *path, struct topo **out, char *err, size_t errlen
                         TOPO_FILE_MAX);
     }
     char msg[512];
-    int rc = topo_parse(text, n, out, msg, sizeof msg);
+    int rc = topo_parse(text, n, 0, out, msg, sizeof msg);
     free(text);
     if (rc < 0) topo_err(err, errlen, "topology %s: %s", path, msg);
     return rc;

@@ -22,6 +22,7 @@
 #define TOPO_NAME_MAX 64
 #define TOPO_ADDR_MAX 128
 #define TOPO_NODES_MAX 4096
+#define TOPO_POOLS_MAX 1024 /* each pool holds a 32 KB slot map */
 
 /* One upstream node, shared by every pool that lists it (same "host:port" text). */
 struct topo_node {
@@ -55,10 +56,15 @@ struct topo {
     int32_t gutter_pool; /* index into pools, -1 when none */
 };
 
+/* topo_parse flags */
+#define TOPO_NUMERIC_HOSTS 1u /* refuse host names instead of resolving them (no DNS; fuzzing) */
+
 /* Parse a topology document. Returns 0 with *out set (free with topo_destroy), or -1 with a
  * message in err that names the offending field by its path, e.g.
- * "pools.main.nodes[1]: '127.0.0.1' is not host:port". Node names are resolved here. */
-int topo_parse(const char *text, size_t len, struct topo **out, char *err, size_t errlen);
+ * "pools.main.nodes[1]: '127.0.0.1' is not host:port". Node names are resolved here (this may
+ * block on DNS, so it runs on the main or admin thread, never on a worker). */
+int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, char *err,
+               size_t errlen);
 /* Read and parse a file; errors name the file too. */
 int topo_load_file(const char *path, struct topo **out, char *err, size_t errlen);
 void topo_destroy(struct topo **t);

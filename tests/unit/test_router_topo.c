@@ -26,7 +26,7 @@ static struct topo *parse_ok(const char *doc)
 {
     struct topo *t = NULL;
     char err[512] = "";
-    int rc = topo_parse(doc, strlen(doc), &t, err, sizeof err);
+    int rc = topo_parse(doc, strlen(doc), 0, &t, err, sizeof err);
     if (rc != 0) fail_msg("expected the document to parse, got: %s", err);
     return t;
 }
@@ -36,7 +36,7 @@ static void parse_fails_naming(const char *doc, const char *want)
 {
     struct topo *t = NULL;
     char err[512] = "";
-    assert_int_equal(topo_parse(doc, strlen(doc), &t, err, sizeof err), -1);
+    assert_int_equal(topo_parse(doc, strlen(doc), 0, &t, err, sizeof err), -1);
     assert_null(t);
     if (strstr(err, want) == NULL) fail_msg("error '%s' does not name '%s'", err, want);
 }
