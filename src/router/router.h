@@ -37,7 +37,7 @@
       "requests in flight per client before its input is paused", NULL)                          \
     X(upstream_conns, 0, UINT, "1", 1, 16, "connections per node per worker thread", NULL)      \
     X(upstream_window, 0, UINT, "512", 1, 1 << 20,                                               \
-      "most requests outstanding per node per worker; more wait in the router", NULL)            \
+      "most requests outstanding per node per worker (the sliding window's ceiling)", NULL)  \
     X(timeout_ms, 0, UINT, "1000", 1, 600000,                                                    \
       "per-request upstream timeout, ms; answered SERVER_ERROR", NULL)                           \
     X(retry_ms, 0, UINT, "100", 0, 60000,                                                        \
@@ -68,6 +68,7 @@ struct router_config {
     X(upstream_connect_failures, COUNTER, "connections to nodes that failed")                    \
     X(upstream_protocol_errors, COUNTER, "node replies the router could not parse")             \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
+    X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
     X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
     X(out_of_memory, COUNTER, "requests answered SERVER_ERROR for lack of memory")              \
     X(bytes_read, COUNTER, "bytes read from clients")                                            \

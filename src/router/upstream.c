@@ -27,6 +27,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     un->w = w;
     un->node = *node;
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
+    un->window = (uint32_t)w->r->cfg.upstream_window;
     for (uint32_t i = 0; i < un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         uc->evkind = EV_UPCONN;
@@ -96,7 +97,13 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
     }
     uc->sent_tail = NULL;
     uc->nsent = 0;
-    if (!timeout) log_info("node %s: %s", un->node.addr, why);
+    if (timeout) { /* multiplicative decrease */
+        un->window = un->window > 1 ? un->window / 2 : 1;
+        un->grow = 0;
+        w->m.window_shrinks++;
+    } else {
+        log_info("node %s: %s", un->node.addr, why);
+    }
 }
 
 /* Fail everything waiting for this node (it cannot be reached now). */
@@ -182,8 +189,7 @@ static struct upconn *upnode_pick(struct upnode *un)
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
-    uint64_t window = w->r->cfg.upstream_window;
-    while (un->wait && un->outstanding < window) {
+    while (un->wait && un->outstanding < un->window) {
         struct upconn *uc = upnode_pick(un);
         if (uc == NULL) {
             upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)");
@@ -221,7 +227,7 @@ void upnode_submit(struct upnode *un, struct frag *f)
     else un->wait = f;
     un->wait_tail = f;
     un->nwait++;
-    if (un->outstanding >= w->r->cfg.upstream_window) w->m.window_waits++;
+    if (un->outstanding >= un->window) w->m.window_waits++;
     upnode_pump(un);
 }
 
@@ -252,6 +258,10 @@ static void upconn_parse(struct upconn *uc)
         un->outstanding--;
         w->inflight--;
         uc->rscan = 0;
+        if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
+            un->window++; /* additive increase: one per window of replies */
+            un->grow = 0;
+        }
         frag_complete(f, buf_start(&uc->rbuf), (size_t)len, false);
         buf_consume(&uc->rbuf, (size_t)len);
     }

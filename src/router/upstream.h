@@ -7,7 +7,9 @@
  * and the next complete reply belongs to the head. A request that gets no reply within
  * timeout_ms fails with SERVER_ERROR; since later replies on that connection could no longer
  * be matched, the connection is closed and the requests behind it fail too (never
- * mismatched). Requests beyond the window wait in the router, not in the node. */
+ * mismatched). Requests beyond the window wait in the router, not in the node. The window
+ * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
+ * each window's worth of replies, up to upstream_window. */
 #ifndef SHOAL_ROUTER_UPSTREAM_H
 #define SHOAL_ROUTER_UPSTREAM_H
 
@@ -44,6 +46,8 @@ struct upnode {
     struct frag *wait, *wait_tail;  /* not yet sent */
     uint32_t nwait;
     uint32_t outstanding;           /* sent, no reply yet */
+    uint32_t window;                /* most outstanding now: AIMD in 1 .. upstream_window */
+    uint32_t grow;                  /* replies since the window last grew */
     uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
     uint32_t nconns;
     struct upconn conns[UPSTREAM_CONNS_MAX];

@@ -275,6 +275,7 @@ def test_silent_node_times_out_with_server_error(start_router):
         assert first.startswith("SERVER_ERROR") and "timed out after 200 ms" in first, first
         assert r.read_line(timeout=3).startswith("SERVER_ERROR")
         assert r.read_line().startswith("VERSION"), "the router answers in order after a timeout"
+        assert int(r.stats()["window_shrinks"]) >= 1, "a timeout halves the node's window"
     finally:
         lst.close()
 
