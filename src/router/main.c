@@ -92,10 +92,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (extra.help) {
-        options_usage(defs, ndefs, "shoal-router",
-                      "A memcached-protocol routing sidecar: routes each key to its node.\n"
-                      "--config FILE names the JSON topology document (docs/router.md); it is "
-                      "required and re-read on SIGHUP.");
+        options_usage_config(defs, ndefs, "shoal-router",
+                             "A memcached-protocol routing sidecar: routes each key to the node "
+                             "that owns its slot.",
+                             "the JSON topology document (required; re-read on SIGHUP; "
+                             "docs/router.md)");
         return 0;
     }
     if (extra.version) {
