@@ -310,3 +310,25 @@ def test_client_leaving_with_requests_in_flight(cluster):
     r = cluster.raw()
     assert r.store("set", "after", "1") == "STORED", "the router serves on"
     assert r.get("after") == [("after", 0, b"1", None)]
+
+
+def test_garbage_never_crashes_the_router(cluster):
+    import random
+    rnd = random.Random(4)
+    pieces = [b"get ", b"set ", b"mg ", b"ms ", b"md ", b"ma ", b"mn", b"gat ", b"k", b" ", b"q",
+              b"O1", b"noreply", b"\r\n", b"\n", b"0", b"5", b"-1", b"{", b"}", b":", b"\x00",
+              b"\xff", b"b", b"v", b"N30", b"flush_all", b"incr", b"cas ", b"T", b"9" * 30]
+    for _ in range(30):
+        c = McRaw(cluster.router.host, cluster.router.port, timeout=2)
+        blob = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 400)))
+        try:
+            c.send(blob + b"\r\n")
+        except OSError:
+            pass
+        c.close()
+    r = cluster.raw()
+    assert r.cmd("version").startswith("VERSION")
+    keys = [f"many{i}" for i in range(3000)]
+    r.send(b"".join(f"set {k} 0 0 1 noreply\r\nx\r\n".encode() for k in keys))
+    got = r.get(*keys)
+    assert [g[0] for g in got] == keys, "a 3000-key get across nodes comes back whole and in order"
