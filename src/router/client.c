@@ -53,6 +53,15 @@ struct client *client_create(struct rworker *w, int fd)
 void client_destroy(struct client *c)
 {
     struct rworker *w = c->w;
+    /* A request failed synchronously while this client was being serviced may have put it
+     * back on the dirty list: take it off, or the worker would service freed memory. */
+    if (c->in_dirty) {
+        for (struct client **pp = &w->dirty; *pp; pp = &(*pp)->dirty_next)
+            if (*pp == c) {
+                *pp = c->dirty_next;
+                break;
+            }
+    }
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     while (c->head) {

@@ -332,3 +332,34 @@ def test_garbage_never_crashes_the_router(cluster):
     r.send(b"".join(f"set {k} 0 0 1 noreply\r\nx\r\n".encode() for k in keys))
     got = r.get(*keys)
     assert [g[0] for g in got] == keys, "a 3000-key get across nodes comes back whole and in order"
+
+
+def test_clients_resetting_while_their_node_is_down(start_router):
+    """Requests to a refused node fail at once, inside the same event-loop batch that reads
+    them; a client that resets its connection meanwhile must be freed exactly once."""
+    import struct
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    router, _, _ = start_router([f"127.0.0.1:{port}"], "--retry-ms", "10000")
+    for _ in range(100):
+        s = socket.create_connection((router.host, router.port))
+        s.sendall(b"get k\r\n" * 200)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # RST
+    for _ in range(50):  # half-close: answered, then closed by the router
+        s = socket.create_connection((router.host, router.port))
+        s.sendall(b"get k\r\n" * 20)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        assert data.count(b"SERVER_ERROR") == 20
+    r = router.raw()
+    assert r.cmd("get k").startswith("SERVER_ERROR")
