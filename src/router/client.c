@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "router/policy.h"
 #include "router/upstream.h"
 #include "router/worker.h"
 
@@ -166,10 +167,18 @@ static void client_oom(struct client *c)
     client_local(c, oom_reply, sizeof oom_reply - 1);
 }
 
+/* A replacement of the bytes [from, to) of a request line by `text` (from == to inserts). */
+struct line_cut {
+    const char *from, *to;
+    const char *text;
+    size_t ntext;
+};
+
 /* Append the request line to `out` without a trailing "noreply" (text) or without q flags
- * (meta), then \r\n. */
+ * (meta), with the TTL edit `ttl` applied when it is not NULL, then \r\n. */
 static int client_copy_line(struct buf *out, const char *line, size_t len,
-                            const struct proto_req *req, bool strip_noreply, bool strip_q)
+                            const struct proto_req *req, bool strip_noreply, bool strip_q,
+                            const struct line_cut *ttl)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
     if (strip_noreply) {
@@ -178,21 +187,97 @@ static int client_copy_line(struct buf *out, const char *line, size_t len,
         while (k && line[k - 1] == ' ') k--;
         len = k;
     }
-    if (strip_q) {
-        const char *p = line, *end = line + len;
-        for (int i = 0; i < req->meta.nflags; i++) {
-            const struct proto_mflag *mf = &req->meta.flag[i];
-            if (mf->flag != 'q') continue;
-            const char *cut = mf->tok - 1; /* the letter */
-            while (cut > p && cut[-1] == ' ') cut--;
-            if (buf_append(out, p, (size_t)(cut - p)) < 0) return -1;
-            p = mf->tok + mf->ntok;
-        }
-        if (buf_append(out, p, (size_t)(end - p)) < 0) return -1;
-    } else if (buf_append(out, line, len) < 0) {
-        return -1;
+    struct line_cut cuts[PROTO_META_FLAGS_MAX + 1];
+    int n = 0;
+    for (int i = 0; strip_q && i < req->meta.nflags; i++) {
+        const struct proto_mflag *mf = &req->meta.flag[i];
+        if (mf->flag != 'q') continue;
+        const char *from = mf->tok - 1; /* the letter, and the spaces before it */
+        while (from > line && from[-1] == ' ') from--;
+        cuts[n++] = (struct line_cut){from, mf->tok + mf->ntok, NULL, 0};
     }
+    if (ttl) { /* flags come in line order: keep the cuts sorted */
+        int k = n++;
+        while (k > 0 && cuts[k - 1].from > ttl->from) {
+            cuts[k] = cuts[k - 1];
+            k--;
+        }
+        cuts[k] = *ttl;
+    }
+    const char *p = line, *end = line + len;
+    for (int i = 0; i < n; i++) {
+        if (buf_append(out, p, (size_t)(cuts[i].from - p)) < 0 ||
+            buf_append(out, cuts[i].text, cuts[i].ntext) < 0)
+            return -1;
+        p = cuts[i].to;
+    }
+    if (buf_append(out, p, (size_t)(end - p)) < 0) return -1;
     return buf_append(out, "\r\n", 2);
+}
+
+/* Token number `idx` (0-based; split on spaces) of the line. */
+static bool line_token(const char *line, size_t len, int idx, const char **tok, size_t *ntok)
+{
+    const char *p = line, *end = line + len;
+    for (int t = 0; p < end; t++) {
+        while (p < end && *p == ' ') p++;
+        const char *s = p;
+        while (p < end && *p != ' ' && *p != '\r') p++;
+        if (p == s) return false;
+        if (t == idx) {
+            *tok = s;
+            *ntok = (size_t)(p - s);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The TTL edit the key's namespace asks for (policy.h), if any: the exptime argument of
+ * set/add/replace/cas/touch, the T flag of ms and mg (added to ms when absent, since ms
+ * without T means "never"). `num` holds the replacement text. */
+static bool client_ttl_edit(struct client *c, const struct proto_req *req, const char *line,
+                            size_t len, struct line_cut *cut, char *num, size_t numcap)
+{
+    const struct topo_ns *ns = topo_namespace(c->w->topo, req->key, req->nkey);
+    if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
+    int64_t ttl, to;
+    const char *tok = NULL;
+    size_t ntok = 0;
+    bool insert = false;
+    switch (req->cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_CAS: case CMD_TOUCH:
+        if (!line_token(line, len, req->cmd == CMD_TOUCH ? 2 : 3, &tok, &ntok)) return false;
+        ttl = req->exptime;
+        break;
+    case CMD_MS: case CMD_MG: {
+        const struct proto_mflag *t = NULL;
+        for (int i = 0; i < req->meta.nflags; i++)
+            if (req->meta.flag[i].flag == 'T') t = &req->meta.flag[i];
+        if (t == NULL && req->cmd == CMD_MG) return false; /* no touch asked */
+        if (t) {
+            tok = t->tok;
+            ntok = t->ntok;
+            ttl = req->meta.ttl;
+        } else {
+            ttl = 0;
+            insert = true;
+        }
+        break;
+    }
+    default:
+        return false;
+    }
+    if (!policy_ttl(ns, ttl, (int64_t)time(NULL), &to)) return false;
+    int k = snprintf(num, numcap, "%s%lld", insert ? " T" : "", (long long)to);
+    if (insert) {
+        const char *end = line + len;
+        while (end > line && (end[-1] == '\r' || end[-1] == ' ')) end--;
+        tok = end;
+    }
+    *cut = (struct line_cut){tok, tok + ntok, num, (size_t)k};
+    c->w->m.ttl_rewrites++;
+    return true;
 }
 
 /* Send one request to the node that owns req->key. `data` is a storage command's block with
@@ -214,7 +299,10 @@ static void client_forward(struct client *c, const struct proto_req *req, const 
     rq->frags = &rq->frag1;
     rq->frag1 = f;
     rq->nfrags = rq->pending = 1;
-    if (client_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet) < 0 ||
+    struct line_cut ttl;
+    char num[32];
+    bool edit = client_ttl_edit(c, req, line, len, &ttl, num, sizeof num);
+    if (client_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, edit ? &ttl : NULL) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
     client_enqueue(c, rq);
@@ -343,7 +431,7 @@ static void client_all(struct client *c, const struct proto_req *req, const char
         struct frag *f = frag_create(rq, (uint16_t)i);
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
-        if (client_copy_line(&f->out, line, len, req, req->noreply, false) < 0) goto oom;
+        if (client_copy_line(&f->out, line, len, req, req->noreply, false, NULL) < 0) goto oom;
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);
