@@ -207,7 +207,7 @@ static int client_copy_line(struct buf *out, const char *line, size_t len,
     const char *p = line, *end = line + len;
     for (int i = 0; i < n; i++) {
         if (buf_append(out, p, (size_t)(cuts[i].from - p)) < 0 ||
-            buf_append(out, cuts[i].text, cuts[i].ntext) < 0)
+            (cuts[i].ntext && buf_append(out, cuts[i].text, cuts[i].ntext) < 0))
             return -1;
         p = cuts[i].to;
     }
@@ -233,13 +233,31 @@ static bool line_token(const char *line, size_t len, int idx, const char **tok, 
     return false;
 }
 
+/* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
+ * pool's node for the key (when there is one and it is up; keys never move to other regular
+ * nodes). *gutter says which. */
+static uint32_t client_route(struct rworker *w, const char *key, size_t nkey, bool *gutter)
+{
+    uint32_t node = topo_route(w->topo, key, nkey);
+    *gutter = false;
+    if (upnode_up(w->map[node])) return node;
+    int64_t g = topo_gutter_route(w->topo, key, nkey);
+    if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) return node; /* fails fast */
+    *gutter = true;
+    return (uint32_t)g;
+}
+
 /* The TTL edit the key's namespace asks for (policy.h), if any: the exptime argument of
  * set/add/replace/cas/touch, the T flag of ms and mg (added to ms when absent, since ms
- * without T means "never"). `num` holds the replacement text. */
+ * without T means "never"). `cap`, when not 0, is a further maximum (gutter_ttl for requests
+ * sent to the gutter pool). `num` holds the replacement text. */
 static bool client_ttl_edit(struct client *c, const struct proto_req *req, const char *line,
-                            size_t len, struct line_cut *cut, char *num, size_t numcap)
+                            size_t len, uint64_t cap, struct line_cut *cut, char *num,
+                            size_t numcap)
 {
-    const struct topo_ns *ns = topo_namespace(c->w->topo, req->key, req->nkey);
+    struct topo_ns eff = *topo_namespace(c->w->topo, req->key, req->nkey);
+    if (cap && (eff.max_ttl == 0 || eff.max_ttl > cap)) eff.max_ttl = cap;
+    const struct topo_ns *ns = &eff;
     if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
     int64_t ttl, to;
     const char *tok = NULL;
@@ -290,7 +308,9 @@ static void client_forward(struct client *c, const struct proto_req *req, const 
         client_oom(c);
         return;
     }
-    struct upnode *un = w->map[topo_route(w->topo, req->key, req->nkey)];
+    bool gutter;
+    struct upnode *un = w->map[client_route(w, req->key, req->nkey, &gutter)];
+    if (gutter) w->m.gutter_requests++;
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
@@ -301,7 +321,8 @@ static void client_forward(struct client *c, const struct proto_req *req, const 
     rq->nfrags = rq->pending = 1;
     struct line_cut ttl;
     char num[32];
-    bool edit = client_ttl_edit(c, req, line, len, &ttl, num, sizeof num);
+    bool edit = client_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
+                                sizeof num);
     if (client_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, edit ? &ttl : NULL) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
@@ -333,7 +354,8 @@ static void client_get(struct client *c, const struct proto_req *req, const char
     uint32_t nkeys = 0, first = UINT32_MAX;
     bool split = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        uint32_t node = topo_route(w->topo, key, nk);
+        bool gutter;
+        uint32_t node = client_route(w, key, nk, &gutter);
         if (first == UINT32_MAX) first = node;
         else if (node != first) split = true;
         nkeys++;
@@ -368,7 +390,9 @@ static void client_get(struct client *c, const struct proto_req *req, const char
     uint32_t i = 0;
     bool bad = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        uint32_t node = topo_route(w->topo, key, nk);
+        bool gutter;
+        uint32_t node = client_route(w, key, nk, &gutter);
+        if (gutter) w->m.gutter_requests++;
         int32_t fi = w->scratch[node];
         if (fi < 0) {
             struct frag *f = frag_create(rq, rq->nfrags);

@@ -33,6 +33,7 @@ struct frag {
     uint16_t idx;           /* position in rq->frags */
     bool failed;            /* reply holds a router SERVER_ERROR or a node's error line */
     bool completed;         /* answered: owned by rq now, no longer by a queue */
+    bool probe;             /* a health probe of a node marked down (rq is NULL) */
     uint64_t deadline_ms;
     struct buf out;         /* request bytes until they are handed to a connection */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */

@@ -42,6 +42,9 @@
       "per-request upstream timeout, ms; answered SERVER_ERROR", NULL)                           \
     X(retry_ms, 0, UINT, "100", 0, 60000,                                                        \
       "after a failed connect, requests to that node fail at once for this long", NULL)          \
+    X(down_after, 0, UINT, "3", 1, 1000,                                                         \
+      "consecutive failures (timeouts, lost or refused connections) that mark a node down", NULL) \
+    X(probe_ms, 0, UINT, "500", 10, 600000, "how often a node marked down is probed", NULL)      \
     X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
@@ -50,7 +53,8 @@
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
-        upstream_conns, upstream_window, timeout_ms, retry_ms, backlog, admin_port;
+        upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, backlog,
+        admin_port;
     const char *listen, *admin_listen, *port_file;
     const char *topology; /* --config FILE */
 };
@@ -68,6 +72,10 @@ struct router_config {
     X(upstream_connect_failures, COUNTER, "connections to nodes that failed")                    \
     X(upstream_protocol_errors, COUNTER, "node replies the router could not parse")             \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
+    X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
+    X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \
+    X(gutter_requests, COUNTER, "requests sent to the gutter pool because their node is down")   \
+    X(down_node_requests, COUNTER, "requests failed at once: node down and no gutter for it")    \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
     X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
     X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \

@@ -316,11 +316,13 @@ int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, 
         goto out;
     }
     t->gutter_pool = -1;
+    t->gutter_ttl = TOPO_GUTTER_TTL_DEFAULT;
     if (!json_is_object(root)) {
         topo_err(err, errlen, "the document must be a JSON object");
         goto out;
     }
-    static const char *const keys[] = {"version", "pools", "gutter_pool", "namespaces", NULL};
+    static const char *const keys[] = {"version", "pools", "gutter_pool", "gutter_ttl",
+                                       "namespaces", NULL};
     if (topo_check_keys(root, "", keys, err, errlen) < 0) goto out;
     json_t *v = json_object_get(root, "version");
     if (v == NULL) {
@@ -335,6 +337,9 @@ int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, 
             goto out;
         }
     }
+    if ((v = json_object_get(root, "gutter_ttl")) != NULL &&
+        topo_uint(v, "gutter_ttl", 1, 86400, &t->gutter_ttl, err, errlen) < 0)
+        goto out;
     if (topo_parse_namespaces(t, json_object_get(root, "namespaces"), err, errlen) < 0) goto out;
     rc = 0;
     *out = t;
@@ -383,6 +388,12 @@ uint32_t topo_route(const struct topo *t, const char *key, size_t nkey)
 {
     const struct topo_ns *ns = topo_namespace(t, key, nkey);
     return t->pools[ns->pool].owner[slot_of_key(key, nkey)];
+}
+
+int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey)
+{
+    if (t->gutter_pool < 0) return -1;
+    return t->pools[t->gutter_pool].owner[slot_of_key(key, nkey)];
 }
 
 void topo_registry_init(struct topo_registry *r, struct topo *t, uint64_t **seen, size_t nreaders)

@@ -54,7 +54,10 @@ struct topo {
     struct topo_ns *ns;
     uint32_t default_ns; /* index of "default" in ns */
     int32_t gutter_pool; /* index into pools, -1 when none */
+    uint64_t gutter_ttl; /* longest TTL of items stored in the gutter pool, seconds */
 };
+
+#define TOPO_GUTTER_TTL_DEFAULT 10
 
 /* topo_parse flags */
 #define TOPO_NUMERIC_HOSTS 1u /* refuse host names instead of resolving them (no DNS; fuzzing) */
@@ -73,6 +76,8 @@ void topo_destroy(struct topo **t);
 const struct topo_ns *topo_namespace(const struct topo *t, const char *key, size_t nkey);
 /* The node (index into t->nodes) that owns `key` in its namespace's pool. */
 uint32_t topo_route(const struct topo *t, const char *key, size_t nkey);
+/* The gutter pool's node for `key` (same slot rule), or -1 when there is no gutter pool. */
+int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey);
 
 /* The registry: the table in use, and the quiescence words of its readers. */
 struct topo_registry {

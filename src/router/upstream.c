@@ -20,6 +20,29 @@
 
 static void upnode_pump(struct upnode *un);
 
+/* One more consecutive failure; at down_after the node is marked down. */
+static void upnode_failure(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    if (un->destroying || un->down) return;
+    if (++un->fails < w->r->cfg.down_after) return;
+    un->down = true;
+    un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
+    w->m.nodes_marked_down++;
+    log_notice("worker %d: node %s marked down after %u consecutive failures; probing every "
+               "%llu ms", w->id, un->node.addr, un->fails, (unsigned long long)w->r->cfg.probe_ms);
+}
+
+static void upnode_success(struct upnode *un, bool probe)
+{
+    un->fails = 0;
+    if (un->down && probe) {
+        un->down = false;
+        un->w->m.nodes_marked_up++;
+        log_notice("worker %d: node %s answers again; back in use", un->w->id, un->node.addr);
+    }
+}
+
 struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 {
     struct upnode *un = calloc(1, sizeof *un);
@@ -97,6 +120,7 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
     }
     uc->sent_tail = NULL;
     uc->nsent = 0;
+    upnode_failure(un);
     if (timeout) { /* multiplicative decrease */
         un->window = un->window > 1 ? un->window / 2 : 1;
         un->grow = 0;
@@ -172,9 +196,10 @@ static struct upconn *upnode_pick(struct upnode *un)
     for (uint32_t i = 0; i < un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         if (uc->state == UP_DOWN) {
-            if (w->now_ms < un->retry_at_ms) continue;
+            if (w->now_ms < un->retry_at_ms && !un->down) continue; /* probes may retry */
             if (upconn_connect(uc) < 0) {
                 w->m.upstream_connect_failures++;
+                upnode_failure(un);
                 un->retry_at_ms = w->now_ms + w->r->cfg.retry_ms;
                 log_info("node %s: connect failed: %s", un->node.addr, strerror(errno));
                 continue;
@@ -223,6 +248,14 @@ void upnode_submit(struct upnode *un, struct frag *f)
     f->next = NULL;
     f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     w->inflight++;
+    if (un->down && !f->probe) { /* never make a client wait on a node marked down */
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down\r\n",
+                         un->node.addr);
+        w->m.down_node_requests++;
+        frag_fail(w, f, msg, (size_t)n);
+        return;
+    }
     if (un->wait_tail) un->wait_tail->next = f;
     else un->wait = f;
     un->wait_tail = f;
@@ -258,6 +291,7 @@ static void upconn_parse(struct upconn *uc)
         un->outstanding--;
         w->inflight--;
         uc->rscan = 0;
+        upnode_success(un, f->probe);
         if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
@@ -360,6 +394,19 @@ void upstream_flush(struct rworker *w)
     }
 }
 
+/* Send one `version` to a node marked down; its reply marks the node up. */
+static void upnode_probe(struct upnode *un)
+{
+    struct frag *f = frag_create(NULL, 0);
+    if (f == NULL || buf_append(&f->out, "version\r\n", 9) < 0) {
+        if (f) frag_destroy(f);
+        un->w->m.out_of_memory++;
+        return;
+    }
+    f->probe = true;
+    upnode_submit(un, f);
+}
+
 void upstream_check_timeouts(struct rworker *w)
 {
     char why[96];
@@ -385,6 +432,10 @@ void upstream_check_timeouts(struct rworker *w)
                 upconn_fail(uc, why, true);
             }
         }
+        if (un->down && !un->retired && w->now_ms >= un->next_probe_ms) {
+            un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
+            upnode_probe(un);
+        }
         upnode_pump(un);
         if (un->retired && upnode_idle(un)) {
             *pp = un->next;
@@ -397,6 +448,7 @@ void upstream_check_timeouts(struct rworker *w)
 
 void upnode_destroy(struct upnode *un)
 {
+    un->destroying = true;
     for (uint32_t i = 0; i < un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         if (uc->in_dirty) { /* unlink from the worker's dirty list */

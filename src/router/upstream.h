@@ -9,7 +9,12 @@
  * be matched, the connection is closed and the requests behind it fail too (never
  * mismatched). Requests beyond the window wait in the router, not in the node. The window
  * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
- * each window's worth of replies, up to upstream_window. */
+ * each window's worth of replies, up to upstream_window.
+ *
+ * Health: after down_after consecutive failures (a timeout, a lost or refused connection) the
+ * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
+ * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
+ * again. Each worker judges for itself, from its own connections. */
 #ifndef SHOAL_ROUTER_UPSTREAM_H
 #define SHOAL_ROUTER_UPSTREAM_H
 
@@ -49,6 +54,10 @@ struct upnode {
     uint32_t window;                /* most outstanding now: AIMD in 1 .. upstream_window */
     uint32_t grow;                  /* replies since the window last grew */
     uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
+    uint32_t fails;                 /* consecutive failures (reset by any reply) */
+    bool down;                      /* marked down: only probes are sent to it */
+    bool destroying;                /* failures while tearing down do not count */
+    uint64_t next_probe_ms;
     uint32_t nconns;
     struct upconn conns[UPSTREAM_CONNS_MAX];
 };
@@ -57,6 +66,8 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node);
 /* Close connections, fail everything queued (orphans only at shutdown), free. */
 void upnode_destroy(struct upnode *un);
 bool upnode_idle(const struct upnode *un);
+/* Is the node usable for requests (not marked down)? */
+static inline bool upnode_up(const struct upnode *un) { return !un->down; }
 /* Queue a fragment whose request bytes are in f->out, and send what the window allows. */
 void upnode_submit(struct upnode *un, struct frag *f);
 /* epoll readiness on an upstream connection. */

@@ -48,6 +48,8 @@ static void test_minimal_document(void **state)
     assert_int_equal(t->nnodes, 4);
     assert_int_equal(t->npools, 2);
     assert_string_equal(t->pools[t->gutter_pool].name, "gutter");
+    assert_int_equal(t->gutter_ttl, TOPO_GUTTER_TTL_DEFAULT);
+    assert_int_equal(topo_gutter_route(t, "any:key", 7), 3);
     const struct topo_ns *ns = topo_namespace(t, "catalog:v7:product:1", 20);
     assert_string_equal(ns->name, "catalog");
     assert_int_equal(ns->default_ttl, 600);
@@ -123,6 +125,9 @@ static void test_errors_name_the_field(void **state)
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}, "
                        "\"gutter_pool\": \"g\", \"namespaces\": {\"default\": {\"pool\": \"m\"}}}",
                        "gutter_pool");
+    parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}, "
+                       "\"gutter_ttl\": 0, \"namespaces\": {\"default\": {\"pool\": \"m\"}}}",
+                       "gutter_ttl: must be an integer from 1");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"], "
                        "\"slots\": [{\"from\": 0, \"to\": 10, \"node\": \"127.0.0.1:1\"}]}}, "
                        "\"namespaces\": {\"default\": {\"pool\": \"m\"}}}",

@@ -1,0 +1,94 @@
+"""shoal-router when a node dies: after a few failures the node is marked down, its keys' requests
+go to the gutter pool (TTL capped by gutter_ttl) without waiting on the dead node, other nodes'
+keys are unaffected, and a probe brings the node back into use when it answers again. Skipped when
+SHOAL_TEST_SERVER=memcached."""
+
+import subprocess
+import time
+
+import pytest
+
+from conftest import RouterCluster, _die_with_parent, default_owner, key_slot, topology
+from mcraw import McRaw, accepts, wait_until
+
+pytestmark = pytest.mark.shoal_only
+
+
+@pytest.fixture
+def gcluster(start_server, start_router):
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    doc["gutter_ttl"] = 7
+    router, admin, path = start_router(doc, "-t", "1", "--timeout-ms", "300", "--probe-ms", "100",
+                                       "--retry-ms", "50")
+    c = RouterCluster(nodes, router, path, admin)
+    c.gutter = gutter
+    return c
+
+
+def restart(server):
+    """Start a killed node again on its port (same Server object, so the fixture stops it)."""
+    server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=_die_with_parent)
+    wait_until(lambda: accepts(server.port), message="the node listening again")
+
+
+def test_dead_node_goes_to_gutter_and_comes_back(gcluster):
+    r = gcluster.raw()
+    victim = gcluster.nodes[1]
+    keys = [f"fo{i}" for i in range(150)]
+    for k in keys:
+        assert r.store("set", k, f"v-{k}") == "STORED"
+    mine = [k for k in keys if gcluster.owner(k) is victim]
+    others = [k for k in keys if gcluster.owner(k) is not victim]
+    assert mine and others
+
+    victim.proc.kill()
+    victim.proc.wait()
+    # Until the worker has seen down_after failures, requests may fail; then none may.
+    wait_until(lambda: r.cmd(f"mg {mine[0]}") in ("EN", "HD"), timeout=5,
+               message="the dead node marked down (its keys answered by the gutter)")
+    assert int(r.stats()["nodes_marked_down"]) >= 1
+
+    started = time.monotonic()
+    for k in mine:  # gutter: empty at first, filled by the client, capped TTL
+        assert r.get(k) == [], f"{k} misses in the (empty) gutter pool"
+        assert r.store("set", k, "g", exptime=3600) == "STORED"
+        assert r.get(k) == [(k, 0, b"g", None)]
+    assert time.monotonic() - started < 2, "no request waited for a timeout on the dead node"
+    with McRaw(gcluster.gutter.host, gcluster.gutter.port) as g:
+        ttl = int(g.meta(f"mg {mine[0]} t").flags["t"])
+        assert 0 < ttl <= 7, f"gutter items live at most gutter_ttl, got {ttl}"
+    for k in others:
+        assert r.get(k) == [(k, 0, f"v-{k}".encode(), None)], "other nodes' keys are unaffected"
+    got = r.get(*keys)  # a multi-get across the live nodes and the gutter
+    assert [g[0] for g in got] == keys
+
+    restart(victim)
+    def back_in_use():
+        assert r.store("set", mine[0], "n") == "STORED"
+        with McRaw(victim.host, victim.port) as direct:
+            return direct.meta(f"mg {mine[0]} v").code == "VA"
+    wait_until(back_in_use, timeout=5, message="the node back in use after a probe")
+    assert int(r.stats()["nodes_marked_up"]) >= 1
+    assert r.get(mine[0]) == [(mine[0], 0, b"n", None)]
+
+
+def test_no_gutter_fails_fast_once_down(start_server, start_router):
+    nodes = [start_server() for _ in range(2)]
+    router, _, _ = start_router(nodes, "-t", "1", "--probe-ms", "10000", "--retry-ms", "50")
+    r = router.raw()
+    victim = nodes[0]
+    key = next(f"n{i}" for i in range(100) if default_owner(key_slot(f"n{i}"), 2) == 0)
+    victim.proc.kill()
+    victim.proc.wait()
+    wait_until(lambda: "is down" in r.cmd(f"get {key}"), timeout=5, message="node marked down")
+    started = time.monotonic()
+    for _ in range(50):
+        assert r.cmd(f"get {key}").endswith(f"node 127.0.0.1:{victim.port} is down")
+    assert time.monotonic() - started < 1, "a node marked down fails requests at once"
+    restart(victim)
