@@ -92,3 +92,78 @@ def test_no_gutter_fails_fast_once_down(start_server, start_router):
         assert r.cmd(f"get {key}").endswith(f"node 127.0.0.1:{victim.port} is down")
     assert time.monotonic() - started < 1, "a node marked down fails requests at once"
     restart(victim)
+
+
+def test_kill_under_load_no_errors_once_marked_down(start_server, start_router):
+    """Four clients load the router while a node is killed with SIGKILL and later restarted:
+    errors are allowed only around the failure (before the workers mark the node down); once it
+    is down every request is answered, and after the restart its keys return to it."""
+    import random
+    import threading
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    router, _, path = start_router(doc, "--timeout-ms", "300", "--probe-ms", "100",
+                                   "--retry-ms", "50")
+    cluster = RouterCluster(nodes, router, path, 0)
+    victim = nodes[2]
+    stop = threading.Event()
+    errors = []  # (monotonic time, what)
+    counts = []
+
+    def load(seed):
+        rnd = random.Random(seed)
+        c = McRaw(router.host, router.port)
+        n = 0
+        while not stop.is_set():
+            k = f"load:{rnd.randrange(500)}"
+            try:
+                if rnd.random() < 0.3:
+                    reply = c.store("set", k, "v", exptime=60)
+                    if reply != "STORED":
+                        errors.append((time.monotonic(), f"set {k}: {reply}"))
+                else:
+                    c.send(f"get {k}\r\n")
+                    line = c.read_line()
+                    while line.startswith("VALUE"):
+                        c.read_value(int(line.split()[3]))
+                        line = c.read_line()
+                    if line != "END":
+                        errors.append((time.monotonic(), f"get {k}: {line}"))
+            except Exception as e:
+                errors.append((time.monotonic(), repr(e)))
+                c = McRaw(router.host, router.port)
+            n += 1
+        counts.append(n)
+
+    threads = [threading.Thread(target=load, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        killed = time.monotonic()
+        victim.proc.kill()
+        victim.proc.wait()
+        time.sleep(2.0)
+        restarted = time.monotonic()
+        restart(victim)
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert sum(counts) > 500, f"the load ran: {counts}"
+    before = [e for e in errors if e[0] < killed]
+    settled = [e for e in errors if killed + 1.0 < e[0] < restarted]
+    assert before == [], f"no errors before the kill: {before[:5]}"
+    assert settled == [], f"no errors once the node is marked down: {settled[:5]}"
+    after = [e for e in errors if e[0] > restarted]
+    assert after == [], f"no errors when the node comes back: {after[:5]}"
+    # back in use: a key of the victim written now lands on it
+    key = next(f"back{i}" for i in range(1000) if cluster.owner(f"back{i}") is victim)
+    r = router.raw()
+    wait_until(lambda: r.store("set", key, "x") == "STORED" and
+               McRaw(victim.host, victim.port).meta(f"mg {key}").code == "HD",
+               timeout=5, message="the restarted node back in use")
