@@ -241,6 +241,12 @@ static uint32_t client_route(struct rworker *w, const char *key, size_t nkey, bo
     uint32_t node = topo_route(w->topo, key, nkey);
     *gutter = false;
     if (upnode_up(w->map[node])) return node;
+    const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
+    if (p->replicated) { /* read another replica */
+        for (uint32_t i = 0; i < p->nnodes; i++)
+            if (upnode_up(w->map[p->nodes[i]])) return p->nodes[i];
+        return node;
+    }
     int64_t g = topo_gutter_route(w->topo, key, nkey);
     if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) return node; /* fails fast */
     *gutter = true;
@@ -439,27 +445,28 @@ oom:
     client_oom(c);
 }
 
-/* flush_all goes to every node of the topology. */
-static void client_all(struct client *c, const struct proto_req *req, const char *line,
-                       size_t len)
+/* Send one request to several nodes (`nodes`, indices into the topology's nodes) and answer
+ * with the merged reply (request.c merge_all): flush_all to every node, writes to every
+ * replica of a replicated pool. `data` is a storage command's block (or NULL). */
+static void client_fanout(struct client *c, const struct proto_req *req, const char *line,
+                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
+                          uint32_t n, const struct line_cut *ttl)
 {
-    struct rworker *w = c->w;
-    if (!worker_topology_ready(w)) {
-        client_oom(c);
-        return;
-    }
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
-    if (rq == NULL || (rq->frags = calloc(w->nmap, sizeof *rq->frags)) == NULL) goto oom;
-    rq->noreply = req->noreply;
-    for (uint32_t i = 0; i < w->nmap; i++) {
+    if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
+    rq->noreply = req->noreply && req->cmd < CMD_MG;
+    rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
+    for (uint32_t i = 0; i < n; i++) {
         struct frag *f = frag_create(rq, (uint16_t)i);
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
-        if (client_copy_line(&f->out, line, len, req, req->noreply, false, NULL) < 0) goto oom;
+        if (client_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, ttl) < 0 ||
+            (data && buf_append(&f->out, data, ndata) < 0))
+            goto oom;
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);
-    for (uint32_t i = 0; i < w->nmap; i++) upnode_submit(w->map[i], rq->frags[i]);
+    for (uint32_t i = 0; i < n; i++) upnode_submit(c->w->map[nodes[i]], rq->frags[i]);
     return;
 oom:
     if (rq) {
@@ -468,6 +475,60 @@ oom:
         rreq_destroy(rq);
     }
     client_oom(c);
+}
+
+/* flush_all goes to every node of the topology. */
+static void client_all(struct client *c, const struct proto_req *req, const char *line,
+                       size_t len)
+{
+    struct rworker *w = c->w;
+    uint32_t *nodes = worker_topology_ready(w) ? malloc(w->nmap * sizeof *nodes) : NULL;
+    if (nodes == NULL) {
+        client_oom(c);
+        return;
+    }
+    for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
+    client_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL);
+    free(nodes);
+}
+
+/* Does this command change the item (so a replicated pool sends it to every replica)? */
+static bool cmd_writes(enum proto_cmd cmd)
+{
+    switch (cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
+    case CMD_CAS: case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
+    case CMD_MS: case CMD_MD: case CMD_MA:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A write to a key of a replicated pool: to every replica not marked down. Returns false when
+ * the key's pool is not replicated (the caller routes it as usual). */
+static bool client_replicate(struct client *c, const struct proto_req *req, const char *line,
+                             size_t len, const char *data, size_t ndata)
+{
+    struct rworker *w = c->w;
+    if (!worker_topology_ready(w) || !cmd_writes(req->cmd)) return false;
+    const struct topo_pool *p = topo_pool_of(w->topo, req->key, req->nkey);
+    if (!p->replicated) return false;
+    uint32_t *nodes = malloc(p->nnodes * sizeof *nodes), n = 0;
+    if (nodes == NULL) {
+        client_oom(c);
+        return true;
+    }
+    for (uint32_t i = 0; i < p->nnodes; i++)
+        if (upnode_up(w->map[p->nodes[i]])) nodes[n++] = p->nodes[i];
+    if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
+    struct line_cut ttl;
+    char num[32];
+    bool edit = client_ttl_edit(c, req, line, len, 0, &ttl, num, sizeof num);
+    w->m.replicated_writes++;
+    client_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL);
+    free(nodes);
+    return true;
 }
 
 static void client_stats(struct client *c)
@@ -524,7 +585,8 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         size_t need = (size_t)req.nbytes + 2;
         if (avail - used < need) return 0;
         w->m.cmd_set++;
-        client_forward(c, &req, line, len, line + used, need);
+        if (!client_replicate(c, &req, line, len, line + used, need))
+            client_forward(c, &req, line, len, line + used, need);
         return used + need;
     }
     case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
@@ -537,7 +599,8 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
     case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
     case CMD_MD: case CMD_MA: case CMD_ME:
         w->m.cmd_other++;
-        client_forward(c, &req, line, len, NULL, 0);
+        if (!client_replicate(c, &req, line, len, NULL, 0))
+            client_forward(c, &req, line, len, NULL, 0);
         break;
     case CMD_FLUSH_ALL:
         w->m.cmd_other++;

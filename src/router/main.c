@@ -109,6 +109,13 @@ int main(int argc, char **argv)
                         "(docs/router.md)\n");
         return 2;
     }
+    char host[256] = "";
+    const char *id = router.cfg.client_id;
+    if (id == NULL) {
+        gethostname(host, sizeof host - 1);
+        id = host;
+    }
+    topo_set_replica(slot_crc16(id, strlen(id)));
     struct topo *t;
     if (topo_load_file(router.cfg.topology, &t, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-router: %s\n", err);

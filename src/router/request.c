@@ -155,15 +155,30 @@ static int merge_multiget(struct rreq *rq)
     return rc;
 }
 
-/* flush_all sent to every node: OK when all said OK, else the first other answer. */
+static bool reply_is_error(const struct buf *b)
+{
+    return reply_starts(b, "SERVER_ERROR") || reply_starts(b, "CLIENT_ERROR") ||
+           reply_starts(b, "ERROR");
+}
+
+/* One command sent to several nodes (flush_all to all, writes to a replicated pool): when
+ * every node answered the same, that answer; else the first error; else the first node's
+ * answer (e.g. DELETED from one replica, NOT_FOUND from another). */
 static int merge_all(struct rreq *rq)
 {
+    const struct buf *first = &rq->frags[0]->reply, *pick = first;
+    bool same = true;
     for (uint16_t i = 0; i < rq->nfrags; i++) {
-        struct frag *f = rq->frags[i];
-        if (f->failed || !reply_starts(&f->reply, "OK\r\n"))
-            return buf_append(&rq->reply, buf_start(&f->reply), buf_used(&f->reply));
+        const struct frag *f = rq->frags[i];
+        if (buf_used(&f->reply) != buf_used(first) ||
+            memcmp(buf_start(&f->reply), buf_start(first), buf_used(first)))
+            same = false;
+        if ((f->failed || reply_is_error(&f->reply)) && pick == first && !rq->frags[0]->failed &&
+            !reply_is_error(first))
+            pick = &f->reply;
     }
-    return buf_append(&rq->reply, "OK\r\n", 4);
+    if (same) pick = first;
+    return buf_append(&rq->reply, buf_start(pick), buf_used(pick));
 }
 
 static const char oom_reply[] = "SERVER_ERROR out of memory\r\n";
@@ -209,7 +224,9 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
                 buf_release(&rq->reply);
                 buf_append(&rq->reply, oom_reply, sizeof oom_reply - 1);
             }
-            if (rq->noreply) buf_release(&rq->reply);
+            if (rq->noreply || (rq->quiet && reply_routine(rq->cmd, buf_start(&rq->reply),
+                                                           buf_used(&rq->reply))))
+                buf_release(&rq->reply);
             rq->done = true;
         }
     }

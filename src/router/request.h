@@ -23,7 +23,7 @@ enum rreq_kind {
     RQ_LOCAL,    /* reply already in rq->reply */
     RQ_FORWARD,  /* one fragment; its reply is the client's reply (maybe suppressed) */
     RQ_MULTIGET, /* fragments per node; VALUE blocks merged in the client's key order */
-    RQ_ALL,      /* same command to every node (flush_all): OK when all say OK */
+    RQ_ALL,      /* same command to several nodes (flush_all; writes to a replicated pool) */
     RQ_QUIT,     /* close the connection once earlier replies are out */
 };
 

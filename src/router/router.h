@@ -49,13 +49,15 @@
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
-    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL)
+    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
+    X(client_id, 0, STR, NULL, 0, 0,                                                             \
+      "picks the replica this router reads in replicated pools (default: the host name)", NULL)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, backlog,
         admin_port;
-    const char *listen, *admin_listen, *port_file;
+    const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };
 
@@ -65,6 +67,7 @@ struct router_config {
     X(cmd_other, COUNTER, "other routed requests (delete, incr, touch, md, ma, ...)")            \
     X(cmd_local, COUNTER, "requests answered by the router itself (version, mn, stats, ...)")    \
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
+    X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
     X(upstream_requests, COUNTER, "requests sent to nodes")                                      \
     X(upstream_timeouts, COUNTER, "requests answered SERVER_ERROR for a node's timeout")         \
     X(upstream_errors, COUNTER, "requests answered SERVER_ERROR for a lost or refused node")     \

@@ -205,10 +205,21 @@ static int topo_parse_pools(struct topo *t, json_t *pools, unsigned flags, char 
             return topo_err(err, errlen, "%s: pool names are 1-%d bytes without spaces or ':'",
                             path, TOPO_NAME_MAX);
         if (!json_is_object(pv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"nodes", "slots", NULL};
+        static const char *const keys[] = {"nodes", "slots", "mode", NULL};
         if (topo_check_keys(pv, path, keys, err, errlen) < 0) return -1;
         struct topo_pool *p = &t->pools[t->npools++];
         snprintf(p->name, sizeof p->name, "%s", name);
+        json_t *mode = json_object_get(pv, "mode");
+        if (mode) {
+            const char *m = json_string_value(mode);
+            if (m == NULL || (strcmp(m, "sharded") && strcmp(m, "replicated")))
+                return topo_err(err, errlen, "%s.mode: must be \"sharded\" (the default) or "
+                                "\"replicated\"", path);
+            p->replicated = !strcmp(m, "replicated");
+            if (p->replicated && json_object_get(pv, "slots"))
+                return topo_err(err, errlen, "%s.slots: a replicated pool has no slot map (every "
+                                "node holds every key)", path);
+        }
         json_t *nodes = json_object_get(pv, "nodes");
         if (!json_is_array(nodes) || json_array_size(nodes) == 0)
             return topo_err(err, errlen, "%s.nodes: must be a non-empty array of \"host:port\"",
@@ -384,10 +395,20 @@ const struct topo_ns *topo_namespace(const struct topo *t, const char *key, size
     return &t->ns[t->default_ns];
 }
 
+static uint32_t topo_replica;
+
+void topo_set_replica(uint32_t hash) { topo_replica = hash; }
+
+const struct topo_pool *topo_pool_of(const struct topo *t, const char *key, size_t nkey)
+{
+    return &t->pools[topo_namespace(t, key, nkey)->pool];
+}
+
 uint32_t topo_route(const struct topo *t, const char *key, size_t nkey)
 {
-    const struct topo_ns *ns = topo_namespace(t, key, nkey);
-    return t->pools[ns->pool].owner[slot_of_key(key, nkey)];
+    const struct topo_pool *p = topo_pool_of(t, key, nkey);
+    if (p->replicated) return p->nodes[topo_replica % p->nnodes];
+    return p->owner[slot_of_key(key, nkey)];
 }
 
 int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey)

@@ -36,6 +36,7 @@ struct topo_pool {
     uint32_t nnodes;
     uint32_t *nodes;  /* indices into topo->nodes, in document order */
     uint16_t *owner;  /* SLOT_COUNT entries: slot -> index into topo->nodes */
+    bool replicated;  /* "mode": "replicated": every key on every node (owner unused) */
 };
 
 struct topo_ns {
@@ -74,8 +75,14 @@ void topo_destroy(struct topo **t);
 
 /* The namespace of a key: the one named by the text before its first ':', else default. */
 const struct topo_ns *topo_namespace(const struct topo *t, const char *key, size_t nkey);
-/* The node (index into t->nodes) that owns `key` in its namespace's pool. */
+/* The node (index into t->nodes) that owns `key` in its namespace's pool. For a replicated
+ * pool: the pool's node number `replica` (mod the pool's size), the one this router reads. */
 uint32_t topo_route(const struct topo *t, const char *key, size_t nkey);
+/* The pool that holds `key` (its namespace's). */
+const struct topo_pool *topo_pool_of(const struct topo *t, const char *key, size_t nkey);
+/* Which node of a replicated pool this process reads from: a stable hash of its client id,
+ * set once at start (topo_set_replica). */
+void topo_set_replica(uint32_t hash);
 /* The gutter pool's node for `key` (same slot rule), or -1 when there is no gutter pool. */
 int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey);
 

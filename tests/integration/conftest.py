@@ -311,6 +311,16 @@ class RouterCluster:
         wait_until(lambda: self.version() == want, message=f"topology version {want}")
 
 
+def restart_server(server):
+    """Start a killed server again with its arguments and port (the same Server object, so the
+    fixture that started it still stops it)."""
+    from mcraw import accepts, wait_until
+    server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=_die_with_parent)
+    wait_until(lambda: accepts(server.port), message=f"the server listening again on {server.port}")
+
+
 def launch_router(topo_path, *extra, tmp_dir):
     if not ROUTER_BIN.exists():
         pytest.fail(f"router binary {ROUTER_BIN} not found: build it with `make`")

@@ -3,13 +3,12 @@ go to the gutter pool (TTL capped by gutter_ttl) without waiting on the dead nod
 keys are unaffected, and a probe brings the node back into use when it answers again. Skipped when
 SHOAL_TEST_SERVER=memcached."""
 
-import subprocess
 import time
 
 import pytest
 
-from conftest import RouterCluster, _die_with_parent, default_owner, key_slot, topology
-from mcraw import McRaw, accepts, wait_until
+from conftest import RouterCluster, default_owner, key_slot, restart_server, topology
+from mcraw import McRaw, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -27,14 +26,6 @@ def gcluster(start_server, start_router):
     c = RouterCluster(nodes, router, path, admin)
     c.gutter = gutter
     return c
-
-
-def restart(server):
-    """Start a killed node again on its port (same Server object, so the fixture stops it)."""
-    server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=_die_with_parent)
-    wait_until(lambda: accepts(server.port), message="the node listening again")
 
 
 def test_dead_node_goes_to_gutter_and_comes_back(gcluster):
@@ -68,7 +59,7 @@ def test_dead_node_goes_to_gutter_and_comes_back(gcluster):
     got = r.get(*keys)  # a multi-get across the live nodes and the gutter
     assert [g[0] for g in got] == keys
 
-    restart(victim)
+    restart_server(victim)
     def back_in_use():
         assert r.store("set", mine[0], "n") == "STORED"
         with McRaw(victim.host, victim.port) as direct:
@@ -91,7 +82,7 @@ def test_no_gutter_fails_fast_once_down(start_server, start_router):
     for _ in range(50):
         assert r.cmd(f"get {key}").endswith(f"node 127.0.0.1:{victim.port} is down")
     assert time.monotonic() - started < 1, "a node marked down fails requests at once"
-    restart(victim)
+    restart_server(victim)
 
 
 def test_kill_under_load_no_errors_once_marked_down(start_server, start_router):
@@ -148,7 +139,7 @@ def test_kill_under_load_no_errors_once_marked_down(start_server, start_router):
         victim.proc.wait()
         time.sleep(2.0)
         restarted = time.monotonic()
-        restart(victim)
+        restart_server(victim)
         time.sleep(1.5)
     finally:
         stop.set()

@@ -109,8 +109,8 @@ static void test_errors_name_the_field(void **state)
                        "\"127.0.0.1:1\"]}}}",
                        "listed twice");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"], "
-                       "\"mode\": \"x\"}}}",
-                       "pools.m.mode: unknown field");
+                       "\"warm_from\": \"x\"}}}",
+                       "pools.m.warm_from: unknown field");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}}",
                        "namespaces");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}, "
@@ -141,6 +141,25 @@ static void test_errors_name_the_field(void **state)
                        "{\"from\": 5, \"to\": 5, \"node\": \"127.0.0.1:1\"}]}}, "
                        "\"namespaces\": {\"default\": {\"pool\": \"m\"}}}",
                        "pools.m.slots[1]: slot 5 is already assigned");
+}
+
+static void test_replicated_pool_reads_one_replica(void **state)
+{
+    struct topo *t = parse_ok(
+        "{\"version\": 1, \"pools\": {\"r\": {\"mode\": \"replicated\", \"nodes\": "
+        "[\"127.0.0.1:1\", \"127.0.0.1:2\", \"127.0.0.1:3\"]}}, "
+        "\"namespaces\": {\"default\": {\"pool\": \"r\"}}}");
+    assert_true(t->pools[0].replicated);
+    for (uint32_t h = 0; h < 6; h++) {
+        topo_set_replica(h);
+        assert_int_equal(topo_route(t, "a", 1), h % 3);
+        assert_int_equal(topo_route(t, "zzz", 3), h % 3); /* every key: the same replica */
+    }
+    topo_set_replica(0);
+    topo_destroy(&t);
+    parse_fails_naming("{\"version\": 1, \"pools\": {\"r\": {\"mode\": \"mirror\", \"nodes\": "
+                       "[\"127.0.0.1:1\"]}}, \"namespaces\": {\"default\": {\"pool\": \"r\"}}}",
+                       "pools.r.mode");
 }
 
 static uint64_t seen_word; /* one reader, always quiescent here */
@@ -195,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_minimal_document),
         cmocka_unit_test(test_route_follows_default_slot_map),
         cmocka_unit_test(test_explicit_slot_map),
+        cmocka_unit_test(test_replicated_pool_reads_one_replica),
         cmocka_unit_test(test_errors_name_the_field),
         cmocka_unit_test(test_registry_publishes_only_newer_versions),
         cmocka_unit_test(test_reply_framing),
