@@ -261,7 +261,8 @@ static bool client_ttl_edit(struct client *c, const struct proto_req *req, const
                             size_t len, uint64_t cap, struct line_cut *cut, char *num,
                             size_t numcap)
 {
-    struct topo_ns eff = *topo_namespace(c->w->topo, req->key, req->nkey);
+    const struct topo_ns *own = topo_namespace(c->w->topo, req->key, req->nkey);
+    struct topo_ns eff = {.default_ttl = own->default_ttl, .max_ttl = own->max_ttl};
     if (cap && (eff.max_ttl == 0 || eff.max_ttl > cap)) eff.max_ttl = cap;
     const struct topo_ns *ns = &eff;
     if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
@@ -302,6 +303,38 @@ static bool client_ttl_edit(struct client *c, const struct proto_req *req, const
     *cut = (struct line_cut){tok, tok + ntok, num, (size_t)k};
     c->w->m.ttl_rewrites++;
     return true;
+}
+
+/* Apply the key's namespace limits to one request (or one key of a multi-get) carrying
+ * `nvalue` value bytes: max_value_bytes, ops_per_sec, bytes_per_sec. On a violation, answers
+ * with an error naming the namespace and the limit (unless `silent`: text noreply) and
+ * returns false. */
+static bool client_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue,
+                         bool silent)
+{
+    struct rworker *w = c->w;
+    if (!worker_topology_ready(w)) return true; /* answered later as out of memory */
+    /* the table is immutable except for the buckets, which are updated atomically */
+    struct topo_ns *ns = (struct topo_ns *)topo_namespace(w->topo, key, nkey);
+    char msg[256];
+    int n = 0;
+    if (ns->max_value_bytes && nvalue > ns->max_value_bytes)
+        n = snprintf(msg, sizeof msg,
+                     "SERVER_ERROR shoal-router: namespace %s: value of %llu bytes is over "
+                     "max_value_bytes %llu\r\n", ns->name, (unsigned long long)nvalue,
+                     (unsigned long long)ns->max_value_bytes);
+    else if (!policy_take(&ns->ops, w->now_ms, 1))
+        n = snprintf(msg, sizeof msg,
+                     "SERVER_ERROR shoal-router: namespace %s: over ops_per_sec %llu\r\n",
+                     ns->name, (unsigned long long)ns->ops.rate);
+    else if (nvalue && !policy_take(&ns->bytes, w->now_ms, nvalue))
+        n = snprintf(msg, sizeof msg,
+                     "SERVER_ERROR shoal-router: namespace %s: over bytes_per_sec %llu\r\n",
+                     ns->name, (unsigned long long)ns->bytes.rate);
+    if (n == 0) return true;
+    w->m.policy_refusals++;
+    if (!silent) client_local(c, msg, (size_t)n);
+    return false;
 }
 
 /* Send one request to the node that owns req->key. `data` is a storage command's block with
@@ -360,6 +393,7 @@ static void client_get(struct client *c, const struct proto_req *req, const char
     uint32_t nkeys = 0, first = UINT32_MAX;
     bool split = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
+        if (!client_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
         bool gutter;
         uint32_t node = client_route(w, key, nk, &gutter);
         if (first == UINT32_MAX) first = node;
@@ -585,6 +619,9 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         size_t need = (size_t)req.nbytes + 2;
         if (avail - used < need) return 0;
         w->m.cmd_set++;
+        if (!client_admit(c, req.key, req.nkey, (uint64_t)req.nbytes,
+                          req.noreply && req.cmd != CMD_MS))
+            return used + need;
         if (!client_replicate(c, &req, line, len, line + used, need))
             client_forward(c, &req, line, len, line + used, need);
         return used + need;
@@ -594,11 +631,12 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         break;
     case CMD_MG:
         w->m.cmd_get++;
-        client_forward(c, &req, line, len, NULL, 0);
+        if (client_admit(c, req.key, req.nkey, 0, false)) client_forward(c, &req, line, len, NULL, 0);
         break;
     case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
     case CMD_MD: case CMD_MA: case CMD_ME:
         w->m.cmd_other++;
+        if (!client_admit(c, req.key, req.nkey, 0, req.noreply && req.cmd < CMD_MG)) break;
         if (!client_replicate(c, &req, line, len, NULL, 0))
             client_forward(c, &req, line, len, NULL, 0);
         break;

@@ -82,6 +82,7 @@ struct router_config {
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
     X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
     X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \
+    X(policy_refusals, COUNTER, "requests refused by a namespace limit (size, ops/s, bytes/s)")  \
     X(out_of_memory, COUNTER, "requests answered SERVER_ERROR for lack of memory")              \
     X(bytes_read, COUNTER, "bytes read from clients")                                            \
     X(bytes_written, COUNTER, "bytes sent to clients")                                           \

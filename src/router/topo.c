@@ -3,7 +3,9 @@
  * Schema (docs/router.md has the full description):
  *   {"version": N, "pools": {NAME: {"nodes": ["host:port", ...],
  *                                   "slots": [{"from": A, "to": B, "node": "host:port"}, ...]}},
- *    "gutter_pool": NAME, "namespaces": {NAME: {"pool": NAME, "default_ttl": S, "max_ttl": S}}}
+ *    "gutter_pool": NAME, "gutter_ttl": S,
+ *    "namespaces": {NAME: {"pool": NAME, "default_ttl": S, "max_ttl": S, "max_value_bytes": B,
+ *                          "ops_per_sec": N, "bytes_per_sec": B}}}
  * Unknown fields are refused, so a typo is an error that names it rather than a silent
  * default. */
 #include "router/topo.h"
@@ -12,6 +14,7 @@
 #include <jansson.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,7 +283,9 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
                             "%s: namespace names are 1-%d bytes without spaces or ':'", path,
                             TOPO_NAME_MAX);
         if (!json_is_object(nv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"pool", "default_ttl", "max_ttl", NULL};
+        static const char *const keys[] = {"pool",          "default_ttl",   "max_ttl",
+                                           "max_value_bytes", "ops_per_sec", "bytes_per_sec",
+                                           NULL};
         if (topo_check_keys(nv, path, keys, err, errlen) < 0) return -1;
         struct topo_ns *ns = &t->ns[t->nns];
         snprintf(ns->name, sizeof ns->name, "%s", name);
@@ -300,6 +305,24 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
         if ((v = json_object_get(nv, "max_ttl")) &&
             topo_uint(v, sub, 0, 2592000, &ns->max_ttl, err, errlen) < 0)
             return -1;
+        static const struct {
+            const char *name;
+            uint64_t hi;
+            size_t off;
+        } limits[] = {
+            {"max_value_bytes", 1ull << 30, offsetof(struct topo_ns, max_value_bytes)},
+            {"ops_per_sec", 1000000000, offsetof(struct topo_ns, ops.rate)},
+            {"bytes_per_sec", 1ull << 40, offsetof(struct topo_ns, bytes.rate)},
+        };
+        for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+            snprintf(sub, sizeof sub, "%.200s.%s", path, limits[k].name);
+            if ((v = json_object_get(nv, limits[k].name)) &&
+                topo_uint(v, sub, 0, limits[k].hi, (uint64_t *)((char *)ns + limits[k].off), err,
+                          errlen) < 0)
+                return -1;
+        }
+        ns->ops.milli = (int64_t)ns->ops.rate * 1000; /* start full */
+        ns->bytes.milli = (int64_t)ns->bytes.rate * 1000;
         if (!strcmp(name, "default")) {
             have_default = true;
             t->default_ns = t->nns;

@@ -39,12 +39,24 @@ struct topo_pool {
     bool replicated;  /* "mode": "replicated": every key on every node (owner unused) */
 };
 
+/* A token bucket shared by every worker (updated with atomics, see policy_take): `rate` tokens
+ * a second, holding at most one second's worth. rate 0 = no limit. Tokens are counted in
+ * thousandths. Refilled from the moment a table is published (a reload starts it full). */
+struct topo_bucket {
+    uint64_t rate;
+    int64_t milli;
+    uint64_t last_ms;
+};
+
 struct topo_ns {
     char name[TOPO_NAME_MAX + 1];
     size_t nname;
-    uint32_t pool;          /* index into topo->pools */
-    uint64_t default_ttl;   /* applied when a client sends 0 (0: none) */
-    uint64_t max_ttl;       /* longer TTLs are clamped (0: no limit) */
+    uint32_t pool;            /* index into topo->pools */
+    uint64_t default_ttl;     /* applied when a client sends 0 (0: none) */
+    uint64_t max_ttl;         /* longer TTLs are clamped (0: no limit) */
+    uint64_t max_value_bytes; /* larger values are refused (0: no limit) */
+    struct topo_bucket ops;   /* requests (keys, for a multi-get) per second */
+    struct topo_bucket bytes; /* value bytes written per second */
 };
 
 struct topo {

@@ -1,5 +1,6 @@
-/* test_router_policy.c — unit tests for the router's namespace TTL rules: default TTL for 0,
- * clamping to the maximum ("never" included), absolute times, expired values left alone. */
+/* test_router_policy.c — unit tests for the router's namespace rules: default TTL for 0,
+ * clamping to the maximum ("never" included), absolute times, expired values left alone, and
+ * the token buckets of ops_per_sec and bytes_per_sec. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,6 +59,27 @@ static void test_default_then_max(void **state)
     assert_int_equal(out, 86400);
 }
 
+static void test_bucket_admits_its_rate_per_second(void **state)
+{
+    struct topo_bucket b = {.rate = 10, .milli = 10 * 1000, .last_ms = 0};
+    uint64_t t = 5000;
+    int ok = 0;
+    for (int i = 0; i < 15; i++) ok += policy_take(&b, t, 1);
+    assert_int_equal(ok, 10); /* a full bucket holds one second's worth */
+    assert_false(policy_take(&b, t, 1));
+    assert_true(policy_take(&b, t + 100, 1)); /* 100 ms refill one token */
+    assert_false(policy_take(&b, t + 100, 1));
+    ok = 0;
+    for (int i = 0; i < 50; i++) ok += policy_take(&b, t + 100000, 1); /* long idle: full, no more */
+    assert_int_equal(ok, 10);
+    struct topo_bucket none = {.rate = 0};
+    assert_true(policy_take(&none, t, 1000000));
+    struct topo_bucket bytes = {.rate = 1000, .milli = 1000 * 1000};
+    assert_true(policy_take(&bytes, t, 600));
+    assert_false(policy_take(&bytes, t, 600)); /* nothing taken on refusal */
+    assert_true(policy_take(&bytes, t, 400));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -65,6 +87,7 @@ int main(void)
         cmocka_unit_test(test_default_applies_to_zero_only),
         cmocka_unit_test(test_max_clamps_long_and_never),
         cmocka_unit_test(test_default_then_max),
+        cmocka_unit_test(test_bucket_admits_its_rate_per_second),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
