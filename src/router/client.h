@@ -44,6 +44,14 @@ void client_service(struct client *c);
 void client_mark_dirty(struct client *c);
 /* Move finished requests at the head of the FIFO into the output. */
 void client_drain(struct client *c);
+/* Append a request to the FIFO of requests awaiting their replies. */
+void client_enqueue(struct client *c, struct rreq *rq);
+/* Answer locally, in order behind anything still in flight. Allocation failure closes the
+ * connection (its reply stream could no longer be trusted). */
+void client_local(struct client *c, const char *s, size_t n);
+void client_local_str(struct client *c, const char *s);
+/* Answer SERVER_ERROR out of memory (in order) and count it. */
+void client_oom(struct client *c);
 /* Destroy unconditionally (worker shutdown). */
 void client_destroy(struct client *c);
 

@@ -24,7 +24,8 @@ uint16_t slot_crc16(const void *data, size_t n)
     pthread_once(&slot_once, slot_table_init);
     const unsigned char *p = data;
     uint16_t crc = 0;
-    for (size_t i = 0; i < n; i++) crc = (uint16_t)((crc << 8) ^ slot_table[((crc >> 8) ^ p[i]) & 0xff]);
+    for (size_t i = 0; i < n; i++)
+        crc = (uint16_t)((crc << 8) ^ slot_table[((crc >> 8) ^ p[i]) & 0xff]);
     return crc;
 }
 

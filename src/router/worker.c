@@ -207,7 +207,8 @@ int worker_setup(struct router *r, char *err, size_t errlen)
             snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
             return -1;
         }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &worker_listen_tag};
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+                                 .data.ptr = &worker_listen_tag};
         struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &worker_wake_tag};
         if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, r->listen_fd, &ev) < 0 ||
             epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wakefd, &wev) < 0) {
