@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "router/client.h"
+#include "router/warm.h"
 
 struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd)
 {
@@ -125,6 +126,28 @@ static size_t value_block(const char *p, size_t n, const char **key, size_t *nke
     return len <= n ? len : 0;
 }
 
+uint32_t multiget_misses(const struct rreq *rq, bool *miss)
+{
+    size_t curstack[64], *cur = rq->nfrags <= 64 ? curstack : calloc(rq->nfrags, sizeof *cur);
+    if (cur == NULL) return 0;
+    if (cur == curstack) memset(cur, 0, sizeof curstack);
+    const char *kp = rq->keys, *kend = rq->keys + rq->nkeys_bytes, *key;
+    uint8_t nk;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rq->nkeys && proto_next_key(&kp, kend, &key, &nk); i++) {
+        struct frag *f = rq->frags[rq->keyfrag[i]];
+        size_t *c = &cur[rq->keyfrag[i]];
+        const char *bk;
+        size_t nbk;
+        size_t blen = value_block(buf_start(&f->reply) + *c, buf_used(&f->reply) - *c, &bk, &nbk);
+        miss[i] = blen == 0 || nbk != nk || memcmp(bk, key, nk);
+        if (miss[i]) n++;
+        else *c += blen;
+    }
+    if (cur != curstack) free(cur);
+    return n;
+}
+
 /* Put the merged reply of a split multi-get into rq->reply: VALUE blocks in the client's key
  * order, or the first fragment's error when any failed (a partial answer would read as
  * misses). Returns -1 when memory runs out. */
@@ -207,15 +230,25 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         }
         rq->done = true;
     } else {
+        if (f->warm) { /* a meta reply from the warm pool, turned into a get reply */
+            warm_reply(f, reply, n, failed);
+            reply = NULL;
+            n = 0;
+            failed = false;
+        }
         /* a get fragment's reply is whole only when it ends with END */
-        bool ok = !failed && (rq->kind != RQ_MULTIGET ||
-                              (n >= 5 && !memcmp(reply + n - 5, "END\r\n", 5)));
+        bool ok = f->warm || (!failed && (rq->kind != RQ_MULTIGET ||
+                                          (n >= 5 && !memcmp(reply + n - 5, "END\r\n", 5))));
         f->failed = !ok;
-        if (buf_append(&f->reply, reply, n) < 0) {
+        if (n && buf_append(&f->reply, reply, n) < 0) {
             c->w->m.out_of_memory++;
             f->failed = true;
             buf_release(&f->reply);
             buf_append(&f->reply, oom_reply, sizeof oom_reply - 1);
+        }
+        if (rq->pending == 0 && rq->warmable && !rq->warmed && warm_start(rq)) {
+            client_mark_dirty(c); /* the warm pool's answers complete it */
+            return;
         }
         if (rq->pending == 0) {
             int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq) : merge_all(rq);

@@ -34,6 +34,7 @@ struct frag {
     bool failed;            /* reply holds a router SERVER_ERROR or a node's error line */
     bool completed;         /* answered: owned by rq now, no longer by a queue */
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
+    bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
     uint64_t deadline_ms;
     struct buf out;         /* request bytes until they are handed to a connection */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */
@@ -48,6 +49,8 @@ struct rreq {
     bool noreply;           /* text noreply: the node's reply is read and dropped */
     bool quiet;             /* meta q: drop the reply when it is the command's routine one */
     bool direct;            /* the reply went straight to the client's output */
+    bool warmable;          /* RQ_MULTIGET with keys in a pool that warms from another */
+    bool warmed;            /* warm-pool lookups were issued (or none were needed) */
     uint16_t nfrags, pending;
     struct frag **frags;    /* nfrags pointers (frag1 for a single fragment) */
     struct frag *frag1;
@@ -57,6 +60,7 @@ struct rreq {
     size_t nkeys_bytes;
     uint16_t *keyfrag;
     uint32_t nkeys;
+    uint16_t fcap;          /* room in frags */
 };
 
 /* Allocate a request of `kind` (zeroed, buffers initialised); NULL when memory runs out. */
@@ -71,6 +75,10 @@ void frag_destroy(struct frag *f);
  * failed it (`failed`, reply is an error line with \r\n). Completes the request when it was
  * the last fragment; may write straight to the client. Frees f. */
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed);
+
+/* RQ_MULTIGET whose fragments all answered: set miss[i] for each key the replies lack.
+ * Returns the number of misses. */
+uint32_t multiget_misses(const struct rreq *rq, bool *miss);
 
 /* Length of one whole reply at p (n bytes available): a line, or "VALUE ..." / "VA ..." blocks
  * ending in a non-VALUE line. Returns 0 when more bytes are needed, -1 when the bytes cannot

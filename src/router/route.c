@@ -156,6 +156,30 @@ static bool route_ttl_edit(struct client *c, const struct proto_req *req, const 
     return true;
 }
 
+/* Deletes to a pool that warms from another carry a hold-off (warm.h): `delete k` becomes
+ * `delete k 2` and `md k` gets H2, unless the client chose a hold-off itself. */
+static bool route_holdoff_edit(struct client *c, const struct proto_req *req, const char *line,
+                               size_t len, struct line_cut *cut)
+{
+    if ((req->cmd != CMD_DELETE && req->cmd != CMD_MD) ||
+        topo_pool_of(c->w->topo, req->key, req->nkey)->warm_from < 0)
+        return false;
+    const char *tok;
+    size_t ntok;
+    if (req->cmd == CMD_DELETE) {
+        if (req->has_arg || !line_token(line, len, 1, &tok, &ntok)) return false;
+        static const char two[] = " 2";
+        *cut = (struct line_cut){tok + ntok, tok + ntok, two, 2};
+    } else {
+        if (proto_meta_has(&req->meta, 'H')) return false;
+        const char *end = line + len;
+        while (end > line && (end[-1] == '\r' || end[-1] == ' ')) end--;
+        static const char h2[] = " H2";
+        *cut = (struct line_cut){end, end, h2, 3};
+    }
+    return true;
+}
+
 /* Apply the key's namespace limits to one request (or one key of a multi-get) carrying
  * `nvalue` value bytes: max_value_bytes, ops_per_sec, bytes_per_sec. On a violation, answers
  * with an error naming the namespace and the limit (unless `silent`: text noreply) and
@@ -212,7 +236,8 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     struct line_cut ttl;
     char num[32];
     bool edit = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
-                                sizeof num);
+                               sizeof num) ||
+                route_holdoff_edit(c, req, line, len, &ttl);
     if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, edit ? &ttl : NULL) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
@@ -242,21 +267,22 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     const char *kp = req->keys, *key;
     uint8_t nk;
     uint32_t nkeys = 0, first = UINT32_MAX;
-    bool split = false;
+    bool split = false, warm = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         if (!route_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
         bool gutter;
         uint32_t node = route_node(w, key, nk, &gutter);
         if (first == UINT32_MAX) first = node;
         else if (node != first) split = true;
+        if (req->cmd <= CMD_GETS && topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
         nkeys++;
     }
     w->m.cmd_get += nkeys;
-    if (!split) {
+    if (!split && !warm) {
         route_forward(c, req, line, len, NULL, 0);
         return;
     }
-    w->m.multiget_split++;
+    if (split) w->m.multiget_split++;
     struct rreq *rq = rreq_create(c, RQ_MULTIGET, req->cmd);
     if (rq == NULL) {
         client_oom(c);
@@ -265,7 +291,12 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     rq->nkeys_bytes = (size_t)(req->keys_end - req->keys);
     rq->keys = malloc(rq->nkeys_bytes + 1);
     rq->keyfrag = malloc(nkeys * sizeof *rq->keyfrag);
-    rq->frags = calloc(w->nmap < nkeys ? w->nmap : nkeys, sizeof *rq->frags);
+    /* a fragment per node, and room for a warm-pool lookup per key */
+    size_t fcap = (w->nmap < nkeys ? w->nmap : nkeys) + (warm ? nkeys : 0);
+    if (fcap > UINT16_MAX) fcap = UINT16_MAX;
+    rq->fcap = (uint16_t)fcap;
+    rq->warmable = warm;
+    rq->frags = calloc(fcap, sizeof *rq->frags);
     if (rq->keys == NULL || rq->keyfrag == NULL || rq->frags == NULL) goto oom;
     memcpy(rq->keys, req->keys, rq->nkeys_bytes);
     rq->nkeys = nkeys;
@@ -409,7 +440,8 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
     if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
     struct line_cut ttl;
     char num[32];
-    bool edit = route_ttl_edit(c, req, line, len, 0, &ttl, num, sizeof num);
+    bool edit = route_ttl_edit(c, req, line, len, 0, &ttl, num, sizeof num) ||
+                route_holdoff_edit(c, req, line, len, &ttl);
     w->m.replicated_writes++;
     route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL);
     free(nodes);

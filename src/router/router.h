@@ -68,6 +68,9 @@ struct router_config {
     X(cmd_local, COUNTER, "requests answered by the router itself (version, mn, stats, ...)")    \
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
     X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
+    X(warm_lookups, COUNTER, "keys a cold pool missed that were looked up in its warm pool")    \
+    X(warm_hits, COUNTER, "warm-pool lookups that found the key")                                \
+    X(warm_fills, COUNTER, "adds sent into a cold pool with a warm pool's value")               \
     X(upstream_requests, COUNTER, "requests sent to nodes")                                      \
     X(upstream_timeouts, COUNTER, "requests answered SERVER_ERROR for a node's timeout")         \
     X(upstream_errors, COUNTER, "requests answered SERVER_ERROR for a lost or refused node")     \

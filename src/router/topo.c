@@ -208,10 +208,11 @@ static int topo_parse_pools(struct topo *t, json_t *pools, unsigned flags, char 
             return topo_err(err, errlen, "%s: pool names are 1-%d bytes without spaces or ':'",
                             path, TOPO_NAME_MAX);
         if (!json_is_object(pv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"nodes", "slots", "mode", NULL};
+        static const char *const keys[] = {"nodes", "slots", "mode", "warm_from", NULL};
         if (topo_check_keys(pv, path, keys, err, errlen) < 0) return -1;
         struct topo_pool *p = &t->pools[t->npools++];
         snprintf(p->name, sizeof p->name, "%s", name);
+        p->warm_from = -1;
         json_t *mode = json_object_get(pv, "mode");
         if (mode) {
             const char *m = json_string_value(mode);
@@ -264,6 +265,23 @@ static int topo_pool_index(const struct topo *t, const char *name)
     for (uint32_t i = 0; i < t->npools; i++)
         if (!strcmp(t->pools[i].name, name)) return (int)i;
     return -1;
+}
+
+/* warm_from names another pool; resolved once every pool is known. */
+static int topo_parse_warm(struct topo *t, json_t *pools, char *err, size_t errlen)
+{
+    const char *name;
+    json_t *pv;
+    json_object_foreach(pools, name, pv) {
+        json_t *v = json_object_get(pv, "warm_from");
+        if (v == NULL) continue;
+        int self = topo_pool_index(t, name);
+        int from = json_is_string(v) ? topo_pool_index(t, json_string_value(v)) : -1;
+        if (from < 0 || from == self)
+            return topo_err(err, errlen, "pools.%.64s.warm_from: must name another pool", name);
+        t->pools[self].warm_from = from;
+    }
+    return 0;
 }
 
 static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t errlen)
@@ -364,7 +382,9 @@ int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, 
         goto out;
     }
     if (topo_uint(v, "version", 1, INT64_MAX, &t->version, err, errlen) < 0) goto out;
-    if (topo_parse_pools(t, json_object_get(root, "pools"), flags, err, errlen) < 0) goto out;
+    if (topo_parse_pools(t, json_object_get(root, "pools"), flags, err, errlen) < 0 ||
+        topo_parse_warm(t, json_object_get(root, "pools"), err, errlen) < 0)
+        goto out;
     if ((v = json_object_get(root, "gutter_pool")) != NULL) {
         if (!json_is_string(v) || (t->gutter_pool = topo_pool_index(t, json_string_value(v))) < 0) {
             topo_err(err, errlen, "gutter_pool: must name a pool of \"pools\"");
@@ -427,11 +447,16 @@ const struct topo_pool *topo_pool_of(const struct topo *t, const char *key, size
     return &t->pools[topo_namespace(t, key, nkey)->pool];
 }
 
-uint32_t topo_route(const struct topo *t, const char *key, size_t nkey)
+uint32_t topo_route_pool(const struct topo *t, uint32_t pool, const char *key, size_t nkey)
 {
-    const struct topo_pool *p = topo_pool_of(t, key, nkey);
+    const struct topo_pool *p = &t->pools[pool];
     if (p->replicated) return p->nodes[topo_replica % p->nnodes];
     return p->owner[slot_of_key(key, nkey)];
+}
+
+uint32_t topo_route(const struct topo *t, const char *key, size_t nkey)
+{
+    return topo_route_pool(t, topo_namespace(t, key, nkey)->pool, key, nkey);
 }
 
 int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey)

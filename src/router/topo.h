@@ -37,6 +37,7 @@ struct topo_pool {
     uint32_t *nodes;  /* indices into topo->nodes, in document order */
     uint16_t *owner;  /* SLOT_COUNT entries: slot -> index into topo->nodes */
     bool replicated;  /* "mode": "replicated": every key on every node (owner unused) */
+    int32_t warm_from; /* index of the warm pool this (cold) pool fills from, -1 when none */
 };
 
 /* A token bucket shared by every worker (updated with atomics, see policy_take): `rate` tokens
@@ -90,6 +91,9 @@ const struct topo_ns *topo_namespace(const struct topo *t, const char *key, size
 /* The node (index into t->nodes) that owns `key` in its namespace's pool. For a replicated
  * pool: the pool's node number `replica` (mod the pool's size), the one this router reads. */
 uint32_t topo_route(const struct topo *t, const char *key, size_t nkey);
+/* The node of pool `pool` (index into t->pools) for `key`: its slot's owner, or this router's
+ * replica for a replicated pool. */
+uint32_t topo_route_pool(const struct topo *t, uint32_t pool, const char *key, size_t nkey);
 /* The pool that holds `key` (its namespace's). */
 const struct topo_pool *topo_pool_of(const struct topo *t, const char *key, size_t nkey);
 /* Which node of a replicated pool this process reads from: a stable hash of its client id,

@@ -109,8 +109,8 @@ static void test_errors_name_the_field(void **state)
                        "\"127.0.0.1:1\"]}}}",
                        "listed twice");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"], "
-                       "\"warm_from\": \"x\"}}}",
-                       "pools.m.warm_from: unknown field");
+                       "\"weight\": 2}}}",
+                       "pools.m.weight: unknown field");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}}",
                        "namespaces");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}, "
@@ -157,6 +157,15 @@ static void test_replicated_pool_reads_one_replica(void **state)
     }
     topo_set_replica(0);
     topo_destroy(&t);
+    t = parse_ok("{\"version\": 1, \"pools\": {\"c\": {\"nodes\": [\"127.0.0.1:1\"], "
+                 "\"warm_from\": \"w\"}, \"w\": {\"nodes\": [\"127.0.0.1:2\"]}}, "
+                 "\"namespaces\": {\"default\": {\"pool\": \"c\"}}}");
+    assert_int_equal(t->pools[0].warm_from, 1);
+    assert_int_equal(t->pools[1].warm_from, -1);
+    topo_destroy(&t);
+    parse_fails_naming("{\"version\": 1, \"pools\": {\"c\": {\"nodes\": [\"127.0.0.1:1\"], "
+                       "\"warm_from\": \"c\"}}, \"namespaces\": {\"default\": {\"pool\": \"c\"}}}",
+                       "pools.c.warm_from: must name another pool");
     parse_fails_naming("{\"version\": 1, \"pools\": {\"r\": {\"mode\": \"mirror\", \"nodes\": "
                        "[\"127.0.0.1:1\"]}}, \"namespaces\": {\"default\": {\"pool\": \"r\"}}}",
                        "pools.r.mode");
