@@ -1,7 +1,8 @@
 /* topo.c — topology document parsing, key routing and the table registry (see topo.h).
  *
  * Schema (docs/router.md has the full description):
- *   {"version": N, "pools": {NAME: {"nodes": ["host:port", ...],
+ *   {"version": N, "pools": {NAME: {"nodes": ["host:port", ...], "mode": "sharded"|"replicated",
+ *                                   "warm_from": POOL,
  *                                   "slots": [{"from": A, "to": B, "node": "host:port"}, ...]}},
  *    "gutter_pool": NAME, "gutter_ttl": S,
  *    "namespaces": {NAME: {"pool": NAME, "default_ttl": S, "max_ttl": S, "max_value_bytes": B,
