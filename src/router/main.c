@@ -144,6 +144,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;
     }
+    nodestats_init(&router.nodes, router.cfg.threads);
     uint64_t *seen[256];
     for (uint64_t i = 0; i < router.cfg.threads; i++) seen[i] = &router.workers[i].topo_seen;
     topo_registry_init(&router.topo, t, seen, router.cfg.threads);
@@ -189,6 +190,7 @@ int main(int argc, char **argv)
     worker_teardown(&router);
     close(router.listen_fd);
     topo_registry_teardown(&router.topo);
+    nodestats_teardown(&router.nodes);
     options_release();
     return 0;
 }

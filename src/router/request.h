@@ -36,6 +36,7 @@ struct frag {
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
     uint64_t deadline_ms;
+    uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
     struct buf out;         /* request bytes until they are handed to a connection */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */
 };

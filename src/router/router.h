@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/metrics.h"
+#include "router/nodestats.h"
 #include "router/topo.h"
 
 #define ROUTER_VERSION "0.1.0"
@@ -106,6 +107,7 @@ struct rworker {
     int epfd, wakefd;
     pthread_t thread;
     uint64_t now_ms;            /* monotonic ms at the start of the batch */
+    uint64_t now_us;            /* the same in microseconds (latency figures) */
     const struct topo *topo;    /* table in use during this batch */
     uint64_t topo_gen;          /* generation `map` was built for */
     struct upnode **map;        /* topo node index -> this worker's upstream */
@@ -122,6 +124,7 @@ struct rworker {
 struct router {
     struct router_config cfg;
     struct topo_registry topo;
+    struct nodestats nodes;     /* per-node figures for /metrics */
     struct rworker *workers;
     int listen_fd;
     unsigned bound_port;

@@ -2,7 +2,8 @@
  *
  *   GET  /healthz         "ok" (src/common/admin.c)
  *   GET  /metrics         Prometheus text: request counters summed over workers, the topology
- *                         version in use, reloads
+ *                         version in use, reloads, and per node: requests, errors, timeouts,
+ *                         marked down, latency quantiles
  *   GET  /v1/topology     {"version": N, "nodes": [...], "pools": [...], "namespaces": [...]}
  *   PUT  /v1/topology     body: a whole topology document; applied when valid and newer
  *
@@ -43,6 +44,7 @@ static void router_metrics(void *ctx, struct buf *out)
                "# HELP shoal_router_curr_connections client connections open now\n"
                "# TYPE shoal_router_curr_connections gauge\nshoal_router_curr_connections %llu\n",
                (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
+    nodestats_render(&r->nodes, out);
 }
 
 static void json_str(struct buf *out, const char *s)

@@ -27,6 +27,7 @@ static void upnode_failure(struct upnode *un)
     if (un->destroying || un->down) return;
     if (++un->fails < w->r->cfg.down_after) return;
     un->down = true;
+    if (un->stat) NODESTAT_ADD(un->stat->down, 1);
     un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
     w->m.nodes_marked_down++;
     log_notice("worker %d: node %s marked down after %u consecutive failures; probing every "
@@ -38,6 +39,7 @@ static void upnode_success(struct upnode *un, bool probe)
     un->fails = 0;
     if (un->down && probe) {
         un->down = false;
+        if (un->stat) NODESTAT_ADD(un->stat->down, -1);
         un->w->m.nodes_marked_up++;
         log_notice("worker %d: node %s answers again; back in use", un->w->id, un->node.addr);
     }
@@ -49,6 +51,8 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     if (un == NULL) return NULL;
     un->w = w;
     un->node = *node;
+    struct nodestat *ns = nodestats_get(&w->r->nodes, node->addr);
+    un->stat = ns ? &ns->slots[w->id] : NULL;
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
     for (uint32_t i = 0; i < un->nconns; i++) {
@@ -68,8 +72,10 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 bool upnode_idle(const struct upnode *un) { return un->wait == NULL && un->outstanding == 0; }
 
 /* Answer a fragment with a router error line; it is no longer in any queue. */
-static void frag_fail(struct rworker *w, struct frag *f, const char *msg, size_t n)
+static void frag_fail(struct upnode *un, struct frag *f, const char *msg, size_t n)
 {
+    struct rworker *w = un->w;
+    if (un->stat && !f->probe) NODESTAT_ADD(un->stat->errors, 1);
     w->inflight--;
     frag_complete(f, msg, n, true);
 }
@@ -107,14 +113,18 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
         struct frag *f = uc->sent;
         uc->sent = f->next;
         un->outstanding--;
-        if (timeout && first) w->m.upstream_timeouts++;
-        else w->m.upstream_errors++;
+        if (timeout && first) {
+            w->m.upstream_timeouts++;
+            if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+        } else {
+            w->m.upstream_errors++;
+        }
         if (timeout && !first) {
             static const char later[] =
                 "SERVER_ERROR shoal-router: connection to node reset after an earlier timeout\r\n";
-            frag_fail(w, f, later, sizeof later - 1);
+            frag_fail(un, f, later, sizeof later - 1);
         } else {
-            frag_fail(w, f, msg, (size_t)n);
+            frag_fail(un, f, msg, (size_t)n);
         }
         first = false;
     }
@@ -143,7 +153,7 @@ static void upnode_fail_waiting(struct upnode *un, const char *why)
         un->wait = f->next;
         un->nwait--;
         w->m.upstream_errors++;
-        frag_fail(w, f, msg, (size_t)n);
+        frag_fail(un, f, msg, (size_t)n);
     }
     un->wait_tail = NULL;
 }
@@ -227,7 +237,7 @@ static void upnode_pump(struct upnode *un)
         if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
             static const char oom[] = "SERVER_ERROR out of memory\r\n";
             w->m.out_of_memory++;
-            frag_fail(w, f, oom, sizeof oom - 1);
+            frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
         buf_release(&f->out);
@@ -238,6 +248,8 @@ static void upnode_pump(struct upnode *un)
         uc->nsent++;
         un->outstanding++;
         w->m.upstream_requests++;
+        f->sent_us = w->now_us;
+        if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
         upconn_mark_dirty(uc);
     }
 }
@@ -253,7 +265,7 @@ void upnode_submit(struct upnode *un, struct frag *f)
         int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down\r\n",
                          un->node.addr);
         w->m.down_node_requests++;
-        frag_fail(w, f, msg, (size_t)n);
+        frag_fail(un, f, msg, (size_t)n);
         return;
     }
     if (un->wait_tail) un->wait_tail->next = f;
@@ -292,6 +304,7 @@ static void upconn_parse(struct upconn *uc)
         w->inflight--;
         uc->rscan = 0;
         upnode_success(un, f->probe);
+        if (un->stat && !f->probe) nodestat_latency(un->stat, w->now_us - f->sent_us);
         if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
@@ -419,11 +432,12 @@ void upstream_check_timeouts(struct rworker *w)
             if (un->wait == NULL) un->wait_tail = NULL;
             un->nwait--;
             w->m.upstream_timeouts++;
+            if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
             char msg[256];
             int n = snprintf(msg, sizeof msg,
                              "SERVER_ERROR shoal-router: node %s timed out (request never sent: "
                              "window full)\r\n", un->node.addr);
-            frag_fail(w, f, msg, (size_t)n);
+            frag_fail(un, f, msg, (size_t)n);
         }
         for (uint32_t i = 0; i < un->nconns; i++) {
             struct upconn *uc = &un->conns[i];

@@ -24,6 +24,7 @@
 #include "common/buf.h"
 #include "router/request.h"
 #include "router/router.h"
+#include "router/nodestats.h"
 #include "router/topo.h"
 
 #define UPSTREAM_CONNS_MAX 16
@@ -47,6 +48,7 @@ struct upnode {
     struct upnode *next;
     struct rworker *w;
     struct topo_node node;          /* address (copied: outlives topology tables) */
+    struct nodestat_slot *stat;     /* this worker's figures for the node (NULL: not kept) */
     bool retired;                   /* not in the current table: freed once idle */
     struct frag *wait, *wait_tail;  /* not yet sent */
     uint32_t nwait;

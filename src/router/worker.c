@@ -32,11 +32,11 @@ const size_t ROUTER_NMETRICS = sizeof router_metric_descs / sizeof router_metric
 static char worker_listen_tag, worker_wake_tag;
 static const char too_many[] = "ERROR Too many open connections\r\n";
 
-static uint64_t worker_now_ms(void)
+static uint64_t worker_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 void router_metrics_sum(struct router *r, struct router_metrics *out)
@@ -148,7 +148,8 @@ static void *worker_main(void *arg)
         int timeout = w->dirty || w->dirty_up ? 0 : w->inflight ? WORKER_TICK_MS : 1000;
         int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, timeout);
         topo_online(&r->topo, &w->topo_seen);
-        w->now_ms = worker_now_ms();
+        w->now_us = worker_now_us();
+        w->now_ms = w->now_us / 1000;
         uint64_t gen = topo_gen(&r->topo);
         if (gen != w->topo_gen) worker_adopt(w, gen);
         if (k < 0) {

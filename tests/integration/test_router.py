@@ -249,6 +249,12 @@ def test_admin_healthz_metrics_topology(cluster):
     assert "shoal_router_topology_version 1" in body
     assert "shoal_router_upstream_requests" in body
     assert cluster.version() == 1
+    for n in cluster.nodes:  # per-node figures, for every node of the topology
+        label = f'node="127.0.0.1:{n.port}"'
+        assert f"shoal_router_node_down{{{label}}} 0" in body
+        assert f'shoal_router_node_latency_us{{{label},quantile="0.99"}}' in body
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line.startswith("shoal_router_node_requests{")) >= 1
 
 
 def test_unreachable_node_answers_server_error(start_router):

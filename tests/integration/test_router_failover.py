@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import RouterCluster, default_owner, key_slot, restart_server, topology
-from mcraw import McRaw, wait_until
+from mcraw import McRaw, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -44,6 +44,9 @@ def test_dead_node_goes_to_gutter_and_comes_back(gcluster):
     wait_until(lambda: r.cmd(f"mg {mine[0]}") in ("EN", "HD"), timeout=5,
                message="the dead node marked down (its keys answered by the gutter)")
     assert int(r.stats()["nodes_marked_down"]) >= 1
+    status, body = http(gcluster.admin_port, "GET", "/metrics")
+    assert f'shoal_router_node_down{{node="127.0.0.1:{victim.port}"}} 1' in body
+    assert f'shoal_router_node_errors{{node="127.0.0.1:{victim.port}"}} 0' not in body
 
     started = time.monotonic()
     for k in mine:  # gutter: empty at first, filled by the client, capped TTL
