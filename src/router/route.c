@@ -353,7 +353,10 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);
-    for (uint16_t k = 0; k < rq->nfrags; k++) upnode_submit(w->map[nodeof[k]], rq->frags[k]);
+    /* The last submission may complete the request at once (a node marked down fails it) and
+     * free it, so nothing of rq is read after it. */
+    uint16_t nfrags = rq->nfrags;
+    for (uint16_t k = 0; k < nfrags; k++) upnode_submit(w->map[nodeof[k]], rq->frags[k]);
     free(nodeof);
     return;
 oom:

@@ -161,3 +161,20 @@ def test_kill_under_load_no_errors_once_marked_down(start_server, start_router):
     wait_until(lambda: r.store("set", key, "x") == "STORED" and
                McRaw(victim.host, victim.port).meta(f"mg {key}").code == "HD",
                timeout=5, message="the restarted node back in use")
+
+
+def test_multiget_over_nodes_all_down_fails_at_once(start_server, start_router):
+    nodes = [start_server() for _ in range(2)]
+    router, _, _ = start_router(nodes, "-t", "1", "--probe-ms", "10000", "--retry-ms", "50")
+    r = router.raw()
+    keys = [f"z{i}" for i in range(20)]
+    for n in nodes:
+        n.proc.kill()
+        n.proc.wait()
+    wait_until(lambda: r.cmd(f"get {' '.join(keys)}").endswith("is down"), timeout=5,
+               message="both nodes marked down")
+    for _ in range(20):  # every fragment fails inside the request's own dispatch
+        assert r.cmd(f"get {' '.join(keys)}").endswith("is down")
+    assert r.cmd("version").startswith("VERSION")
+    for n in nodes:
+        restart_server(n)
