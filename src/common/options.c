@@ -320,9 +320,18 @@ int options_parse(const struct opt_def *defs, size_t n, int argc, char **argv,
 
 void options_usage(const struct opt_def *defs, size_t n, const char *prog, const char *summary)
 {
-    printf("Usage: %s [options]\n%s\n\nOptions (config file: --config FILE with name = value "
-           "lines; the command line wins):\n",
-           prog, summary);
+    options_usage_config(defs, n, prog, summary, NULL);
+}
+
+void options_usage_config(const struct opt_def *defs, size_t n, const char *prog,
+                          const char *summary, const char *config_help)
+{
+    if (config_help)
+        printf("Usage: %s [options]\n%s\n\nOptions:\n", prog, summary);
+    else
+        printf("Usage: %s [options]\n%s\n\nOptions (config file: --config FILE with name = "
+               "value lines; the command line wins):\n",
+               prog, summary);
     for (size_t i = 0; i < n; i++) {
         const struct opt_def *d = &defs[i];
         char flags[96], name[64];
@@ -343,7 +352,7 @@ void options_usage(const struct opt_def *defs, size_t n, const char *prog, const
         printf("\n");
     }
     printf("  %-28s %s\n  %-28s %s\n  %-28s %s\n", "    --config FILE",
-           "read options from FILE", "-h, --help", "print this help", "-V, --version",
+           config_help ? config_help : "read options from FILE", "-h, --help", "print this help", "-V, --version",
            "print the version");
     printf("  memcached flags -u, -o, -A, -k, -L, -r and others are accepted with a warning.\n");
 }

@@ -54,5 +54,9 @@ int options_load_text(const struct opt_def *defs, size_t n, const char *text, si
 void options_release(void);
 /* Print usage: one line per option with its flags, default, range and help. */
 void options_usage(const struct opt_def *defs, size_t n, const char *prog, const char *summary);
+/* The same for a program whose --config FILE means something else (shoal-router's topology):
+ * `config_help` describes it, and no `name = value` file is mentioned. NULL: as above. */
+void options_usage_config(const struct opt_def *defs, size_t n, const char *prog,
+                          const char *summary, const char *config_help);
 
 #endif

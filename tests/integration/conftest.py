@@ -16,6 +16,7 @@ Fixtures:
 """
 
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -227,3 +228,140 @@ def mc(server):
 def raw(server):
     return server.raw()
 
+
+
+# --- shoal-router with real shoal-nodes -----------------------------------------------------------
+
+ROUTER_BIN = REPO_ROOT / os.environ.get("SHOAL_ROUTER_BIN", "build/bin/shoal-router")
+NODE_BIN = REPO_ROOT / os.environ.get("SHOAL_NODE_BIN", "build/bin/shoal-node")
+
+
+def crc16_xmodem(data: bytes) -> int:
+    """CRC16-XMODEM (poly 0x1021, init 0): the slot hash of design.md."""
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
+            crc &= 0xFFFF
+    return crc
+
+
+def key_slot(key) -> int:
+    """Slot of a key: CRC16 of its first non-empty {hash tag}, else of the whole key, mod 16384."""
+    if isinstance(key, str):
+        key = key.encode()
+    i = key.find(b"{")
+    if i >= 0:
+        j = key.find(b"}", i + 1)
+        if j > i + 1:
+            key = key[i + 1:j]
+    return crc16_xmodem(key) % 16384
+
+
+def default_owner(slot, n):
+    """Index of the node of n that owns slot under the default map."""
+    return next(i for i in range(n) if i * 16384 // n <= slot < (i + 1) * 16384 // n)
+
+
+def topology(nodes, version=1, **extra):
+    """The minimal topology document: one pool "main" of `nodes` (Servers or "host:port")."""
+    addrs = [n if isinstance(n, str) else f"127.0.0.1:{n.port}" for n in nodes]
+    doc = {"version": version, "pools": {"main": {"nodes": addrs}},
+           "namespaces": {"default": {"pool": "main"}}}
+    doc.update(extra)
+    return doc
+
+
+class RouterCluster:
+    """Nodes plus one shoal-router in front of them, with its topology file and admin port."""
+
+    def __init__(self, nodes, router, topo_path, admin_port):
+        self.nodes, self.router, self.topo_path, self.admin_port = nodes, router, topo_path, admin_port
+
+    def raw(self, timeout=5.0):
+        return self.router.raw(timeout)
+
+    def client(self, **kw):
+        return self.router.client(**kw)
+
+    def owner(self, key, nodes=None):
+        """The node (Server) that owns `key` under the default map of `nodes` (default: all)."""
+        nodes = nodes or self.nodes
+        return nodes[default_owner(key_slot(key), len(nodes))]
+
+    def write_topology(self, doc):
+        tmp = Path(str(self.topo_path) + ".tmp")
+        tmp.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        os.replace(tmp, self.topo_path)
+
+    def version(self):
+        from mcraw import http
+        status, body = http(self.admin_port, "GET", "/v1/topology")
+        assert status == 200, body
+        return json.loads(body)["version"]
+
+    def reload(self, doc, expect_version=None):
+        """Write `doc`, send SIGHUP and wait until the router reports its version (or, for a
+        document it should refuse, `expect_version`)."""
+        from mcraw import wait_until
+        self.write_topology(doc)
+        want = expect_version if expect_version is not None else doc["version"]
+        self.router.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: self.version() == want, message=f"topology version {want}")
+
+
+def restart_server(server):
+    """Start a killed server again with its arguments and port (the same Server object, so the
+    fixture that started it still stops it)."""
+    from mcraw import accepts, wait_until
+    server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=_die_with_parent)
+    wait_until(lambda: accepts(server.port), message=f"the server listening again on {server.port}")
+
+
+def launch_router(topo_path, *extra, tmp_dir):
+    if not ROUTER_BIN.exists():
+        pytest.fail(f"router binary {ROUTER_BIN} not found: build it with `make`")
+    for attempt in range(3):
+        port, admin = free_port(), free_port()
+        args = [str(ROUTER_BIN), "-p", str(port), "-l", "127.0.0.1", "-t", "2",
+                "--admin-port", str(admin), "--config", str(topo_path), *extra]
+        fd, stderr_path = tempfile.mkstemp(prefix="router-", suffix=".stderr", dir=tmp_dir)
+        with os.fdopen(fd, "w") as err:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        if _wait_ready(proc, port, stderr_path):
+            return Server(args, port, proc, stderr_path), admin
+        text = Path(stderr_path).read_text(errors="replace")
+        if "in use" not in text.lower() or attempt == 2:
+            pytest.fail(f"router exited with status {proc.returncode}: {' '.join(args)}\n{text}")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def start_router(request, tmp_path):
+    """Factory: start_router(doc_or_nodes, *flags) -> (Server, admin_port, topology path)."""
+    started = []
+
+    def start(doc, *extra):
+        if isinstance(doc, list):
+            doc = topology(doc)
+        path = tmp_path / f"topology-{len(started)}.json"
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        r, admin = launch_router(path, *extra, tmp_dir=tmp_path)
+        started.append(r)
+        _register(request.node, r)
+        return r, admin, path
+
+    yield start
+    _check_survived(started)
+
+
+@pytest.fixture
+def cluster(start_server, start_router):
+    """Three shoal-nodes and a shoal-router whose topology lists them in order."""
+    nodes = [start_server() for _ in range(3)]
+    router, admin, path = start_router(nodes)
+    return RouterCluster(nodes, router, path, admin)

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# bench-router.sh — one shoal-node loaded three ways in one run: directly, through shoal-router,
+# and through Debian's nutcracker (twemproxy), with identical shoal-bench load.
+#
+# The node, the router (topology of that one node) and nutcracker (one server, one connection)
+# run side by side on free 127.0.0.1 ports. After a prefill, for every pipeline depth the script
+# alternates the three targets for ROUNDS rounds (a short unmeasured warmup and a measured run
+# each), so the machine's drift spreads over all three alike. Prints per depth and target the
+# median ops/s and p50 latency over the rounds, the router's and twemproxy's ratio to direct,
+# the added p50 and the errors the clients saw, then the exact commands. Run it on an otherwise
+# idle machine: on 2 cores the node, the proxy and the load generator already share the CPUs. Every step is bounded by `timeout`; all processes are
+# stopped on any exit.
+#
+# Settings (environment): DEPTHS ("1 16"), DURATION (5 s), ROUNDS (3), WARMUP (1 s), CONNS (50),
+# BENCH_THREADS (2), RATIO (1:9), KEYS (100000), VALUE_SIZE (100), NODE_THREADS (2),
+# ROUTER_THREADS (1: nutcracker is single-threaded), NODE_BIN, ROUTER_BIN, BENCH_BIN,
+# NUTCRACKER_BIN (/usr/sbin/nutcracker), KEEP_LOGS=1 to keep the logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEPTHS=${DEPTHS:-"1 16"}
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-1}
+CONNS=${CONNS:-50}
+BENCH_THREADS=${BENCH_THREADS:-2}
+RATIO=${RATIO:-1:9}
+KEYS=${KEYS:-100000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+NODE_THREADS=${NODE_THREADS:-2}
+ROUTER_THREADS=${ROUTER_THREADS:-1}
+NODE_BIN=${NODE_BIN:-build/bin/shoal-node}
+ROUTER_BIN=${ROUTER_BIN:-build/bin/shoal-router}
+BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
+NUTCRACKER_BIN=${NUTCRACKER_BIN:-/usr/sbin/nutcracker}
+KEEP_LOGS=${KEEP_LOGS:-0}
+
+die() { echo "bench-router.sh: $*" >&2; exit 1; }
+[ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+for b in "$NODE_BIN" "$ROUTER_BIN" "$BENCH_BIN"; do
+    [ -x "$b" ] || die "$b not found: build it with 'make'"
+done
+[ -x "$NUTCRACKER_BIN" ] || die "$NUTCRACKER_BIN not found: apt-get install nutcracker (or set NUTCRACKER_BIN)"
+
+WORK=$(mktemp -d /tmp/bench-router.XXXXXX)
+PIDS=()
+COMMANDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ "$KEEP_LOGS" = 1 ]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { # wait_port PORT NAME
+    for _ in $(seq 200); do
+        if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    die "$2 did not listen on port $1; log: $(cat "$WORK/$2.log" 2>/dev/null)"
+}
+start() { # start NAME CMD...: run in the background, log to $WORK/NAME.log
+    local name=$1; shift
+    COMMANDS+=("$name: $*")
+    "$@" >"$WORK/$name.log" 2>&1 &
+    PIDS+=($!)
+}
+json_field() { grep '^{' "$1" | tail -1 | grep -o "\"$2\":[-0-9.e+]*" | head -1 | cut -d: -f2; }
+
+NODE_PORT=$(free_port)
+start node "$NODE_BIN" -p "$NODE_PORT" -l 127.0.0.1 -t "$NODE_THREADS" -m 1024 -c 4096
+wait_port "$NODE_PORT" node
+
+ROUTER_PORT=$(free_port)
+cat >"$WORK/topology.json" <<JSON
+{"version": 1, "pools": {"main": {"nodes": ["127.0.0.1:$NODE_PORT"]}},
+ "namespaces": {"default": {"pool": "main"}}}
+JSON
+start router "$ROUTER_BIN" -p "$ROUTER_PORT" -t "$ROUTER_THREADS" --config "$WORK/topology.json"
+wait_port "$ROUTER_PORT" router
+
+TW_PORT=$(free_port)
+TW_STATS=$(free_port)
+cat >"$WORK/nutcracker.yml" <<YML
+shoal:
+  listen: 127.0.0.1:$TW_PORT
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 5000
+  server_connections: 1
+  preconnect: true
+  auto_eject_hosts: false
+  servers:
+   - 127.0.0.1:$NODE_PORT:1
+YML
+start twemproxy "$NUTCRACKER_BIN" -c "$WORK/nutcracker.yml" -s "$TW_STATS"
+wait_port "$TW_PORT" twemproxy
+
+declare -A PORT=([direct]=$NODE_PORT [router]=$ROUTER_PORT [twemproxy]=$TW_PORT)
+bench() { # bench LABEL PORT ARGS...
+    local label=$1 port=$2; shift 2
+    local cmd=("$BENCH_BIN" --server "127.0.0.1:$port" --threads "$BENCH_THREADS" --conns "$CONNS"
+               --ratio "$RATIO" --keys "$KEYS" --value-size "$VALUE_SIZE" --seed 1 "$@")
+    COMMANDS+=("$label: ${cmd[*]}")
+    timeout -k 5 600 "${cmd[@]}" >"$WORK/$label.out" 2>"$WORK/$label.err" ||
+        die "$label failed: $(tail -3 "$WORK/$label.err")"
+}
+echo "== prefill through the node directly" >&2
+bench prefill "$NODE_PORT" --prefill --duration 0 --warmup 0
+
+declare -A OPS P50 ERRS
+for d in $DEPTHS; do
+    for r in $(seq "$ROUNDS"); do
+        for t in direct router twemproxy; do
+            if [ "$WARMUP" != 0 ]; then
+                bench "$t-warm-d$d-r$r" "${PORT[$t]}" --pipeline "$d" --duration "$WARMUP" --warmup 0
+            fi
+            bench "$t-d$d-r$r" "${PORT[$t]}" --pipeline "$d" --duration "$DURATION" --warmup 0 --json
+            out="$WORK/$t-d$d-r$r.out"
+            ERRS[$t.$d]=$(( ${ERRS[$t.$d]:-0} + $(json_field "$out" errors) ))
+            OPS[$t.$d]="${OPS[$t.$d]:-} $(json_field "$out" ops_per_sec)"
+            P50[$t.$d]="${P50[$t.$d]:-} $(json_field "$out" p50_us)"
+            printf '   %-9s depth %-3s round %s: %10.0f ops/s  p50 %7.1f us\n' "$t" "$d" "$r" \
+                "$(json_field "$out" ops_per_sec)" "$(json_field "$out" p50_us)" >&2
+        done
+    done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+echo
+printf '%-7s %-10s %12s %10s %14s %12s %8s\n' depth target "ops/s" "p50 us" "vs direct" "added p50" errors
+for d in $DEPTHS; do
+    dops=$(echo "${OPS[direct.$d]}" | median)
+    dp50=$(echo "${P50[direct.$d]}" | median)
+    for t in direct router twemproxy; do
+        ops=$(echo "${OPS[$t.$d]}" | median)
+        p50=$(echo "${P50[$t.$d]}" | median)
+        printf '%-7s %-10s %12.0f %10.1f %13.1f%% %10.1f us %8s\n' "$d" "$t" "$ops" "$p50" \
+            "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" \
+            "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" "${ERRS[$t.$d]}"
+    done
+done
+echo
+echo "medians over $ROUNDS alternated rounds of ${DURATION}s; machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "commands:"
+printf '  %s\n' "${COMMANDS[@]}" | grep -v -- '-warm-\|-r[2-9]:' | sed 's/-r1:/:/'

@@ -1,0 +1,368 @@
+/* client.c — application connections: read, parse, dispatch, keep replies in order, write
+ * (see client.h).
+ *
+ * Requests are parsed with src/protocol exactly as shoal-node parses them, so malformed input
+ * gets the node's (memcached's) error lines without a round trip. Commands about keys go to
+ * route.c; the rest (version, mn, stats, quit, ...) are answered here, in order behind the
+ * replies still awaited from nodes. */
+#include "router/client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "router/route.h"
+#include "router/upstream.h"
+#include "router/worker.h"
+
+#define CLIENT_READ_CHUNK 16384
+#define CLIENT_BUF_KEEP (64 * 1024)
+
+static const char oom_reply[] = "SERVER_ERROR out of memory\r\n";
+
+struct client *client_create(struct rworker *w, int fd)
+{
+    struct client *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        close(fd);
+        return NULL;
+    }
+    c->evkind = EV_CLIENT;
+    c->w = w;
+    c->fd = fd;
+    buf_init(&c->rbuf);
+    buf_init(&c->wbuf);
+    c->evmask = EPOLLIN | EPOLLRDHUP;
+    struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    c->next = w->clients;
+    if (w->clients) w->clients->prev = c;
+    w->clients = c;
+    return c;
+}
+
+void client_destroy(struct client *c)
+{
+    struct rworker *w = c->w;
+    /* A request failed synchronously while this client was being serviced may have put it
+     * back on the dirty list: take it off, or the worker would service freed memory. */
+    if (c->in_dirty) {
+        for (struct client **pp = &w->dirty; *pp; pp = &(*pp)->dirty_next)
+            if (*pp == c) {
+                *pp = c->dirty_next;
+                break;
+            }
+    }
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    while (c->head) {
+        struct rreq *rq = c->head;
+        c->head = rq->next;
+        rreq_destroy(rq);
+    }
+    if (c->prev) c->prev->next = c->next;
+    else w->clients = c->next;
+    if (c->next) c->next->prev = c->prev;
+    buf_release(&c->rbuf);
+    buf_release(&c->wbuf);
+    free(c);
+    __atomic_fetch_sub(&w->r->curr_conns, 1, __ATOMIC_RELAXED);
+}
+
+void client_mark_dirty(struct client *c)
+{
+    if (c->in_dirty) return;
+    c->in_dirty = true;
+    c->dirty_next = c->w->dirty;
+    c->w->dirty = c;
+}
+
+void client_event(struct client *c, uint32_t events)
+{
+    client_mark_dirty(c);
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        c->dead = true;
+        return;
+    }
+    if (!(events & (EPOLLIN | EPOLLRDHUP)) || c->paused || c->eof || c->closing) return;
+    if (buf_reserve(&c->rbuf, CLIENT_READ_CHUNK) < 0) {
+        c->w->m.out_of_memory++;
+        c->dead = true;
+        return;
+    }
+    ssize_t n = read(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
+    if (n > 0) {
+        c->rbuf.len += (size_t)n;
+        c->w->m.bytes_read += (uint64_t)n;
+    } else if (n == 0) {
+        c->eof = true; /* half-closed: still answer what it sent */
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        c->dead = true;
+    }
+}
+
+void client_enqueue(struct client *c, struct rreq *rq)
+{
+    rq->next = NULL;
+    if (c->tail) c->tail->next = rq;
+    else c->head = rq;
+    c->tail = rq;
+    c->npending++;
+}
+
+void client_drain(struct client *c)
+{
+    while (c->head && c->head->done) {
+        struct rreq *rq = c->head;
+        c->head = rq->next;
+        if (c->head == NULL) c->tail = NULL;
+        c->npending--;
+        if (!rq->direct && buf_used(&rq->reply) &&
+            buf_append(&c->wbuf, buf_start(&rq->reply), buf_used(&rq->reply)) < 0) {
+            c->w->m.out_of_memory++;
+            c->closing = true; /* the reply stream would be corrupt */
+        }
+        if (rq->kind == RQ_QUIT) c->closing = true;
+        rreq_destroy(rq);
+    }
+}
+
+void client_local(struct client *c, const char *s, size_t n)
+{
+    c->w->m.cmd_local++;
+    if (c->head == NULL) {
+        if (buf_append(&c->wbuf, s, n) < 0) {
+            c->w->m.out_of_memory++;
+            c->closing = true;
+        }
+        return;
+    }
+    struct rreq *rq = rreq_create(c, RQ_LOCAL, CMD_NONE);
+    if (rq == NULL || buf_append(&rq->reply, s, n) < 0) {
+        if (rq) rreq_destroy(rq);
+        c->w->m.out_of_memory++;
+        c->closing = true;
+        return;
+    }
+    rq->done = true;
+    client_enqueue(c, rq);
+}
+
+void client_local_str(struct client *c, const char *s) { client_local(c, s, strlen(s)); }
+
+void client_oom(struct client *c)
+{
+    c->w->m.out_of_memory++;
+    client_local(c, oom_reply, sizeof oom_reply - 1);
+}
+
+static void client_stats(struct client *c)
+{
+    struct router *r = c->w->r;
+    struct router_metrics m;
+    router_metrics_sum(r, &m);
+    struct buf b;
+    buf_init(&b);
+    time_t now = time(NULL);
+    buf_printf(&b, "STAT pid %d\r\nSTAT uptime %lld\r\nSTAT time %lld\r\nSTAT version %s\r\n",
+               (int)getpid(), (long long)(now - r->started), (long long)now, ROUTER_WIRE_VERSION);
+    buf_printf(&b, "STAT threads %llu\r\nSTAT curr_connections %llu\r\n",
+               (unsigned long long)r->cfg.threads,
+               (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
+    buf_printf(&b, "STAT topology_version %llu\r\n",
+               (unsigned long long)(c->w->topo ? c->w->topo->version : 0));
+    metrics_write_stats(&b, router_metric_descs, ROUTER_NMETRICS, &m);
+    buf_append_str(&b, "END\r\n");
+    if (b.data == NULL) client_oom(c);
+    else client_local(c, buf_start(&b), buf_used(&b));
+    buf_release(&b);
+}
+
+/* Parse and route one request line. `avail` counts the bytes buffered from the line's start.
+ * Returns the bytes consumed, or 0 when a storage command's data block is not all here. */
+static size_t client_run_line(struct client *c, char *line, size_t len, size_t avail)
+{
+    struct rworker *w = c->w;
+    struct router_config *cfg = &w->r->cfg;
+    struct proto_req req;
+    const char *err = NULL;
+    size_t used = len + 1;
+    enum proto_status st = proto_parse(line, len, cfg->item_max, &req, &err);
+    if (st == PROTO_ERR_TOO_LARGE) {
+        if (req.cmd == CMD_MS || !req.noreply)
+            client_local_str(c, "SERVER_ERROR object too large for cache\r\n");
+        c->swallow = (uint64_t)req.nbytes + 2;
+        return used;
+    }
+    if (st != PROTO_OK) {
+        w->m.protocol_errors++;
+        /* as the node: a text command's errors are silent under noreply, meta's never */
+        if (!(req.noreply && req.cmd < CMD_MG && st != PROTO_ERR_UNKNOWN)) {
+            client_local_str(c, err);
+            client_local(c, "\r\n", 2);
+        }
+        if (st == PROTO_ERR_CLIENT_SWALLOW) c->swallow = (uint64_t)req.nbytes + 2;
+        return used;
+    }
+    switch (req.cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
+    case CMD_CAS: case CMD_MS: {
+        size_t need = (size_t)req.nbytes + 2;
+        if (avail - used < need) return 0;
+        w->m.cmd_set++;
+        if (!route_admit(c, req.key, req.nkey, (uint64_t)req.nbytes,
+                          req.noreply && req.cmd != CMD_MS))
+            return used + need;
+        if (!route_replicate(c, &req, line, len, line + used, need))
+            route_forward(c, &req, line, len, line + used, need);
+        return used + need;
+    }
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
+        route_get(c, &req, line, len);
+        break;
+    case CMD_MG:
+        w->m.cmd_get++;
+        if (route_admit(c, req.key, req.nkey, 0, false)) route_forward(c, &req, line, len, NULL, 0);
+        break;
+    case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
+    case CMD_MD: case CMD_MA: case CMD_ME:
+        w->m.cmd_other++;
+        if (!route_admit(c, req.key, req.nkey, 0, req.noreply && req.cmd < CMD_MG)) break;
+        if (!route_replicate(c, &req, line, len, NULL, 0))
+            route_forward(c, &req, line, len, NULL, 0);
+        break;
+    case CMD_FLUSH_ALL:
+        w->m.cmd_other++;
+        route_all(c, &req, line, len);
+        break;
+    case CMD_MN:
+        client_local(c, "MN\r\n", 4);
+        break;
+    case CMD_VERSION:
+        client_local_str(c, "VERSION " ROUTER_WIRE_VERSION "\r\n");
+        break;
+    case CMD_VERBOSITY:
+        if (!req.noreply) client_local(c, "OK\r\n", 4);
+        break;
+    case CMD_STATS:
+        client_stats(c);
+        break;
+    case CMD_SHUTDOWN:
+        client_local_str(c, "ERROR: shutdown not enabled\r\n");
+        break;
+    case CMD_CACHE_MEMLIMIT:
+        if (!req.noreply)
+            client_local_str(c, "CLIENT_ERROR cache_memlimit is a node setting; "
+                                "shoal-router holds no items\r\n");
+        break;
+    case CMD_QUIT: {
+        struct rreq *rq = rreq_create(c, RQ_QUIT, req.cmd);
+        if (rq == NULL) {
+            c->closing = true;
+            break;
+        }
+        rq->done = true;
+        client_enqueue(c, rq);
+        c->closing = true; /* read nothing more; close once earlier replies are out */
+        break;
+    }
+    default:
+        client_local_str(c, "ERROR\r\n");
+        break;
+    }
+    return used;
+}
+
+/* Run complete requests from the input buffer while the client's window allows. */
+static void client_process(struct client *c)
+{
+    struct router_config *cfg = &c->w->r->cfg;
+    size_t soft = cfg->out_max / 4;
+    c->paused = false;
+    while (!c->closing && !c->dead) {
+        if (c->npending >= cfg->client_pending || buf_used(&c->wbuf) > soft) {
+            c->paused = true;
+            return;
+        }
+        size_t avail = buf_used(&c->rbuf);
+        if (avail == 0) return;
+        if (c->swallow) {
+            size_t n = avail < c->swallow ? avail : (size_t)c->swallow;
+            buf_consume(&c->rbuf, n);
+            c->swallow -= n;
+            continue;
+        }
+        char *start = buf_start(&c->rbuf);
+        char *nl = memchr(start, '\n', avail);
+        if (nl == NULL || (size_t)(nl - start) > cfg->line_max) {
+            if (nl == NULL && avail <= cfg->line_max) return; /* wait for the rest */
+            c->w->m.protocol_errors++;
+            client_local_str(c, "CLIENT_ERROR line too long\r\n");
+            c->closing = true;
+            return;
+        }
+        size_t used = client_run_line(c, start, (size_t)(nl - start), avail);
+        if (used == 0) return; /* data block still arriving */
+        buf_consume(&c->rbuf, used);
+    }
+}
+
+static void client_set_events(struct client *c)
+{
+    uint32_t want = ((c->paused || c->eof || c->closing) ? 0 : EPOLLIN | EPOLLRDHUP) |
+                    (c->epollout ? EPOLLOUT : 0);
+    if (want == c->evmask) return;
+    c->evmask = want;
+    struct epoll_event ev = {.events = want, .data.ptr = c};
+    epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Send queued output. -1 when the connection failed. */
+static int client_flush(struct client *c)
+{
+    while (buf_used(&c->wbuf) > 0) {
+        ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
+        if (n > 0) {
+            c->w->m.bytes_written += (uint64_t)n;
+            buf_consume(&c->wbuf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->epollout = true;
+            return 0;
+        }
+        return -1;
+    }
+    c->epollout = false;
+    buf_compact(&c->wbuf, CLIENT_BUF_KEEP);
+    return 0;
+}
+
+void client_service(struct client *c)
+{
+    if (c->dead) goto destroy;
+    client_process(c);
+    client_drain(c);
+    if (client_flush(c) < 0) goto destroy;
+    /* output drained below the soft limit: requests already buffered may run now */
+    if (c->paused && buf_used(&c->wbuf) == 0 && c->npending < c->w->r->cfg.client_pending) {
+        client_process(c);
+        if (client_flush(c) < 0) goto destroy;
+    }
+    if ((c->closing || c->eof) && c->npending == 0 && buf_used(&c->wbuf) == 0) goto destroy;
+    if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CLIENT_BUF_KEEP);
+    client_set_events(c);
+    return;
+destroy:
+    client_destroy(c);
+}

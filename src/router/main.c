@@ -1,0 +1,196 @@
+/* main.c — shoal-router: a memcached-protocol routing sidecar (the paper's mcrouter).
+ *
+ * Start-up order: options, topology (--config FILE; an invalid document stops the process with
+ * a message naming the field), listener, workers, admin HTTP. SIGHUP re-reads the topology
+ * file and swaps it in while requests flow (an invalid or not-newer document is logged and the
+ * running one kept); SIGINT/SIGTERM stop in reverse order. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/admin.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/options.h"
+#include "router/router.h"
+#include "router/router_admin.h"
+#include "router/worker.h"
+
+static struct router router;
+
+static size_t build_options(struct opt_def *defs, struct router_config *cfg)
+{
+    size_t n = 0;
+#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
+    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
+                                 &cfg->name_, alias_};
+    ROUTER_OPTIONS(X)
+#undef X
+    return n;
+}
+
+/* The common option parser reads --config as a file of `name = value` lines; for the router
+ * --config names the JSON topology document, so it is taken out of argv first. Returns the
+ * new argc; *path is the file (NULL when absent). -1 when --config lacks its argument. */
+static int take_config(int argc, char **argv, const char **path)
+{
+    int out = 1;
+    *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) return -1;
+            *path = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--config=", 9)) {
+            *path = argv[i] + 9;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
+}
+
+/* Re-read the topology file; keep the running table when the new one is not usable. */
+static void router_reload(struct router *r)
+{
+    char err[512];
+    struct topo *t;
+    uint64_t in_use = topo_current(&r->topo)->version;
+    if (topo_load_file(r->cfg.topology, &t, err, sizeof err) < 0 ||
+        topo_publish(&r->topo, t, err, sizeof err) < 0) {
+        __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
+        log_error("topology reload failed, keeping version %llu: %s",
+                  (unsigned long long)in_use, err);
+        return;
+    }
+    __atomic_fetch_add(&r->reloads, 1, __ATOMIC_RELAXED);
+    const struct topo *now = topo_current(&r->topo);
+    log_notice("topology version %llu in use (%u nodes, %u pools, %u namespaces)",
+               (unsigned long long)now->version, now->nnodes, now->npools, now->nns);
+}
+
+int main(int argc, char **argv)
+{
+    struct opt_def defs[32];
+    size_t ndefs = build_options(defs, &router.cfg);
+    struct opt_extra extra;
+    char err[512];
+    log_set_name("shoal-router");
+    argc = take_config(argc, argv, &router.cfg.topology);
+    if (argc < 0) {
+        fprintf(stderr, "shoal-router: --config needs the topology file's name\n");
+        return 2;
+    }
+    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
+    if (extra.help) {
+        options_usage_config(defs, ndefs, "shoal-router",
+                             "A memcached-protocol routing sidecar: routes each key to the node "
+                             "that owns its slot.",
+                             "the JSON topology document (required; re-read on SIGHUP; "
+                             "docs/router.md)");
+        return 0;
+    }
+    if (extra.version) {
+        printf("shoal-router %s (memcached protocol %s)\n", ROUTER_VERSION, "1.6");
+        return 0;
+    }
+    log_set_level((int)(router.cfg.verbose > 2 ? 2 : router.cfg.verbose));
+    if (router.cfg.topology == NULL) {
+        fprintf(stderr, "shoal-router: --config FILE is required: the topology document "
+                        "(docs/router.md)\n");
+        return 2;
+    }
+    char host[256] = "";
+    const char *id = router.cfg.client_id;
+    if (id == NULL) {
+        gethostname(host, sizeof host - 1);
+        id = host;
+    }
+    topo_set_replica(slot_crc16(id, strlen(id)));
+    struct topo *t;
+    if (topo_load_file(router.cfg.topology, &t, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
+
+    /* Blocked before any thread starts, so every thread inherits the mask and the main thread
+     * collects them with sigwait(). */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    router.listen_fd = net_listen(router.cfg.listen, (unsigned)router.cfg.port,
+                                  (int)router.cfg.backlog, err, sizeof err);
+    if (router.listen_fd < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
+    router.bound_port = net_local_port(router.listen_fd);
+    router.started = time(NULL);
+    if (worker_setup(&router, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
+    nodestats_init(&router.nodes, router.cfg.threads);
+    uint64_t *seen[256];
+    for (uint64_t i = 0; i < router.cfg.threads; i++) seen[i] = &router.workers[i].topo_seen;
+    topo_registry_init(&router.topo, t, seen, router.cfg.threads);
+
+    struct admin *admin = NULL;
+    if (router.cfg.admin_port) {
+        admin = router_admin_create(&router, err, sizeof err);
+        if (admin == NULL) {
+            fprintf(stderr, "shoal-router: %s\n", err);
+            return 2;
+        }
+    }
+    if (worker_start(&router, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
+    if (router.cfg.port_file) {
+        FILE *f = fopen(router.cfg.port_file, "w");
+        if (f == NULL || fprintf(f, "%u\n", router.bound_port) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "shoal-router: cannot write --port-file %s: %s\n",
+                    router.cfg.port_file, strerror(errno));
+            return 2;
+        }
+    }
+    log_notice("listening on %s:%u, %llu threads, topology version %llu (%u nodes, %u pools, "
+               "%u namespaces)",
+               router.cfg.listen && *router.cfg.listen ? router.cfg.listen : "*",
+               router.bound_port, (unsigned long long)router.cfg.threads,
+               (unsigned long long)t->version, t->nnodes, t->npools, t->nns);
+    if (admin) log_notice("admin HTTP on %s:%u", router.cfg.admin_listen, admin_port(admin));
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig == SIGHUP) {
+            router_reload(&router);
+            continue;
+        }
+        log_notice("signal %d: shutting down", sig);
+        break;
+    }
+    admin_destroy(&admin);
+    worker_teardown(&router);
+    close(router.listen_fd);
+    topo_registry_teardown(&router.topo);
+    nodestats_teardown(&router.nodes);
+    options_release();
+    return 0;
+}

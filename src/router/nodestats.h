@@ -1,0 +1,59 @@
+/* nodestats.h — figures per upstream node for /metrics: requests, errors, timeouts, whether it
+ * is marked down, and a latency histogram.
+ *
+ * One entry per node address, created when a worker first connects to it and kept for the
+ * life of the process (a topology reload that drops a node keeps its figures; counters never
+ * go back). Each entry has one slot per worker, written only by that worker (relaxed stores,
+ * no shared cache lines on the request path) and summed by the admin thread. */
+#ifndef SHOAL_ROUTER_NODESTATS_H
+#define SHOAL_ROUTER_NODESTATS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "router/topo.h"
+
+struct buf;
+
+/* Latency buckets: bucket b counts replies that took [2^b, 2^(b+1)) microseconds (b = 0 also
+ * counts 0 and 1). The last one takes everything slower. */
+#define NODESTAT_BUCKETS 24
+
+struct nodestat_slot {
+    uint64_t requests, errors, timeouts, down;
+    uint64_t lat[NODESTAT_BUCKETS];
+} __attribute__((aligned(64)));
+
+struct nodestat {
+    char addr[TOPO_ADDR_MAX];
+    struct nodestat_slot *slots; /* one per worker */
+};
+
+struct nodestats {
+    pthread_mutex_t lock;
+    struct nodestat **v;
+    size_t n, cap, nworkers;
+};
+
+void nodestats_init(struct nodestats *s, size_t nworkers);
+void nodestats_teardown(struct nodestats *s);
+/* The entry for `addr`, created on first use. NULL when memory runs out (then the node's
+ * figures are simply not kept). Takes the lock: call when connecting, not per request. */
+struct nodestat *nodestats_get(struct nodestats *s, const char *addr);
+/* Prometheus text for every node: shoal_router_node_{requests,errors,timeouts} counters,
+ * shoal_router_node_down (workers that have it marked down) and shoal_router_node_latency_us
+ * quantiles 0.5/0.9/0.99 (upper bounds of power-of-two buckets). */
+void nodestats_render(struct nodestats *s, struct buf *out);
+
+/* Single-writer increments from the owning worker. */
+#define NODESTAT_ADD(field, v) __atomic_store_n(&(field), (field) + (v), __ATOMIC_RELAXED)
+
+static inline void nodestat_latency(struct nodestat_slot *sl, uint64_t us)
+{
+    int b = us < 2 ? 0 : 63 - __builtin_clzll(us);
+    if (b >= NODESTAT_BUCKETS) b = NODESTAT_BUCKETS - 1;
+    NODESTAT_ADD(sl->lat[b], 1);
+}
+
+#endif

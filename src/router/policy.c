@@ -1,0 +1,41 @@
+/* policy.c — namespace TTL rules and rate limits (see policy.h). */
+#include "router/policy.h"
+
+#define POLICY_REL_MAX (60 * 60 * 24 * 30) /* memcached: longer is an absolute time */
+
+bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out)
+{
+    if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
+    if (ttl < 0) return false; /* already expired: nothing to default or clamp */
+    int64_t rel = ttl; /* 0 = never */
+    if (ttl > POLICY_REL_MAX) {
+        rel = ttl - now;
+        if (rel <= 0) return false; /* an absolute time in the past: expired */
+    }
+    if (rel == 0 && ns->default_ttl) rel = (int64_t)ns->default_ttl;
+    if (ns->max_ttl && (rel == 0 || rel > (int64_t)ns->max_ttl)) rel = (int64_t)ns->max_ttl;
+    if (rel == ttl) return false;
+    *out = rel;
+    return true;
+}
+
+bool policy_take(struct topo_bucket *b, uint64_t now_ms, uint64_t cost)
+{
+    if (b->rate == 0) return true;
+    uint64_t last = __atomic_load_n(&b->last_ms, __ATOMIC_RELAXED);
+    /* one worker wins the refill for each new millisecond; last 0 = first use, already full */
+    if (now_ms > last && __atomic_compare_exchange_n(&b->last_ms, &last, now_ms, false,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED) &&
+        last != 0) {
+        uint64_t elapsed = now_ms - last > 1000 ? 1000 : now_ms - last;
+        int64_t cap = (int64_t)b->rate * 1000;
+        int64_t cur = __atomic_add_fetch(&b->milli, (int64_t)(elapsed * b->rate), __ATOMIC_RELAXED);
+        if (cur > cap) __atomic_fetch_sub(&b->milli, cur - cap, __ATOMIC_RELAXED); /* about full */
+    }
+    int64_t need = (int64_t)cost * 1000;
+    if (__atomic_sub_fetch(&b->milli, need, __ATOMIC_RELAXED) < 0) {
+        __atomic_add_fetch(&b->milli, need, __ATOMIC_RELAXED);
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,27 @@
+/* policy.h — namespace rules the router enforces on requests: default and maximum TTL, and
+ * the token buckets behind ops_per_sec and bytes_per_sec.
+ *
+ * design.md: a namespace may set a default TTL (applied when a client sends 0) and a maximum
+ * (longer TTLs, "never" included, are clamped). The router rewrites the TTL a request carries
+ * before it goes to the node, so the rule holds whatever the node's own settings. Same
+ * arithmetic as shoal-node's ns_exptime(). */
+#ifndef SHOAL_ROUTER_POLICY_H
+#define SHOAL_ROUTER_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "router/topo.h"
+
+/* The TTL to send for a client's `ttl` (memcached's rules: 0 never, up to 30 days relative,
+ * larger an absolute unix time, negative already expired) in namespace `ns` at unix time
+ * `now`. Returns true with *out set (relative seconds) when the request must be rewritten;
+ * false when `ttl` stands as sent. */
+bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out);
+
+/* Take `cost` tokens from the bucket at monotonic time `now_ms`. Returns false (taking
+ * nothing) when the bucket holds fewer: the request is over the limit. Lock-free; safe from
+ * every worker at once; a bucket with rate 0 always admits. */
+bool policy_take(struct topo_bucket *b, uint64_t now_ms, uint64_t cost);
+
+#endif

@@ -1,0 +1,268 @@
+/* request.c — request and fragment lifetimes, reply framing, and merging fragment replies
+ * (see request.h). */
+#include "router/request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/client.h"
+#include "router/warm.h"
+
+struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd)
+{
+    struct rreq *rq = calloc(1, sizeof *rq);
+    if (rq == NULL) return NULL;
+    rq->cl = cl;
+    rq->kind = kind;
+    rq->cmd = cmd;
+    buf_init(&rq->reply);
+    return rq;
+}
+
+void rreq_destroy(struct rreq *rq)
+{
+    for (uint16_t i = 0; i < rq->nfrags && rq->frags; i++) {
+        struct frag *f = rq->frags[i];
+        if (f == NULL) continue;
+        if (f->completed) frag_destroy(f);
+        else f->rq = NULL; /* still queued upstream: its reply will be read and dropped */
+    }
+    if (rq->frags != &rq->frag1) free(rq->frags);
+    buf_release(&rq->reply);
+    free(rq->keys);
+    free(rq->keyfrag);
+    free(rq);
+}
+
+struct frag *frag_create(struct rreq *rq, uint16_t idx)
+{
+    struct frag *f = calloc(1, sizeof *f);
+    if (f == NULL) return NULL;
+    f->rq = rq;
+    f->idx = idx;
+    buf_init(&f->out);
+    buf_init(&f->reply);
+    return f;
+}
+
+void frag_destroy(struct frag *f)
+{
+    buf_release(&f->out);
+    buf_release(&f->reply);
+    free(f);
+}
+
+/* Parse the decimal token number `which` (0-based, split on ' ') of the line [p, end). */
+static long reply_token_num(const char *p, const char *end, int which)
+{
+    int t = 0;
+    while (p < end) {
+        const char *s = p;
+        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
+        if (t == which) {
+            if (p == s || p - s > 10) return -1;
+            long v = 0;
+            for (const char *q = s; q < p; q++) {
+                if (*q < '0' || *q > '9') return -1;
+                v = v * 10 + (*q - '0');
+            }
+            return v;
+        }
+        t++;
+        if (p < end && *p == ' ') p++;
+        else break;
+    }
+    return -1;
+}
+
+long reply_length(const char *p, size_t n, size_t *scan)
+{
+    size_t pos = *scan;
+    for (;;) {
+        const char *nl = memchr(p + pos, '\n', n - pos);
+        if (nl == NULL) return (n - pos > (1 << 16)) ? -1 : 0;
+        const char *line = p + pos;
+        size_t ll = (size_t)(nl - line) + 1;
+        bool value = ll >= 6 && !memcmp(line, "VALUE ", 6);
+        bool va = !value && ll >= 3 && !memcmp(line, "VA ", 3);
+        if (!value && !va) return (long)(pos + ll);
+        long vlen = reply_token_num(line, nl + 1, value ? 3 : 1);
+        if (vlen < 0) return -1;
+        size_t need = pos + ll + (size_t)vlen + 2;
+        if (n < need) return 0;
+        if (p[need - 2] != '\r' || p[need - 1] != '\n') return -1;
+        if (va) return (long)need;
+        pos = need;
+        *scan = pos;
+    }
+}
+
+/* Is this the reply quiet mode hides? mg: a miss (EN); ms, md, ma: success (HD). */
+static bool reply_routine(enum proto_cmd cmd, const char *r, size_t n)
+{
+    const char *code = cmd == CMD_MG ? "EN" : "HD";
+    return n >= 3 && r[0] == code[0] && r[1] == code[1] && (r[2] == ' ' || r[2] == '\r' ||
+                                                            r[2] == '\n');
+}
+
+static bool reply_starts(const struct buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    return buf_used(b) >= n && !memcmp(buf_start(b), s, n);
+}
+
+/* Length of the VALUE block at p (within n bytes) and its key; 0 when it is not one. */
+static size_t value_block(const char *p, size_t n, const char **key, size_t *nkey)
+{
+    if (n < 6 || memcmp(p, "VALUE ", 6)) return 0;
+    const char *nl = memchr(p, '\n', n);
+    if (nl == NULL) return 0;
+    long vlen = reply_token_num(p, nl + 1, 3);
+    if (vlen < 0) return 0;
+    *key = p + 6;
+    const char *e = memchr(*key, ' ', (size_t)(nl - *key));
+    *nkey = e ? (size_t)(e - *key) : 0;
+    size_t len = (size_t)(nl - p) + 1 + (size_t)vlen + 2;
+    return len <= n ? len : 0;
+}
+
+uint32_t multiget_misses(const struct rreq *rq, bool *miss)
+{
+    size_t curstack[64], *cur = rq->nfrags <= 64 ? curstack : calloc(rq->nfrags, sizeof *cur);
+    if (cur == NULL) return 0;
+    if (cur == curstack) memset(cur, 0, sizeof curstack);
+    const char *kp = rq->keys, *kend = rq->keys + rq->nkeys_bytes, *key;
+    uint8_t nk;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rq->nkeys && proto_next_key(&kp, kend, &key, &nk); i++) {
+        struct frag *f = rq->frags[rq->keyfrag[i]];
+        size_t *c = &cur[rq->keyfrag[i]];
+        const char *bk;
+        size_t nbk;
+        size_t blen = value_block(buf_start(&f->reply) + *c, buf_used(&f->reply) - *c, &bk, &nbk);
+        miss[i] = blen == 0 || nbk != nk || memcmp(bk, key, nk);
+        if (miss[i]) n++;
+        else *c += blen;
+    }
+    if (cur != curstack) free(cur);
+    return n;
+}
+
+/* Put the merged reply of a split multi-get into rq->reply: VALUE blocks in the client's key
+ * order, or the first fragment's error when any failed (a partial answer would read as
+ * misses). Returns -1 when memory runs out. */
+static int merge_multiget(struct rreq *rq)
+{
+    for (uint16_t i = 0; i < rq->nfrags; i++) {
+        struct frag *f = rq->frags[i];
+        if (f->failed) return buf_append(&rq->reply, buf_start(&f->reply), buf_used(&f->reply));
+    }
+    size_t curstack[64], *cur = rq->nfrags <= 64 ? curstack : calloc(rq->nfrags, sizeof *cur);
+    if (cur == NULL) return -1;
+    if (cur == curstack) memset(cur, 0, sizeof curstack);
+    const char *kp = rq->keys, *kend = rq->keys + rq->nkeys_bytes, *key;
+    uint8_t nk;
+    int rc = 0;
+    for (uint32_t i = 0; i < rq->nkeys && proto_next_key(&kp, kend, &key, &nk); i++) {
+        struct frag *f = rq->frags[rq->keyfrag[i]];
+        size_t *c = &cur[rq->keyfrag[i]];
+        const char *bk;
+        size_t nbk;
+        size_t blen = value_block(buf_start(&f->reply) + *c, buf_used(&f->reply) - *c, &bk, &nbk);
+        if (blen == 0 || nbk != nk || memcmp(bk, key, nk)) continue; /* a miss */
+        if (buf_append(&rq->reply, buf_start(&f->reply) + *c, blen) < 0) rc = -1;
+        *c += blen;
+    }
+    if (buf_append(&rq->reply, "END\r\n", 5) < 0) rc = -1;
+    if (cur != curstack) free(cur);
+    return rc;
+}
+
+static bool reply_is_error(const struct buf *b)
+{
+    return reply_starts(b, "SERVER_ERROR") || reply_starts(b, "CLIENT_ERROR") ||
+           reply_starts(b, "ERROR");
+}
+
+/* One command sent to several nodes (flush_all to all, writes to a replicated pool): when
+ * every node answered the same, that answer; else the first error; else the first node's
+ * answer (e.g. DELETED from one replica, NOT_FOUND from another). */
+static int merge_all(struct rreq *rq)
+{
+    const struct buf *first = &rq->frags[0]->reply, *pick = first;
+    bool same = true;
+    for (uint16_t i = 0; i < rq->nfrags; i++) {
+        const struct frag *f = rq->frags[i];
+        if (buf_used(&f->reply) != buf_used(first) ||
+            memcmp(buf_start(&f->reply), buf_start(first), buf_used(first)))
+            same = false;
+        if ((f->failed || reply_is_error(&f->reply)) && pick == first && !rq->frags[0]->failed &&
+            !reply_is_error(first))
+            pick = &f->reply;
+    }
+    if (same) pick = first;
+    return buf_append(&rq->reply, buf_start(pick), buf_used(pick));
+}
+
+static const char oom_reply[] = "SERVER_ERROR out of memory\r\n";
+
+void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
+{
+    struct rreq *rq = f->rq;
+    if (rq == NULL) {
+        frag_destroy(f);
+        return;
+    }
+    struct client *c = rq->cl;
+    f->completed = true;
+    rq->pending--;
+    if (rq->kind == RQ_FORWARD) {
+        rq->frags[f->idx] = NULL;
+        frag_destroy(f);
+        bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
+        if (!drop) {
+            struct buf *to = c->head == rq ? &c->wbuf : &rq->reply;
+            if (buf_append(to, reply, n) < 0) {
+                c->w->m.out_of_memory++;
+                buf_append(to, oom_reply, sizeof oom_reply - 1);
+            }
+            rq->direct = to == &c->wbuf;
+        }
+        rq->done = true;
+    } else {
+        if (f->warm) { /* a meta reply from the warm pool, turned into a get reply */
+            warm_reply(f, reply, n, failed);
+            reply = NULL;
+            n = 0;
+            failed = false;
+        }
+        /* a get fragment's reply is whole only when it ends with END */
+        bool ok = f->warm || (!failed && (rq->kind != RQ_MULTIGET ||
+                                          (n >= 5 && !memcmp(reply + n - 5, "END\r\n", 5))));
+        f->failed = !ok;
+        if (n && buf_append(&f->reply, reply, n) < 0) {
+            c->w->m.out_of_memory++;
+            f->failed = true;
+            buf_release(&f->reply);
+            buf_append(&f->reply, oom_reply, sizeof oom_reply - 1);
+        }
+        if (rq->pending == 0 && rq->warmable && !rq->warmed && warm_start(rq)) {
+            client_mark_dirty(c); /* the warm pool's answers complete it */
+            return;
+        }
+        if (rq->pending == 0) {
+            int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq) : merge_all(rq);
+            if (rc < 0) {
+                c->w->m.out_of_memory++;
+                buf_release(&rq->reply);
+                buf_append(&rq->reply, oom_reply, sizeof oom_reply - 1);
+            }
+            if (rq->noreply || (rq->quiet && reply_routine(rq->cmd, buf_start(&rq->reply),
+                                                           buf_used(&rq->reply))))
+                buf_release(&rq->reply);
+            rq->done = true;
+        }
+    }
+    if (rq->done) client_drain(c);
+    client_mark_dirty(c);
+}

@@ -1,0 +1,89 @@
+/* request.h — a client request in flight (struct rreq) and its pieces sent to nodes
+ * (struct frag).
+ *
+ * A client's requests form a FIFO; each is answered locally, or by one fragment sent to the
+ * key's node, or (multi-key get across nodes, flush_all) by several fragments whose replies are
+ * merged when the last one arrives. Replies leave in FIFO order, so a slow node holds back only
+ * the replies queued behind its own. A fragment outlives its request when the client
+ * disconnects: the node's reply still has to be read off the shared connection, then is
+ * dropped. */
+#ifndef SHOAL_ROUTER_REQUEST_H
+#define SHOAL_ROUTER_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "protocol/protocol.h"
+
+struct client;
+struct upnode;
+
+enum rreq_kind {
+    RQ_LOCAL,    /* reply already in rq->reply */
+    RQ_FORWARD,  /* one fragment; its reply is the client's reply (maybe suppressed) */
+    RQ_MULTIGET, /* fragments per node; VALUE blocks merged in the client's key order */
+    RQ_ALL,      /* same command to several nodes (flush_all; writes to a replicated pool) */
+    RQ_QUIT,     /* close the connection once earlier replies are out */
+};
+
+struct frag {
+    struct frag *next;      /* in the node's wait queue or a connection's sent queue */
+    struct rreq *rq;        /* NULL once the client has gone */
+    uint16_t idx;           /* position in rq->frags */
+    bool failed;            /* reply holds a router SERVER_ERROR or a node's error line */
+    bool completed;         /* answered: owned by rq now, no longer by a queue */
+    bool probe;             /* a health probe of a node marked down (rq is NULL) */
+    bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
+    uint64_t deadline_ms;
+    uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
+    struct buf out;         /* request bytes until they are handed to a connection */
+    struct buf reply;       /* the node's reply, when it cannot go straight to the client */
+};
+
+struct rreq {
+    struct rreq *next;
+    struct client *cl;
+    enum rreq_kind kind;
+    enum proto_cmd cmd;
+    bool done;
+    bool noreply;           /* text noreply: the node's reply is read and dropped */
+    bool quiet;             /* meta q: drop the reply when it is the command's routine one */
+    bool direct;            /* the reply went straight to the client's output */
+    bool warmable;          /* RQ_MULTIGET with keys in a pool that warms from another */
+    bool warmed;            /* warm-pool lookups were issued (or none were needed) */
+    uint16_t nfrags, pending;
+    struct frag **frags;    /* nfrags pointers (frag1 for a single fragment) */
+    struct frag *frag1;
+    struct buf reply;       /* local or merged reply */
+    /* RQ_MULTIGET: the keys as sent and, per key, the fragment that carries it */
+    char *keys;
+    size_t nkeys_bytes;
+    uint16_t *keyfrag;
+    uint32_t nkeys;
+    uint16_t fcap;          /* room in frags */
+};
+
+/* Allocate a request of `kind` (zeroed, buffers initialised); NULL when memory runs out. */
+struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd);
+/* Free the request; fragments still queued upstream are orphaned (their replies dropped). */
+void rreq_destroy(struct rreq *rq);
+/* Allocate a fragment for rq at index idx (rq->frags must have room). NULL on no memory. */
+struct frag *frag_create(struct rreq *rq, uint16_t idx);
+void frag_destroy(struct frag *f);
+
+/* A node answered fragment f with the `n` bytes at `reply` (a whole reply), or the router
+ * failed it (`failed`, reply is an error line with \r\n). Completes the request when it was
+ * the last fragment; may write straight to the client. Frees f. */
+void frag_complete(struct frag *f, const char *reply, size_t n, bool failed);
+
+/* RQ_MULTIGET whose fragments all answered: set miss[i] for each key the replies lack.
+ * Returns the number of misses. */
+uint32_t multiget_misses(const struct rreq *rq, bool *miss);
+
+/* Length of one whole reply at p (n bytes available): a line, or "VALUE ..." / "VA ..." blocks
+ * ending in a non-VALUE line. Returns 0 when more bytes are needed, -1 when the bytes cannot
+ * be a reply. `scan` keeps progress between calls (set 0 for a new reply). */
+long reply_length(const char *p, size_t n, size_t *scan);
+
+#endif

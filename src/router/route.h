@@ -1,0 +1,33 @@
+/* route.h — routing of requests about keys: to the owner node, the gutter pool, every replica,
+ * or several nodes at once, after the namespace's limits (see route.c). Each function answers
+ * the client itself on any failure (an error reply in order), so callers only dispatch. */
+#ifndef SHOAL_ROUTER_ROUTE_H
+#define SHOAL_ROUTER_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/protocol.h"
+#include "router/client.h"
+
+/* Apply the key's namespace limits (max_value_bytes, ops_per_sec, bytes_per_sec) to one
+ * request, or one key of a multi-get, carrying `nvalue` value bytes. On a violation, answers
+ * with an error naming the namespace and the limit (unless `silent`: text noreply) and returns
+ * false. */
+bool route_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue, bool silent);
+/* A write to a key of a replicated pool goes to every live replica. Returns false when the
+ * command is not a write or the key's pool is not replicated (route it with route_forward). */
+bool route_replicate(struct client *c, const struct proto_req *req, const char *line, size_t len,
+                     const char *data, size_t ndata);
+/* One request to the node for req->key. `data` is a storage command's block with its \r\n
+ * (NULL otherwise). */
+void route_forward(struct client *c, const struct proto_req *req, const char *line, size_t len,
+                   const char *data, size_t ndata);
+/* get/gets/gat/gats: one request when every key goes to one node, else split per node and
+ * merged in key order. */
+void route_get(struct client *c, const struct proto_req *req, const char *line, size_t len);
+/* flush_all: to every node of the topology; OK when all say OK. */
+void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);
+
+#endif

@@ -1,0 +1,138 @@
+/* router.h — shoal-router's process-wide state: options, workers, counters.
+ *
+ * Each worker thread owns an epoll loop, the client connections it accepted and its own
+ * upstream connections to every node (struct upnode), so nothing on the request path is shared
+ * between threads except the read-only topology table. Counters are per worker and summed when
+ * `stats` or /metrics asks. */
+#ifndef SHOAL_ROUTER_ROUTER_H
+#define SHOAL_ROUTER_ROUTER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "common/metrics.h"
+#include "router/nodestats.h"
+#include "router/topo.h"
+
+#define ROUTER_VERSION "0.1.0"
+/* What `version` answers: memcached's version first, for clients that gate features on it. */
+#define ROUTER_WIRE_VERSION "1.6.18-shoal-router-" ROUTER_VERSION
+
+/* X(name, short, type, default, lo, hi, help, memcached long name) */
+#define ROUTER_OPTIONS(X)                                                                        \
+    X(port, 'p', UINT, "11211", 0, 65535, "TCP port to listen on (0 picks a free port)", "port") \
+    X(listen, 'l', STR, "127.0.0.1", 0, 0, "address to listen on (a sidecar: loopback)",        \
+      "listen")                                                                                  \
+    X(conn_limit, 'c', UINT, "4096", 1, 1000000, "most client connections at once",             \
+      "conn-limit")                                                                              \
+    X(threads, 't', UINT, "2", 1, 256, "worker threads", "threads")                              \
+    X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", "verbose")              \
+    X(item_max, 'I', SIZE, "1m", 1024, 1 << 30, "largest value accepted, in bytes",             \
+      "max-item-size")                                                                           \
+    X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
+    X(out_max, 0, SIZE, "32m", 65536, 1ull << 32,                                                \
+      "reply bytes queued per client before its input is paused", NULL)                          \
+    X(client_pending, 0, UINT, "1024", 1, 1 << 20,                                               \
+      "requests in flight per client before its input is paused", NULL)                          \
+    X(upstream_conns, 0, UINT, "1", 1, 16, "connections per node per worker thread", NULL)      \
+    X(upstream_window, 0, UINT, "512", 1, 1 << 20,                                               \
+      "most requests outstanding per node per worker (the sliding window's ceiling)", NULL)  \
+    X(timeout_ms, 0, UINT, "1000", 1, 600000,                                                    \
+      "per-request upstream timeout, ms; answered SERVER_ERROR", NULL)                           \
+    X(retry_ms, 0, UINT, "100", 0, 60000,                                                        \
+      "after a failed connect, requests to that node fail at once for this long", NULL)          \
+    X(down_after, 0, UINT, "3", 1, 1000,                                                         \
+      "consecutive failures (timeouts, lost or refused connections) that mark a node down", NULL) \
+    X(probe_ms, 0, UINT, "500", 10, 600000, "how often a node marked down is probed", NULL)      \
+    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
+      NULL)                                                                                      \
+    X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
+    X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
+    X(client_id, 0, STR, NULL, 0, 0,                                                             \
+      "picks the replica this router reads in replicated pools (default: the host name)", NULL)
+
+struct router_config {
+    uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
+        upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, backlog,
+        admin_port;
+    const char *listen, *admin_listen, *port_file, *client_id;
+    const char *topology; /* --config FILE */
+};
+
+#define ROUTER_METRICS(X)                                                                        \
+    X(cmd_get, COUNTER, "keys requested by get, gets, gat, gats and mg")                          \
+    X(cmd_set, COUNTER, "storage requests (text and ms)")                                        \
+    X(cmd_other, COUNTER, "other routed requests (delete, incr, touch, md, ma, ...)")            \
+    X(cmd_local, COUNTER, "requests answered by the router itself (version, mn, stats, ...)")    \
+    X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
+    X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
+    X(warm_lookups, COUNTER, "keys a cold pool missed that were looked up in its warm pool")    \
+    X(warm_hits, COUNTER, "warm-pool lookups that found the key")                                \
+    X(warm_fills, COUNTER, "adds sent into a cold pool with a warm pool's value")               \
+    X(upstream_requests, COUNTER, "requests sent to nodes")                                      \
+    X(upstream_timeouts, COUNTER, "requests answered SERVER_ERROR for a node's timeout")         \
+    X(upstream_errors, COUNTER, "requests answered SERVER_ERROR for a lost or refused node")     \
+    X(upstream_connects, COUNTER, "connections opened to nodes")                                 \
+    X(upstream_connect_failures, COUNTER, "connections to nodes that failed")                    \
+    X(upstream_protocol_errors, COUNTER, "node replies the router could not parse")             \
+    X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
+    X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
+    X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \
+    X(gutter_requests, COUNTER, "requests sent to the gutter pool because their node is down")   \
+    X(down_node_requests, COUNTER, "requests failed at once: node down and no gutter for it")    \
+    X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
+    X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
+    X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \
+    X(policy_refusals, COUNTER, "requests refused by a namespace limit (size, ops/s, bytes/s)")  \
+    X(out_of_memory, COUNTER, "requests answered SERVER_ERROR for lack of memory")              \
+    X(bytes_read, COUNTER, "bytes read from clients")                                            \
+    X(bytes_written, COUNTER, "bytes sent to clients")                                           \
+    X(conns_total, COUNTER, "client connections accepted")
+
+struct router_metrics {
+    ROUTER_METRICS(METRIC_FIELD)
+};
+
+struct client;
+struct upnode;
+struct upconn;
+
+struct rworker {
+    struct router *r;
+    int id;
+    uint64_t topo_seen __attribute__((aligned(64))); /* quiescence word (topo.h) */
+    int epfd, wakefd;
+    pthread_t thread;
+    uint64_t now_ms;            /* monotonic ms at the start of the batch */
+    uint64_t now_us;            /* the same in microseconds (latency figures) */
+    const struct topo *topo;    /* table in use during this batch */
+    uint64_t topo_gen;          /* generation `map` was built for */
+    struct upnode **map;        /* topo node index -> this worker's upstream */
+    uint32_t nmap;
+    int32_t *scratch;           /* nmap entries of -1, for splitting multi-gets */
+    struct upnode *upnodes;     /* every upstream, current or retired */
+    struct client *clients;
+    struct client *dirty;       /* clients to service at the end of the batch */
+    struct upconn *dirty_up;    /* upstream connections with bytes to send */
+    uint64_t inflight;          /* fragments queued or outstanding on any upstream */
+    struct router_metrics m __attribute__((aligned(64)));
+};
+
+struct router {
+    struct router_config cfg;
+    struct topo_registry topo;
+    struct nodestats nodes;     /* per-node figures for /metrics */
+    struct rworker *workers;
+    int listen_fd;
+    unsigned bound_port;
+    time_t started;
+    uint64_t curr_conns, rejected_conns;
+    uint64_t reloads, reload_failures;
+};
+
+void router_metrics_sum(struct router *r, struct router_metrics *out);
+
+#endif

@@ -1,0 +1,138 @@
+/* router_admin.c — shoal-router's admin HTTP content.
+ *
+ *   GET  /healthz         "ok" (src/common/admin.c)
+ *   GET  /metrics         Prometheus text: request counters summed over workers, the topology
+ *                         version in use, reloads, and per node: requests, errors, timeouts,
+ *                         marked down, latency quantiles
+ *   GET  /v1/topology     {"version": N, "nodes": [...], "pools": [...], "namespaces": [...]}
+ *   PUT  /v1/topology     body: a whole topology document; applied when valid and newer
+ *
+ * Runs on the admin thread; publishing a table waits for workers' quiescence there, never on
+ * a data-path thread. */
+#include "router/router_admin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "router/worker.h"
+
+static void router_metrics(void *ctx, struct buf *out)
+{
+    struct router *r = ctx;
+    struct router_metrics m;
+    router_metrics_sum(r, &m);
+    metrics_write_prom(out, "shoal_router", router_metric_descs, ROUTER_NMETRICS, &m, NULL);
+    pthread_mutex_lock(&r->topo.lock);
+    uint64_t version = topo_current(&r->topo)->version;
+    pthread_mutex_unlock(&r->topo.lock);
+    buf_printf(out,
+               "# HELP shoal_router_topology_version version of the topology document in use\n"
+               "# TYPE shoal_router_topology_version gauge\nshoal_router_topology_version %llu\n",
+               (unsigned long long)version);
+    buf_printf(out,
+               "# HELP shoal_router_topology_reloads topology documents applied after start\n"
+               "# TYPE shoal_router_topology_reloads counter\nshoal_router_topology_reloads %llu\n",
+               (unsigned long long)__atomic_load_n(&r->reloads, __ATOMIC_RELAXED));
+    buf_printf(out,
+               "# HELP shoal_router_topology_reload_failures topology documents refused\n"
+               "# TYPE shoal_router_topology_reload_failures counter\n"
+               "shoal_router_topology_reload_failures %llu\n",
+               (unsigned long long)__atomic_load_n(&r->reload_failures, __ATOMIC_RELAXED));
+    buf_printf(out,
+               "# HELP shoal_router_curr_connections client connections open now\n"
+               "# TYPE shoal_router_curr_connections gauge\nshoal_router_curr_connections %llu\n",
+               (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
+    nodestats_render(&r->nodes, out);
+}
+
+static void json_str(struct buf *out, const char *s)
+{
+    buf_append(out, "\"", 1);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') buf_append(out, "\\", 1);
+        if ((unsigned char)*s < 0x20) continue;
+        buf_append(out, s, 1);
+    }
+    buf_append(out, "\"", 1);
+}
+
+static void render_topology(const struct topo *t, struct buf *out)
+{
+    buf_printf(out, "{\"version\": %llu, \"nodes\": [", (unsigned long long)t->version);
+    for (uint32_t i = 0; i < t->nnodes; i++) {
+        if (i) buf_append_str(out, ", ");
+        json_str(out, t->nodes[i].addr);
+    }
+    buf_append_str(out, "], \"pools\": {");
+    for (uint32_t i = 0; i < t->npools; i++) {
+        if (i) buf_append_str(out, ", ");
+        json_str(out, t->pools[i].name);
+        buf_append_str(out, ": {\"nodes\": [");
+        for (uint32_t k = 0; k < t->pools[i].nnodes; k++) {
+            if (k) buf_append_str(out, ", ");
+            json_str(out, t->nodes[t->pools[i].nodes[k]].addr);
+        }
+        buf_append_str(out, "]}");
+    }
+    buf_append_str(out, "}, \"gutter_pool\": ");
+    if (t->gutter_pool >= 0) json_str(out, t->pools[t->gutter_pool].name);
+    else buf_append_str(out, "null");
+    buf_append_str(out, ", \"namespaces\": {");
+    for (uint32_t i = 0; i < t->nns; i++) {
+        if (i) buf_append_str(out, ", ");
+        json_str(out, t->ns[i].name);
+        buf_append_str(out, ": {\"pool\": ");
+        json_str(out, t->pools[t->ns[i].pool].name);
+        buf_printf(out, ", \"default_ttl\": %llu, \"max_ttl\": %llu}",
+                   (unsigned long long)t->ns[i].default_ttl,
+                   (unsigned long long)t->ns[i].max_ttl);
+    }
+    buf_append_str(out, "}}\n");
+}
+
+static int topology_route(void *ctx, const char *method, const char *rest, const char *body,
+                          size_t len, struct buf *out)
+{
+    struct router *r = ctx;
+    if (*rest) {
+        buf_append_str(out, "{\"error\": \"no such resource; use /v1/topology\"}\n");
+        return 404;
+    }
+    if (!strcmp(method, "GET")) {
+        pthread_mutex_lock(&r->topo.lock);
+        render_topology(topo_current(&r->topo), out);
+        pthread_mutex_unlock(&r->topo.lock);
+        return 200;
+    }
+    if (strcmp(method, "PUT") && strcmp(method, "POST")) {
+        buf_append_str(out, "{\"error\": \"methods here: GET, PUT\"}\n");
+        return 405;
+    }
+    char err[512];
+    struct topo *t;
+    if (topo_parse(body, len, 0, &t, err, sizeof err) < 0 ||
+        topo_publish(&r->topo, t, err, sizeof err) < 0) {
+        __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
+        log_error("topology from the admin API refused: %s", err);
+        buf_append_str(out, "{\"error\": ");
+        json_str(out, err);
+        buf_append_str(out, "}\n");
+        return strstr(err, "not newer") ? 409 : 400;
+    }
+    __atomic_fetch_add(&r->reloads, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&r->topo.lock);
+    const struct topo *now = topo_current(&r->topo);
+    log_notice("topology version %llu in use (admin API)", (unsigned long long)now->version);
+    render_topology(now, out);
+    pthread_mutex_unlock(&r->topo.lock);
+    return 200;
+}
+
+struct admin *router_admin_create(struct router *r, char *err, size_t errlen)
+{
+    struct admin_route routes[] = {{"/v1/topology", topology_route, r}};
+    return admin_create(r->cfg.admin_listen, (unsigned)r->cfg.admin_port, router_metrics, r,
+                        routes, 1, err, errlen);
+}

@@ -1,0 +1,479 @@
+/* upstream.c — connections from one worker to one node: connect, batch writes, match replies
+ * in order, enforce the window and the per-request timeout (see upstream.h). */
+#include "router/upstream.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "router/client.h"
+
+#define UPSTREAM_READ_CHUNK 65536
+#define UPSTREAM_BUF_KEEP (256 * 1024)
+
+static void upnode_pump(struct upnode *un);
+
+/* One more consecutive failure; at down_after the node is marked down. */
+static void upnode_failure(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    if (un->destroying || un->down) return;
+    if (++un->fails < w->r->cfg.down_after) return;
+    un->down = true;
+    if (un->stat) NODESTAT_ADD(un->stat->down, 1);
+    un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
+    w->m.nodes_marked_down++;
+    log_notice("worker %d: node %s marked down after %u consecutive failures; probing every "
+               "%llu ms", w->id, un->node.addr, un->fails, (unsigned long long)w->r->cfg.probe_ms);
+}
+
+static void upnode_success(struct upnode *un, bool probe)
+{
+    un->fails = 0;
+    if (un->down && probe) {
+        un->down = false;
+        if (un->stat) NODESTAT_ADD(un->stat->down, -1);
+        un->w->m.nodes_marked_up++;
+        log_notice("worker %d: node %s answers again; back in use", un->w->id, un->node.addr);
+    }
+}
+
+struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
+{
+    struct upnode *un = calloc(1, sizeof *un);
+    if (un == NULL) return NULL;
+    un->w = w;
+    un->node = *node;
+    struct nodestat *ns = nodestats_get(&w->r->nodes, node->addr);
+    un->stat = ns ? &ns->slots[w->id] : NULL;
+    un->nconns = (uint32_t)w->r->cfg.upstream_conns;
+    un->window = (uint32_t)w->r->cfg.upstream_window;
+    for (uint32_t i = 0; i < un->nconns; i++) {
+        struct upconn *uc = &un->conns[i];
+        uc->evkind = EV_UPCONN;
+        uc->un = un;
+        uc->fd = -1;
+        uc->state = UP_DOWN;
+        buf_init(&uc->wbuf);
+        buf_init(&uc->rbuf);
+    }
+    un->next = w->upnodes;
+    w->upnodes = un;
+    return un;
+}
+
+bool upnode_idle(const struct upnode *un) { return un->wait == NULL && un->outstanding == 0; }
+
+/* Answer a fragment with a router error line; it is no longer in any queue. */
+static void frag_fail(struct upnode *un, struct frag *f, const char *msg, size_t n)
+{
+    struct rworker *w = un->w;
+    if (un->stat && !f->probe) NODESTAT_ADD(un->stat->errors, 1);
+    w->inflight--;
+    frag_complete(f, msg, n, true);
+}
+
+static void upconn_set_events(struct upconn *uc)
+{
+    struct epoll_event ev = {.data.ptr = uc};
+    ev.events = EPOLLIN | EPOLLRDHUP |
+                ((uc->state == UP_CONNECTING || uc->epollout) ? EPOLLOUT : 0);
+    epoll_ctl(uc->un->w->epfd, EPOLL_CTL_MOD, uc->fd, &ev);
+}
+
+/* Close the connection and fail every request sent on it: after a timeout or a lost
+ * connection, later replies could no longer be matched to requests. */
+static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    if (uc->fd >= 0) {
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, uc->fd, NULL);
+        close(uc->fd);
+    }
+    uc->fd = -1;
+    uc->state = UP_DOWN;
+    uc->epollout = false;
+    uc->rscan = 0;
+    buf_release(&uc->wbuf);
+    buf_release(&uc->rbuf);
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s %s\r\n",
+                     un->node.addr, why);
+    if (n < 0 || (size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
+    bool first = true;
+    while (uc->sent) {
+        struct frag *f = uc->sent;
+        uc->sent = f->next;
+        un->outstanding--;
+        if (timeout && first) {
+            w->m.upstream_timeouts++;
+            if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+        } else {
+            w->m.upstream_errors++;
+        }
+        if (timeout && !first) {
+            static const char later[] =
+                "SERVER_ERROR shoal-router: connection to node reset after an earlier timeout\r\n";
+            frag_fail(un, f, later, sizeof later - 1);
+        } else {
+            frag_fail(un, f, msg, (size_t)n);
+        }
+        first = false;
+    }
+    uc->sent_tail = NULL;
+    uc->nsent = 0;
+    upnode_failure(un);
+    if (timeout) { /* multiplicative decrease */
+        un->window = un->window > 1 ? un->window / 2 : 1;
+        un->grow = 0;
+        w->m.window_shrinks++;
+    } else {
+        log_info("node %s: %s", un->node.addr, why);
+    }
+}
+
+/* Fail everything waiting for this node (it cannot be reached now). */
+static void upnode_fail_waiting(struct upnode *un, const char *why)
+{
+    struct rworker *w = un->w;
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s %s\r\n",
+                     un->node.addr, why);
+    if (n < 0 || (size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
+    while (un->wait) {
+        struct frag *f = un->wait;
+        un->wait = f->next;
+        un->nwait--;
+        w->m.upstream_errors++;
+        frag_fail(un, f, msg, (size_t)n);
+    }
+    un->wait_tail = NULL;
+}
+
+/* Start a non-blocking connect. 0 (connecting or connected), or -1 with errno. */
+static int upconn_connect(struct upconn *uc)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    int fd = socket(un->node.sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    w->m.upstream_connects++;
+    int rc = connect(fd, (const struct sockaddr *)&un->node.sa, un->node.salen);
+    if (rc < 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    uc->fd = fd;
+    uc->state = rc == 0 ? UP_READY : UP_CONNECTING;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT, .data.ptr = uc};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        int e = errno;
+        close(fd);
+        uc->fd = -1;
+        uc->state = UP_DOWN;
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+static void upconn_mark_dirty(struct upconn *uc)
+{
+    if (uc->in_dirty) return;
+    uc->in_dirty = true;
+    uc->dirty_next = uc->un->w->dirty_up;
+    uc->un->w->dirty_up = uc;
+}
+
+/* The connection to use next: a closed one is opened first (so every connection of the node
+ * gets used), else the one with the fewest requests outstanding. NULL when none can be had. */
+static struct upconn *upnode_pick(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    struct upconn *best = NULL;
+    for (uint32_t i = 0; i < un->nconns; i++) {
+        struct upconn *uc = &un->conns[i];
+        if (uc->state == UP_DOWN) {
+            if (w->now_ms < un->retry_at_ms && !un->down) continue; /* probes may retry */
+            if (upconn_connect(uc) < 0) {
+                w->m.upstream_connect_failures++;
+                upnode_failure(un);
+                un->retry_at_ms = w->now_ms + w->r->cfg.retry_ms;
+                log_info("node %s: connect failed: %s", un->node.addr, strerror(errno));
+                continue;
+            }
+        }
+        if (best == NULL || uc->nsent < best->nsent) best = uc;
+    }
+    return best;
+}
+
+/* Hand waiting fragments to connections while the window has room. */
+static void upnode_pump(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    while (un->wait && un->outstanding < un->window) {
+        struct upconn *uc = upnode_pick(un);
+        if (uc == NULL) {
+            upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)");
+            return;
+        }
+        struct frag *f = un->wait;
+        un->wait = f->next;
+        if (un->wait == NULL) un->wait_tail = NULL;
+        un->nwait--;
+        if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
+            static const char oom[] = "SERVER_ERROR out of memory\r\n";
+            w->m.out_of_memory++;
+            frag_fail(un, f, oom, sizeof oom - 1);
+            continue;
+        }
+        buf_release(&f->out);
+        f->next = NULL;
+        if (uc->sent_tail) uc->sent_tail->next = f;
+        else uc->sent = f;
+        uc->sent_tail = f;
+        uc->nsent++;
+        un->outstanding++;
+        w->m.upstream_requests++;
+        f->sent_us = w->now_us;
+        if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
+        upconn_mark_dirty(uc);
+    }
+}
+
+void upnode_submit(struct upnode *un, struct frag *f)
+{
+    struct rworker *w = un->w;
+    f->next = NULL;
+    f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+    w->inflight++;
+    if (un->down && !f->probe) { /* never make a client wait on a node marked down */
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down\r\n",
+                         un->node.addr);
+        w->m.down_node_requests++;
+        frag_fail(un, f, msg, (size_t)n);
+        return;
+    }
+    if (un->wait_tail) un->wait_tail->next = f;
+    else un->wait = f;
+    un->wait_tail = f;
+    un->nwait++;
+    if (un->outstanding >= un->window) w->m.window_waits++;
+    upnode_pump(un);
+}
+
+/* Match complete replies in rbuf to the fragments sent, oldest first. */
+static void upconn_parse(struct upconn *uc)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    while (buf_used(&uc->rbuf) > 0) {
+        if (uc->sent == NULL) {
+            w->m.upstream_protocol_errors++;
+            log_warn("node %s sent bytes nobody asked for; reconnecting", un->node.addr);
+            upconn_fail(uc, "sent an unexpected reply", false);
+            return;
+        }
+        long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), &uc->rscan);
+        if (len == 0) break;
+        if (len < 0) {
+            w->m.upstream_protocol_errors++;
+            log_warn("node %s sent a reply that does not parse; reconnecting", un->node.addr);
+            upconn_fail(uc, "sent a reply that does not parse", false);
+            return;
+        }
+        struct frag *f = uc->sent;
+        uc->sent = f->next;
+        if (uc->sent == NULL) uc->sent_tail = NULL;
+        uc->nsent--;
+        un->outstanding--;
+        w->inflight--;
+        uc->rscan = 0;
+        upnode_success(un, f->probe);
+        if (un->stat && !f->probe) nodestat_latency(un->stat, w->now_us - f->sent_us);
+        if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
+            un->window++; /* additive increase: one per window of replies */
+            un->grow = 0;
+        }
+        frag_complete(f, buf_start(&uc->rbuf), (size_t)len, false);
+        buf_consume(&uc->rbuf, (size_t)len);
+    }
+    if (buf_used(&uc->rbuf) == 0) buf_compact(&uc->rbuf, UPSTREAM_BUF_KEEP);
+}
+
+static void upconn_write(struct upconn *uc)
+{
+    struct rworker *w = uc->un->w;
+    while (buf_used(&uc->wbuf) > 0) {
+        ssize_t n = send(uc->fd, buf_start(&uc->wbuf), buf_used(&uc->wbuf), MSG_NOSIGNAL);
+        if (n > 0) {
+            buf_consume(&uc->wbuf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!uc->epollout) {
+                uc->epollout = true;
+                upconn_set_events(uc);
+            }
+            return;
+        }
+        char why[160];
+        snprintf(why, sizeof why, "write failed: %s", strerror(errno));
+        upconn_fail(uc, why, false);
+        upnode_pump(uc->un);
+        return;
+    }
+    buf_compact(&uc->wbuf, UPSTREAM_BUF_KEEP);
+    if (uc->epollout) {
+        uc->epollout = false;
+        upconn_set_events(uc);
+    }
+    (void)w;
+}
+
+void upconn_event(struct upconn *uc, uint32_t events)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    if (uc->state == UP_DOWN) return; /* failed earlier in this batch: a stale event */
+    if (uc->state == UP_CONNECTING) {
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        getsockopt(uc->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (soerr == 0 && (events & EPOLLERR)) soerr = ECONNREFUSED;
+        if (soerr != 0) {
+            w->m.upstream_connect_failures++;
+            un->retry_at_ms = w->now_ms + w->r->cfg.retry_ms;
+            char why[160];
+            snprintf(why, sizeof why, "is unavailable: %s", strerror(soerr));
+            upconn_fail(uc, why, false);
+            upnode_pump(un);
+            return;
+        }
+        if (!(events & (EPOLLOUT | EPOLLIN))) return;
+        uc->state = UP_READY;
+        upconn_set_events(uc);
+        upconn_mark_dirty(uc);
+    }
+    if (events & EPOLLIN) {
+        for (int rounds = 0; rounds < 4; rounds++) {
+            if (buf_reserve(&uc->rbuf, UPSTREAM_READ_CHUNK) < 0) {
+                w->m.out_of_memory++;
+                upconn_fail(uc, "reply could not be buffered (out of memory)", false);
+                upnode_pump(un);
+                return;
+            }
+            ssize_t n = read(uc->fd, uc->rbuf.data + uc->rbuf.len, uc->rbuf.cap - uc->rbuf.len);
+            if (n > 0) {
+                uc->rbuf.len += (size_t)n;
+                upconn_parse(uc);
+                if (uc->state == UP_DOWN) break;
+                if ((size_t)n < UPSTREAM_READ_CHUNK) break;
+                continue;
+            }
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            upconn_fail(uc, n == 0 ? "closed the connection" : "connection failed", false);
+            break;
+        }
+    } else if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+        upconn_fail(uc, "closed the connection", false);
+    }
+    if (uc->state == UP_READY && (events & EPOLLOUT)) upconn_mark_dirty(uc);
+    upnode_pump(un);
+}
+
+void upstream_flush(struct rworker *w)
+{
+    while (w->dirty_up) {
+        struct upconn *uc = w->dirty_up;
+        w->dirty_up = uc->dirty_next;
+        uc->in_dirty = false;
+        if (uc->state == UP_READY) upconn_write(uc);
+    }
+}
+
+/* Send one `version` to a node marked down; its reply marks the node up. */
+static void upnode_probe(struct upnode *un)
+{
+    struct frag *f = frag_create(NULL, 0);
+    if (f == NULL || buf_append(&f->out, "version\r\n", 9) < 0) {
+        if (f) frag_destroy(f);
+        un->w->m.out_of_memory++;
+        return;
+    }
+    f->probe = true;
+    upnode_submit(un, f);
+}
+
+void upstream_check_timeouts(struct rworker *w)
+{
+    char why[96];
+    snprintf(why, sizeof why, "timed out after %llu ms",
+             (unsigned long long)w->r->cfg.timeout_ms);
+    for (struct upnode **pp = &w->upnodes, *un; (un = *pp) != NULL;) {
+        while (un->wait && un->wait->deadline_ms <= w->now_ms) {
+            struct frag *f = un->wait;
+            un->wait = f->next;
+            if (un->wait == NULL) un->wait_tail = NULL;
+            un->nwait--;
+            w->m.upstream_timeouts++;
+            if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+            char msg[256];
+            int n = snprintf(msg, sizeof msg,
+                             "SERVER_ERROR shoal-router: node %s timed out (request never sent: "
+                             "window full)\r\n", un->node.addr);
+            frag_fail(un, f, msg, (size_t)n);
+        }
+        for (uint32_t i = 0; i < un->nconns; i++) {
+            struct upconn *uc = &un->conns[i];
+            if (uc->sent && uc->sent->deadline_ms <= w->now_ms) {
+                log_info("node %s: request timed out; reconnecting", un->node.addr);
+                upconn_fail(uc, why, true);
+            }
+        }
+        if (un->down && !un->retired && w->now_ms >= un->next_probe_ms) {
+            un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
+            upnode_probe(un);
+        }
+        upnode_pump(un);
+        if (un->retired && upnode_idle(un)) {
+            *pp = un->next;
+            upnode_destroy(un);
+            continue;
+        }
+        pp = &un->next;
+    }
+}
+
+void upnode_destroy(struct upnode *un)
+{
+    un->destroying = true;
+    for (uint32_t i = 0; i < un->nconns; i++) {
+        struct upconn *uc = &un->conns[i];
+        if (uc->in_dirty) { /* unlink from the worker's dirty list */
+            for (struct upconn **pp = &un->w->dirty_up; *pp; pp = &(*pp)->dirty_next)
+                if (*pp == uc) {
+                    *pp = uc->dirty_next;
+                    break;
+                }
+        }
+        upconn_fail(uc, "was removed from the topology", false);
+    }
+    upnode_fail_waiting(un, "was removed from the topology");
+    free(un);
+}

@@ -1,0 +1,82 @@
+/* upstream.h — a worker's connections to one node: a wait queue, a window of outstanding
+ * requests, and a few multiplexed connections.
+ *
+ * Requests from every client of the worker are appended to a connection's output buffer and
+ * written once per event-loop batch, so a burst from many clients costs one write. memcached
+ * answers in order on a connection, so each connection keeps a FIFO of the fragments it sent
+ * and the next complete reply belongs to the head. A request that gets no reply within
+ * timeout_ms fails with SERVER_ERROR; since later replies on that connection could no longer
+ * be matched, the connection is closed and the requests behind it fail too (never
+ * mismatched). Requests beyond the window wait in the router, not in the node. The window
+ * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
+ * each window's worth of replies, up to upstream_window.
+ *
+ * Health: after down_after consecutive failures (a timeout, a lost or refused connection) the
+ * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
+ * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
+ * again. Each worker judges for itself, from its own connections. */
+#ifndef SHOAL_ROUTER_UPSTREAM_H
+#define SHOAL_ROUTER_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "router/request.h"
+#include "router/router.h"
+#include "router/nodestats.h"
+#include "router/topo.h"
+
+#define UPSTREAM_CONNS_MAX 16
+
+enum upconn_state { UP_DOWN, UP_CONNECTING, UP_READY };
+
+struct upconn {
+    int evkind; /* EV_UPCONN */
+    struct upnode *un;
+    struct upconn *dirty_next;
+    bool in_dirty, epollout;
+    enum upconn_state state;
+    int fd;
+    struct buf wbuf, rbuf;
+    size_t rscan;                   /* reply_length() progress of the head's reply */
+    struct frag *sent, *sent_tail;  /* awaiting replies, oldest first */
+    uint32_t nsent;
+};
+
+struct upnode {
+    struct upnode *next;
+    struct rworker *w;
+    struct topo_node node;          /* address (copied: outlives topology tables) */
+    struct nodestat_slot *stat;     /* this worker's figures for the node (NULL: not kept) */
+    bool retired;                   /* not in the current table: freed once idle */
+    struct frag *wait, *wait_tail;  /* not yet sent */
+    uint32_t nwait;
+    uint32_t outstanding;           /* sent, no reply yet */
+    uint32_t window;                /* most outstanding now: AIMD in 1 .. upstream_window */
+    uint32_t grow;                  /* replies since the window last grew */
+    uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
+    uint32_t fails;                 /* consecutive failures (reset by any reply) */
+    bool down;                      /* marked down: only probes are sent to it */
+    bool destroying;                /* failures while tearing down do not count */
+    uint64_t next_probe_ms;
+    uint32_t nconns;
+    struct upconn conns[UPSTREAM_CONNS_MAX];
+};
+
+struct upnode *upnode_create(struct rworker *w, const struct topo_node *node);
+/* Close connections, fail everything queued (orphans only at shutdown), free. */
+void upnode_destroy(struct upnode *un);
+bool upnode_idle(const struct upnode *un);
+/* Is the node usable for requests (not marked down)? */
+static inline bool upnode_up(const struct upnode *un) { return !un->down; }
+/* Queue a fragment whose request bytes are in f->out, and send what the window allows. */
+void upnode_submit(struct upnode *un, struct frag *f);
+/* epoll readiness on an upstream connection. */
+void upconn_event(struct upconn *uc, uint32_t events);
+/* Write every connection with queued bytes (end of batch). */
+void upstream_flush(struct rworker *w);
+/* Fail requests past their deadline (called every few ms while requests are in flight). */
+void upstream_check_timeouts(struct rworker *w);
+
+#endif

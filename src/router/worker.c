@@ -1,0 +1,249 @@
+/* worker.c — shoal-router's event loops: accept, dispatch readiness, adopt new topology
+ * tables, finish each batch by writing to nodes and clients, check timeouts. */
+#include "router/worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "router/client.h"
+#include "router/upstream.h"
+
+#define WORKER_EVENTS 256
+#define WORKER_ACCEPT_BATCH 32
+#define WORKER_TICK_MS 5
+
+const struct metric_desc router_metric_descs[] = {
+#define X(name, kind, help) METRIC_DESC(struct router_metrics, name, kind, help),
+    ROUTER_METRICS(X)
+#undef X
+};
+const size_t ROUTER_NMETRICS = sizeof router_metric_descs / sizeof router_metric_descs[0];
+
+static char worker_listen_tag, worker_wake_tag;
+static const char too_many[] = "ERROR Too many open connections\r\n";
+
+static uint64_t worker_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+void router_metrics_sum(struct router *r, struct router_metrics *out)
+{
+    memset(out, 0, sizeof *out);
+    for (uint64_t i = 0; i < r->cfg.threads; i++)
+        metrics_sum((uint64_t *)out, (const uint64_t *)&r->workers[i].m,
+                    sizeof *out / sizeof(uint64_t));
+}
+
+/* Build this worker's node map for the table published at generation `gen`: upstreams are
+ * kept by address across tables, so a reload that keeps a node keeps its connections and the
+ * requests in flight on them. Nodes no longer listed are retired once idle. */
+static void worker_adopt(struct rworker *w, uint64_t gen)
+{
+    const struct topo *t = topo_current(&w->r->topo);
+    struct upnode **map = calloc(t->nnodes, sizeof *map);
+    int32_t *scratch = malloc(t->nnodes * sizeof *scratch);
+    if (map == NULL || scratch == NULL) goto oom;
+    for (struct upnode *un = w->upnodes; un; un = un->next) un->retired = true;
+    for (uint32_t i = 0; i < t->nnodes; i++) {
+        scratch[i] = -1;
+        struct upnode *un = w->upnodes;
+        while (un && strcmp(un->node.addr, t->nodes[i].addr)) un = un->next;
+        if (un == NULL && (un = upnode_create(w, &t->nodes[i])) == NULL) goto oom;
+        un->node = t->nodes[i]; /* the name may resolve differently now */
+        un->retired = false;
+        map[i] = un;
+    }
+    free(w->map);
+    free(w->scratch);
+    w->map = map;
+    w->scratch = scratch;
+    w->nmap = t->nnodes;
+    w->topo = t;
+    w->topo_gen = gen;
+    return;
+oom:
+    for (struct upnode *un = w->upnodes; un; un = un->next) un->retired = false;
+    free(map);
+    free(scratch);
+    free(w->map);
+    free(w->scratch);
+    w->map = NULL;
+    w->scratch = NULL;
+    w->nmap = 0;
+    w->topo = NULL;
+    w->m.out_of_memory++;
+    log_error("worker %d: out of memory adopting topology version %llu", w->id,
+              (unsigned long long)t->version);
+}
+
+bool worker_topology_ready(struct rworker *w) { return w->map != NULL; }
+
+static void worker_accept(struct rworker *w)
+{
+    struct router *r = w->r;
+    for (int i = 0; i < WORKER_ACCEPT_BATCH; i++) {
+        int fd = accept4(r->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_warn("accept failed: %s", strerror(errno));
+            return;
+        }
+        uint64_t cur = __atomic_add_fetch(&r->curr_conns, 1, __ATOMIC_RELAXED);
+        if (cur > r->cfg.conn_limit) {
+            __atomic_fetch_sub(&r->curr_conns, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&r->rejected_conns, 1, __ATOMIC_RELAXED);
+            ssize_t wr = send(fd, too_many, sizeof too_many - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)wr;
+            close(fd);
+            continue;
+        }
+        w->m.conns_total++;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (client_create(w, fd) == NULL) {
+            __atomic_fetch_sub(&r->curr_conns, 1, __ATOMIC_RELAXED);
+            w->m.out_of_memory++;
+        }
+    }
+}
+
+/* Service dirty clients and write to nodes until neither has more to do. */
+static void worker_finish_batch(struct rworker *w)
+{
+    for (int round = 0; round < 16 && (w->dirty || w->dirty_up); round++) {
+        struct client *list = w->dirty;
+        w->dirty = NULL;
+        while (list) {
+            struct client *c = list;
+            list = c->dirty_next;
+            c->in_dirty = false;
+            client_service(c);
+        }
+        upstream_flush(w);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct rworker *w = arg;
+    struct router *r = w->r;
+    struct epoll_event evs[WORKER_EVENTS];
+    uint64_t next_tick = 0;
+    for (;;) {
+        topo_quiescent(&w->topo_seen); /* holds no topology table while blocked */
+        int timeout = w->dirty || w->dirty_up ? 0 : w->inflight ? WORKER_TICK_MS : 1000;
+        int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, timeout);
+        topo_online(&r->topo, &w->topo_seen);
+        w->now_us = worker_now_us();
+        w->now_ms = w->now_us / 1000;
+        uint64_t gen = topo_gen(&r->topo);
+        if (gen != w->topo_gen) worker_adopt(w, gen);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
+            break;
+        }
+        for (int i = 0; i < k; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &worker_wake_tag) goto out;
+            if (p == &worker_listen_tag) worker_accept(w);
+            else if (*(int *)p == EV_CLIENT) client_event(p, evs[i].events);
+            else upconn_event(p, evs[i].events);
+        }
+        worker_finish_batch(w);
+        if (w->now_ms >= next_tick) {
+            next_tick = w->now_ms + WORKER_TICK_MS;
+            upstream_check_timeouts(w);
+            worker_finish_batch(w);
+        }
+    }
+out:
+    while (w->clients) client_destroy(w->clients);
+    w->dirty = NULL;
+    w->dirty_up = NULL;
+    while (w->upnodes) {
+        struct upnode *un = w->upnodes;
+        w->upnodes = un->next;
+        upnode_destroy(un);
+    }
+    w->dirty_up = NULL;
+    free(w->map);
+    free(w->scratch);
+    w->map = NULL;
+    topo_quiescent(&w->topo_seen);
+    return NULL;
+}
+
+int worker_setup(struct router *r, char *err, size_t errlen)
+{
+    size_t bytes = (r->cfg.threads * sizeof *r->workers + 63) & ~(size_t)63;
+    r->workers = aligned_alloc(64, bytes);
+    if (r->workers == NULL) {
+        snprintf(err, errlen, "out of memory creating %llu workers",
+                 (unsigned long long)r->cfg.threads);
+        return -1;
+    }
+    memset(r->workers, 0, bytes);
+    for (uint64_t i = 0; i < r->cfg.threads; i++) {
+        struct rworker *w = &r->workers[i];
+        w->r = r;
+        w->id = (int)i;
+        w->epfd = epoll_create1(EPOLL_CLOEXEC);
+        w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->epfd < 0 || w->wakefd < 0) {
+            snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
+            return -1;
+        }
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+                                 .data.ptr = &worker_listen_tag};
+        struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &worker_wake_tag};
+        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, r->listen_fd, &ev) < 0 ||
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wakefd, &wev) < 0) {
+            snprintf(err, errlen, "cannot register worker fds: %s", strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int worker_start(struct router *r, char *err, size_t errlen)
+{
+    for (uint64_t i = 0; i < r->cfg.threads; i++) {
+        if (pthread_create(&r->workers[i].thread, NULL, worker_main, &r->workers[i]) != 0) {
+            snprintf(err, errlen, "cannot start worker thread %llu", (unsigned long long)i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void worker_teardown(struct router *r)
+{
+    if (r->workers == NULL) return;
+    for (uint64_t i = 0; i < r->cfg.threads; i++) {
+        uint64_t one = 1;
+        ssize_t wr = write(r->workers[i].wakefd, &one, sizeof one);
+        (void)wr;
+    }
+    for (uint64_t i = 0; i < r->cfg.threads; i++) {
+        pthread_join(r->workers[i].thread, NULL);
+        close(r->workers[i].epfd);
+        close(r->workers[i].wakefd);
+    }
+    free(r->workers);
+    r->workers = NULL;
+}

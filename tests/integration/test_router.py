@@ -1,0 +1,371 @@
+"""shoal-router in front of three real shoal-nodes: keys land on their slot's node, multi-gets are
+split and merged in order, text and meta commands (noreply, q, O, leases) pass through with the
+node's semantics, replies keep request order under pipelining, and pymemcache works unchanged.
+Skipped when SHOAL_TEST_SERVER=memcached (the nodes must be shoal-nodes)."""
+
+import socket
+import threading
+
+import pytest
+
+from conftest import key_slot
+from mcraw import McRaw, http
+
+pytestmark = pytest.mark.shoal_only
+
+
+def node_has(node, key):
+    with McRaw(node.host, node.port) as c:
+        return c.meta(f"mg {key} v").code == "VA"
+
+
+# --- routing ----------------------------------------------------------------------------------------
+
+def test_every_key_lands_on_its_slot_node(cluster):
+    r = cluster.raw()
+    keys = [f"user:{i}" for i in range(300)] + [f"k{i}" for i in range(100)]
+    for k in keys:
+        assert r.store("set", k, k) == "STORED"
+    per_node = [0, 0, 0]
+    for k in keys:
+        owner = cluster.owner(k)
+        holders = [i for i, n in enumerate(cluster.nodes) if node_has(n, k)]
+        assert holders == [cluster.nodes.index(owner)], \
+            f"{k} (slot {key_slot(k)}) must be on node {cluster.nodes.index(owner)} only, found on {holders}"
+        per_node[holders[0]] += 1
+    assert all(n > 50 for n in per_node), f"keys spread over all three nodes: {per_node}"
+
+
+def test_hash_tag_keys_share_a_node(cluster):
+    r = cluster.raw()
+    for part in ("cart", "profile", "feed", "x"):
+        assert r.store("set", f"{{u:42}}:{part}", part) == "STORED"
+    owner = cluster.owner("u:42")
+    for part in ("cart", "profile", "feed", "x"):
+        assert node_has(owner, f"{{u:42}}:{part}"), "keys with one hash tag live on its node"
+
+
+# --- fan-out ----------------------------------------------------------------------------------------
+
+def test_multiget_across_nodes_returns_values_in_key_order(cluster):
+    r = cluster.raw()
+    keys = [f"m{i}" for i in range(40)]
+    assert len({cluster.nodes.index(cluster.owner(k)) for k in keys}) == 3
+    for i, k in enumerate(keys):
+        if i % 3 != 1:  # every third key stays a miss
+            r.store("set", k, f"value-{i}", flags=i)
+    got = r.get(*keys)
+    want = [(k, i, f"value-{i}".encode(), None) for i, k in enumerate(keys) if i % 3 != 1]
+    assert got == want, "hits come back in the order asked, misses left out"
+
+
+def test_multiget_gets_and_duplicates(cluster):
+    r = cluster.raw()
+    keys = ["a", "b", "c", "d", "e", "f"]
+    for k in keys:
+        r.store("set", k, k * 3)
+    got = r.get("f", "a", "f", "zz", "c", cmd="gets")
+    assert [g[0] for g in got] == ["f", "a", "f", "c"]
+    assert all(g[3] is not None for g in got), "gets returns a CAS for every hit"
+    assert got[0][3] == got[2][3]
+
+
+def test_gat_multi_node(cluster):
+    r = cluster.raw()
+    for k in ("g1", "g2", "g3", "g4", "g5"):
+        r.store("set", k, "v")
+    got = r.get("100", "g1", "g2", "g3", "g4", "g5", cmd="gat")
+    assert [g[0] for g in got] == ["g1", "g2", "g3", "g4", "g5"]
+    assert r.meta("mg g3 t").flags["t"] in ("100", "99"), "gat set the new TTL on the node"
+
+
+def test_pipeline_replies_keep_request_order(cluster):
+    r = cluster.raw()
+    n = 500
+    batch = b""
+    for i in range(n):
+        batch += f"set p{i} 0 0 {len(str(i))}\r\n{i}\r\n".encode()
+        batch += f"get p{i} p{(i * 7) % n}\r\n".encode() if i % 2 else f"mg p{i} v\r\n".encode()
+    batch += b"mn\r\n"
+    r.send(batch)
+    for i in range(n):
+        assert r.read_line() == "STORED"
+        if i % 2:
+            items = r.read_get_reply()
+            assert items[0][0] == f"p{i}" and items[0][2] == str(i).encode()
+        else:
+            m = r.read_meta()
+            assert m.code == "VA" and m.value == str(i).encode(), f"reply {i} in order: {m}"
+    assert r.read_line() == "MN"
+
+
+def test_many_clients_in_parallel(cluster):
+    errors = []
+
+    def run(t):
+        try:
+            c = cluster.raw()
+            for i in range(200):
+                k = f"t{t}:{i}"
+                assert c.store("set", k, f"{t}-{i}") == "STORED"
+                assert c.get(k) == [(k, 0, f"{t}-{i}".encode(), None)]
+        except Exception as e:  # collected for the main thread
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# --- text commands ----------------------------------------------------------------------------------
+
+def test_text_storage_and_arith_commands(cluster):
+    r = cluster.raw()
+    assert r.store("add", "t", "1") == "STORED"
+    assert r.store("add", "t", "1") == "NOT_STORED"
+    assert r.store("replace", "t", "5") == "STORED"
+    assert r.store("append", "t", "0") == "STORED"
+    assert r.store("prepend", "t", "1") == "STORED"
+    assert r.get("t") == [("t", 0, b"150", None)]
+    assert r.cmd("incr t 7") == "157"
+    assert r.cmd("decr t 100") == "57"
+    cas = r.get("t", cmd="gets")[0][3]
+    assert r.store("cas", "t", "x", extra=str(cas + 1)) == "EXISTS"
+    assert r.store("cas", "t", "y", extra=str(cas)) == "STORED"
+    assert r.cmd("touch t 100") == "TOUCHED"
+    assert r.cmd("delete t") == "DELETED"
+    assert r.cmd("delete t") == "NOT_FOUND"
+    assert r.cmd("incr t 1") == "NOT_FOUND"
+    assert r.cmd("version").startswith("VERSION 1.6.18-shoal-router")
+
+
+def test_noreply_is_silent_and_in_order(cluster):
+    r = cluster.raw()
+    r.send(b"set nr 0 0 1 noreply\r\na\r\nappend nr 0 0 1 noreply\r\nb\r\n"
+           b"delete nothere noreply\r\nincr nr 1 noreply\r\nget nr\r\n")
+    assert r.read_get_reply() == [("nr", 0, b"ab", None)], "noreply commands sent nothing back"
+
+
+def test_flush_all_reaches_every_node(cluster):
+    r = cluster.raw()
+    keys = [f"f{i}" for i in range(30)]
+    for k in keys:
+        r.store("set", k, "v")
+    assert r.cmd("flush_all") == "OK"
+    assert r.get(*keys) == []
+    for n in cluster.nodes:
+        assert all(not node_has(n, k) for k in keys)
+
+
+def test_protocol_errors_are_answered_by_the_router(cluster):
+    r = cluster.raw()
+    assert r.cmd("bogus") == "ERROR"
+    assert r.cmd("get " + "k" * 251) == "CLIENT_ERROR bad command line format"
+    assert r.store("set", "big", b"x" * (1024 * 1024 + 1)) == "SERVER_ERROR object too large for cache"
+    assert r.cmd("version").startswith("VERSION"), "the connection survives and stays in sync"
+
+
+def test_quit_after_pending_replies(cluster):
+    r = cluster.raw()
+    r.store("set", "qk", "v")
+    r.send(b"get qk\r\nquit\r\n")
+    assert r.read_get_reply() == [("qk", 0, b"v", None)]
+    assert r.is_closed()
+
+
+# --- meta commands ----------------------------------------------------------------------------------
+
+def test_meta_commands_pass_through(cluster):
+    r = cluster.raw()
+    assert r.meta("ms mk 2 T100 F7", b"hi").line == "HD"
+    m = r.meta("mg mk v f t k O99")
+    assert m.code == "VA" and m.value == b"hi"
+    assert m.flags["f"] == "7" and m.flags["k"] == "mk" and m.flags["O"] == "99"
+    assert r.meta("ma mk").code == "CLIENT_ERROR"  # non-numeric
+    assert r.meta("ms n 1", b"5").line == "HD"
+    assert r.meta("ma n D3 v").value == b"8"
+    assert r.meta("md mk").line == "HD"
+    assert r.meta("mg mk v").line == "EN"
+    assert r.meta("me n").code in ("ME", "EN")
+
+
+def test_meta_quiet_mode_and_mn(cluster):
+    r = cluster.raw()
+    r.send(b"mg q1 v q O1\r\nms q2 1 q\r\nx\r\nmg q2 v q O2\r\nmd q3 q O3\r\nmd q2 q\r\n"
+           b"mg q2 v q k\r\nmn\r\n")
+    # Only the hit and the delete miss (NF is not hidden) come back, then MN.
+    assert r.read_meta().line == "VA 1 O2" and True
+    assert r.read_line() == "NF O3"
+    assert r.read_line() == "MN"
+
+
+def test_lease_through_router(cluster):
+    a, b = cluster.raw(), cluster.raw()
+    win = a.meta("mg lk v c N30")
+    assert "W" in win.flags, f"the first miss wins the lease: {win.line}"
+    wait = b.meta("mg lk v c N30")
+    assert "Z" in wait.flags and "W" not in wait.flags, f"the second sees Z: {wait.line}"
+    assert a.meta(f"ms lk 3 C{win.cas}", b"new").line == "HD"
+    assert b.meta("mg lk v").value == b"new"
+
+
+def test_base64_key_routes_by_decoded_key(cluster):
+    import base64
+    r = cluster.raw()
+    key = "b64:key"
+    enc = base64.b64encode(key.encode()).decode()
+    assert r.meta(f"ms {enc} 1 b", b"z").line == "HD"
+    assert node_has(cluster.owner(key), key)
+
+
+# --- clients ----------------------------------------------------------------------------------------
+
+def test_pymemcache_through_router(cluster):
+    mc = cluster.client()
+    assert mc.set("py:a", b"1")
+    mc.set_many({f"py:{i}": str(i).encode() for i in range(50)})
+    got = mc.get_many([f"py:{i}" for i in range(50)] + ["py:none"])
+    assert got == {f"py:{i}": str(i).encode() for i in range(50)}
+    assert mc.incr("py:7", 3) == 10
+    v, cas = mc.gets("py:8")
+    assert mc.cas("py:8", b"x", cas)
+    assert mc.get("py:8") == b"x"
+    assert mc.delete("py:8")
+    assert mc.get("py:8") is None
+    assert mc.touch("py:9", 100)
+    assert mc.add("py:9", b"no") is False
+
+
+# --- admin and failures -----------------------------------------------------------------------------
+
+def test_admin_healthz_metrics_topology(cluster):
+    assert http(cluster.admin_port, "GET", "/healthz")[0] == 200
+    cluster.raw().get("x", "y", "z")
+    status, body = http(cluster.admin_port, "GET", "/metrics")
+    assert status == 200
+    assert "shoal_router_topology_version 1" in body
+    assert "shoal_router_upstream_requests" in body
+    assert cluster.version() == 1
+    for n in cluster.nodes:  # per-node figures, for every node of the topology
+        label = f'node="127.0.0.1:{n.port}"'
+        assert f"shoal_router_node_down{{{label}}} 0" in body
+        assert f'shoal_router_node_latency_us{{{label},quantile="0.99"}}' in body
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line.startswith("shoal_router_node_requests{")) >= 1
+
+
+def test_unreachable_node_answers_server_error(start_router):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    router, _, _ = start_router([f"127.0.0.1:{port}"])
+    r = router.raw()
+    line = r.cmd("get k")
+    assert line.startswith("SERVER_ERROR") and f"127.0.0.1:{port}" in line, line
+    assert r.cmd("version").startswith("VERSION")
+
+
+def test_silent_node_times_out_with_server_error(start_router):
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(16)  # accepts (kernel backlog) but never answers
+    try:
+        router, _, _ = start_router([f"127.0.0.1:{lst.getsockname()[1]}"], "--timeout-ms", "200")
+        r = router.raw()
+        r.send(b"get k1\r\nmg k2 v\r\nversion\r\n")
+        first = r.read_line(timeout=3)
+        assert first.startswith("SERVER_ERROR") and "timed out after 200 ms" in first, first
+        assert r.read_line(timeout=3).startswith("SERVER_ERROR")
+        assert r.read_line().startswith("VERSION"), "the router answers in order after a timeout"
+        assert int(r.stats()["window_shrinks"]) >= 1, "a timeout halves the node's window"
+    finally:
+        lst.close()
+
+
+def test_large_values_and_multiget(cluster):
+    r = cluster.raw()
+    big = {f"big{i}": bytes([65 + i]) * (300_000 + i) for i in range(6)}
+    for k, v in big.items():
+        assert r.store("set", k, v) == "STORED"
+    got = r.get(*big)
+    assert [(g[0], g[2]) for g in got] == list(big.items())
+
+
+def test_window_of_one_still_answers_a_deep_pipeline(start_server, start_router):
+    nodes = [start_server() for _ in range(2)]
+    router, _, _ = start_router(nodes, "--upstream-window", "1", "--upstream-conns", "2")
+    r = router.raw()
+    n = 300
+    r.send(b"".join(f"set w{i} 0 0 1 noreply\r\nx\r\nget w{i} w{i + 1}\r\n".encode()
+                    for i in range(n)))
+    for i in range(n):
+        got = r.read_get_reply()
+        assert [g[0] for g in got] == [f"w{i}"], f"request {i}: {got}"
+
+
+def test_client_leaving_with_requests_in_flight(cluster):
+    for _ in range(20):
+        c = McRaw(cluster.router.host, cluster.router.port)
+        c.send(b"".join(f"set gone{i} 0 0 1\r\nx\r\nget gone{i} a b c d e\r\n".encode()
+                        for i in range(200)))
+        c.close()
+    r = cluster.raw()
+    assert r.store("set", "after", "1") == "STORED", "the router serves on"
+    assert r.get("after") == [("after", 0, b"1", None)]
+
+
+def test_garbage_never_crashes_the_router(cluster):
+    import random
+    rnd = random.Random(4)
+    pieces = [b"get ", b"set ", b"mg ", b"ms ", b"md ", b"ma ", b"mn", b"gat ", b"k", b" ", b"q",
+              b"O1", b"noreply", b"\r\n", b"\n", b"0", b"5", b"-1", b"{", b"}", b":", b"\x00",
+              b"\xff", b"b", b"v", b"N30", b"flush_all", b"incr", b"cas ", b"T", b"9" * 30]
+    for _ in range(30):
+        c = McRaw(cluster.router.host, cluster.router.port, timeout=2)
+        blob = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 400)))
+        try:
+            c.send(blob + b"\r\n")
+        except OSError:
+            pass
+        c.close()
+    r = cluster.raw()
+    assert r.cmd("version").startswith("VERSION")
+    keys = [f"many{i}" for i in range(3000)]
+    r.send(b"".join(f"set {k} 0 0 1 noreply\r\nx\r\n".encode() for k in keys))
+    got = r.get(*keys)
+    assert [g[0] for g in got] == keys, "a 3000-key get across nodes comes back whole and in order"
+
+
+def test_clients_resetting_while_their_node_is_down(start_router):
+    """Requests to a refused node fail at once, inside the same event-loop batch that reads
+    them; a client that resets its connection meanwhile must be freed exactly once."""
+    import struct
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()
+    router, _, _ = start_router([f"127.0.0.1:{port}"], "--retry-ms", "10000")
+    for _ in range(100):
+        s = socket.create_connection((router.host, router.port))
+        s.sendall(b"get k\r\n" * 200)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # RST
+    for _ in range(50):  # half-close: answered, then closed by the router
+        s = socket.create_connection((router.host, router.port))
+        s.sendall(b"get k\r\n" * 20)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        assert data.count(b"SERVER_ERROR") == 20
+    r = router.raw()
+    assert r.cmd("get k").startswith("SERVER_ERROR")
