@@ -39,6 +39,9 @@ def test_cold_miss_is_filled_from_the_warm_pool(warm):
     got = r.get("w1", cmd="gets")
     assert got == [("w1", 5, b"warm-value", warm_cas)], "answered from the warm pool, its CAS too"
     with direct(owner(cold, "w1")) as c:
+        # the fill is sent after the client's answer, on the cold node's upstream: await it
+        wait_until(lambda: c.meta("mg w1 v").value is not None, timeout=5,
+                   message="the warm value to be added into the cold pool")
         m = c.meta("mg w1 v f t c")
         assert m.value == b"warm-value" and m.flags["f"] == "5", "added into the cold pool"
         assert 490 <= int(m.flags["t"]) <= 500, "with the warm item's remaining TTL"
