@@ -18,7 +18,7 @@ count_cmocka() { # file
 }
 count_pytest() { # junit xml
   local t f e s
-  if [ ! -s "$1" ]; then failed=$((failed + 1)); return; fi
+  if [ ! -s "$1" ]; then echo "integration: FAILED (no junit report $1)"; failed=$((failed + 1)); return; fi
   read -r t f e s < <(/usr/bin/python3 - "$1" <<'PY'
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
@@ -30,6 +30,7 @@ k = sum(int(s.get("skipped", 0)) for s in suites)
 print(t, f, e, k)
 PY
 )
+  echo "integration: $t tests, $f failures, $e errors, $s skipped"
   passed=$((passed + t - f - e - s)); failed=$((failed + f + e))
 }
 
@@ -44,7 +45,9 @@ for variant in normal san; do
     [ -x "$t" ] || continue
     "$t" >"$log/unit.txt" 2>&1; rc=$?
     cat "$log/unit.txt"; count_cmocka "$log/unit.txt"
-    [ $rc -eq 0 ] || grep -q 'FAILED' "$log/unit.txt" || failed=$((failed + 1))
+    if [ $rc -ne 0 ] && ! grep -q 'FAILED' "$log/unit.txt"; then
+      echo "unit $t: FAILED (exit status $rc with no failed test reported)"; failed=$((failed + 1))
+    fi
   done
   echo "== integration tests ($variant)"
   SHOAL_NODE_BIN="$PWD/$bdir/bin/shoal-node" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
