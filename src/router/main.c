@@ -145,6 +145,8 @@ int main(int argc, char **argv)
         return 2;
     }
     nodestats_init(&router.nodes, router.cfg.threads);
+    if (scopestats_init(&router.scopes, router.cfg.threads) < 0)
+        log_error("out of memory for per-pool and per-namespace figures; /metrics omits them");
     uint64_t *seen[256];
     for (uint64_t i = 0; i < router.cfg.threads; i++) seen[i] = &router.workers[i].topo_seen;
     topo_registry_init(&router.topo, t, seen, router.cfg.threads);
@@ -191,6 +193,7 @@ int main(int argc, char **argv)
     close(router.listen_fd);
     topo_registry_teardown(&router.topo);
     nodestats_teardown(&router.nodes);
+    scopestats_teardown(&router.scopes);
     options_release();
     return 0;
 }

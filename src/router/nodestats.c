@@ -55,6 +55,20 @@ out:
     return e;
 }
 
+bool nodestats_is_down(struct nodestats *s, const char *addr)
+{
+    bool down = false;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n; i++) {
+        if (strcmp(s->v[i]->addr, addr)) continue;
+        for (size_t wi = 0; wi < s->nworkers; wi++)
+            if (__atomic_load_n(&s->v[i]->slots[wi].down, __ATOMIC_RELAXED)) down = true;
+        break;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return down;
+}
+
 static uint64_t nodestat_quantile(const uint64_t *lat, uint64_t total, double q)
 {
     uint64_t want = (uint64_t)((double)total * q), seen = 0;

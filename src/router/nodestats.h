@@ -9,6 +9,7 @@
 #define SHOAL_ROUTER_NODESTATS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,9 @@ void nodestats_teardown(struct nodestats *s);
 /* The entry for `addr`, created on first use. NULL when memory runs out (then the node's
  * figures are simply not kept). Takes the lock: call when connecting, not per request. */
 struct nodestat *nodestats_get(struct nodestats *s, const char *addr);
+/* Whether any worker has the node at `addr` marked down (false for a node never used). Takes
+ * the lock: for the admin thread. */
+bool nodestats_is_down(struct nodestats *s, const char *addr);
 /* Prometheus text for every node: shoal_router_node_{requests,errors,timeouts} counters,
  * shoal_router_node_down (workers that have it marked down) and shoal_router_node_latency_us
  * quantiles 0.5/0.9/0.99 (upper bounds of power-of-two buckets). */

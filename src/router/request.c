@@ -40,6 +40,7 @@ struct frag *frag_create(struct rreq *rq, uint16_t idx)
     if (f == NULL) return NULL;
     f->rq = rq;
     f->idx = idx;
+    f->pool = f->ns = -1;
     buf_init(&f->out);
     buf_init(&f->reply);
     return f;

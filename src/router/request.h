@@ -35,6 +35,8 @@ struct frag {
     bool completed;         /* answered: owned by rq now, no longer by a queue */
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
+    int32_t pool, ns;       /* for per-pool/namespace figures: indices in the routing table,
+                             * -1 when none (probes, flush_all) */
     uint64_t deadline_ms;
     uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
     struct buf out;         /* request bytes until they are handed to a connection */

@@ -180,6 +180,14 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
     return true;
 }
 
+/* Mark fragment f as one for key's namespace and pool (per-pool/namespace figures). */
+static void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey)
+{
+    const struct topo_ns *ns = topo_namespace(t, key, nkey);
+    f->ns = (int32_t)(ns - t->ns);
+    f->pool = (int32_t)ns->pool;
+}
+
 /* Apply the key's namespace limits to one request (or one key of a multi-get) carrying
  * `nvalue` value bytes: max_value_bytes, ops_per_sec, bytes_per_sec. On a violation, answers
  * with an error naming the namespace and the limit (unless `silent`: text noreply) and
@@ -206,7 +214,10 @@ bool route_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue
         n = snprintf(msg, sizeof msg,
                      "SERVER_ERROR shoal-router: namespace %s: over bytes_per_sec %llu\r\n",
                      ns->name, (unsigned long long)ns->bytes.rate);
+    int32_t nsi = (int32_t)(ns - w->topo->ns);
+    SCOPESTAT_ADD(&w->r->scopes, w->id, -1, nsi, requests);
     if (n == 0) return true;
+    SCOPESTAT_ADD(&w->r->scopes, w->id, -1, nsi, refusals);
     w->m.policy_refusals++;
     if (!silent) client_local(c, msg, (size_t)n);
     return false;
@@ -233,6 +244,7 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     rq->frags = &rq->frag1;
     rq->frag1 = f;
     rq->nfrags = rq->pending = 1;
+    route_tag(w->topo, f, req->key, req->nkey);
     struct line_cut ttl;
     char num[32];
     bool edit = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
@@ -323,6 +335,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
                 bad = true;
                 break;
             }
+            route_tag(w->topo, f, key, nk); /* a fragment counts for its first key's namespace */
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
@@ -379,6 +392,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         struct frag *f = frag_create(rq, (uint16_t)i);
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
+        if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey);
         if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, ttl) < 0 ||
             (data && buf_append(&f->out, data, ndata) < 0))
             goto oom;

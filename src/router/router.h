@@ -14,6 +14,7 @@
 
 #include "common/metrics.h"
 #include "router/nodestats.h"
+#include "router/scopestats.h"
 #include "router/topo.h"
 
 #define ROUTER_VERSION "0.1.0"
@@ -125,6 +126,7 @@ struct router {
     struct router_config cfg;
     struct topo_registry topo;
     struct nodestats nodes;     /* per-node figures for /metrics */
+    struct scopestats scopes;   /* per-pool and per-namespace figures for /metrics */
     struct rworker *workers;
     int listen_fd;
     unsigned bound_port;

@@ -3,7 +3,8 @@
  *   GET  /healthz         "ok" (src/common/admin.c)
  *   GET  /metrics         Prometheus text: request counters summed over workers, the topology
  *                         version in use, reloads, and per node: requests, errors, timeouts,
- *                         marked down, latency quantiles
+ *                         marked down, latency quantiles; per pool and per namespace
+ *                         (scopestats.h): requests, errors, timeouts, nodes up/down, refusals
  *   GET  /v1/topology     {"version": N, "nodes": [...], "pools": [...], "namespaces": [...]}
  *   PUT  /v1/topology     body: a whole topology document; applied when valid and newer
  *
@@ -45,6 +46,10 @@ static void router_metrics(void *ctx, struct buf *out)
                "# TYPE shoal_router_curr_connections gauge\nshoal_router_curr_connections %llu\n",
                (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
     nodestats_render(&r->nodes, out);
+    /* the lock keeps the table from being replaced (and freed) while its names are read */
+    pthread_mutex_lock(&r->topo.lock);
+    scopestats_render(&r->scopes, topo_current(&r->topo), &r->nodes, out);
+    pthread_mutex_unlock(&r->topo.lock);
 }
 
 static void json_str(struct buf *out, const char *s)

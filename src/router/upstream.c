@@ -76,6 +76,7 @@ static void frag_fail(struct upnode *un, struct frag *f, const char *msg, size_t
 {
     struct rworker *w = un->w;
     if (un->stat && !f->probe) NODESTAT_ADD(un->stat->errors, 1);
+    if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, errors);
     w->inflight--;
     frag_complete(f, msg, n, true);
 }
@@ -116,6 +117,7 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
         if (timeout && first) {
             w->m.upstream_timeouts++;
             if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+            SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, timeouts);
         } else {
             w->m.upstream_errors++;
         }
@@ -260,6 +262,7 @@ void upnode_submit(struct upnode *un, struct frag *f)
     f->next = NULL;
     f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     w->inflight++;
+    if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, -1, requests);
     if (un->down && !f->probe) { /* never make a client wait on a node marked down */
         char msg[256];
         int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down\r\n",
@@ -433,6 +436,7 @@ void upstream_check_timeouts(struct rworker *w)
             un->nwait--;
             w->m.upstream_timeouts++;
             if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+            SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, timeouts);
             char msg[256];
             int n = snprintf(msg, sizeof msg,
                              "SERVER_ERROR shoal-router: node %s timed out (request never sent: "

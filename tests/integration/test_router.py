@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import key_slot
+from conftest import key_slot, topology
 from mcraw import McRaw, http
 
 pytestmark = pytest.mark.shoal_only
@@ -255,6 +255,55 @@ def test_admin_healthz_metrics_topology(cluster):
         assert f'shoal_router_node_latency_us{{{label},quantile="0.99"}}' in body
     assert sum(int(line.rsplit(" ", 1)[1]) for line in body.splitlines()
                if line.startswith("shoal_router_node_requests{")) >= 1
+
+
+def metric(body, name, label):
+    """The value of series name{label} in Prometheus text (None when absent)."""
+    for line in body.splitlines():
+        if line.startswith(f"{name}{{{label}}} "):
+            return int(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_metrics_per_pool_and_namespace(start_server, start_router):
+    live = start_server()
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    doc = topology([live])
+    doc["pools"]["cold"] = {"nodes": [f"127.0.0.1:{dead_port}"]}
+    doc["namespaces"]["a"] = {"pool": "main", "max_value_bytes": 10}
+    doc["namespaces"]["b"] = {"pool": "cold"}
+    router, admin, _ = start_router(doc, "--down-after", "1")
+    r = router.raw()
+    for i in range(5):
+        assert r.store("set", f"a:k{i}", "v") == "STORED"
+    assert r.store("set", "a:big", "x" * 11).startswith("SERVER_ERROR"), "over max_value_bytes"
+    assert r.get("a:k1") == [("a:k1", 0, b"v", None)]
+    for i in range(3):
+        assert r.cmd(f"get b:k{i}").startswith("SERVER_ERROR"), "the cold pool's node is dead"
+    status, body = http(admin, "GET", "/metrics")
+    assert status == 200
+    ns_a, ns_b = 'namespace="a"', 'namespace="b"'
+    assert metric(body, "shoal_router_namespace_requests", ns_a) == 7, "refused one included"
+    assert metric(body, "shoal_router_namespace_limit_refusals", ns_a) == 1
+    assert metric(body, "shoal_router_namespace_errors", ns_a) == 0
+    assert metric(body, "shoal_router_namespace_requests", ns_b) == 3
+    assert metric(body, "shoal_router_namespace_errors", ns_b) == 3
+    assert metric(body, "shoal_router_namespace_limit_refusals", ns_b) == 0
+    assert metric(body, "shoal_router_namespace_timeouts", ns_b) == 0
+    assert metric(body, "shoal_router_namespace_requests", 'namespace="default"') == 0
+    main, cold = 'pool="main"', 'pool="cold"'
+    assert metric(body, "shoal_router_pool_requests", main) == 6, "the refused set never left"
+    assert metric(body, "shoal_router_pool_errors", main) == 0
+    assert metric(body, "shoal_router_pool_nodes_up", main) == 1
+    assert metric(body, "shoal_router_pool_nodes_down", main) == 0
+    assert metric(body, "shoal_router_pool_requests", cold) == 3
+    assert metric(body, "shoal_router_pool_errors", cold) == 3
+    assert metric(body, "shoal_router_pool_timeouts", cold) == 0
+    assert metric(body, "shoal_router_pool_nodes_down", cold) == 1, "--down-after 1"
+    assert metric(body, "shoal_router_pool_nodes_up", cold) == 0
 
 
 def test_unreachable_node_answers_server_error(start_router):
