@@ -1,5 +1,5 @@
 /* test_router_nodestats.c — unit tests for the router's per-node figures: entries by address,
- * per-worker slots summed, latency quantiles from power-of-two buckets. */
+ * per-worker slots summed, whether a node is down, latency quantiles from power-of-two buckets. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,6 +34,10 @@ static void test_entries_sum_and_render(void **state)
     assert_non_null(strstr(t, "shoal_router_node_latency_us{node=\"127.0.0.1:1\",quantile=\"0.5\"} 128\n"));
     assert_non_null(strstr(t, "shoal_router_node_latency_us{node=\"127.0.0.1:1\",quantile=\"0.99\"} 8192\n"));
     buf_release(&out);
+    assert_true(nodestats_is_down(&s, "127.0.0.1:1")); /* one worker has it down */
+    NODESTAT_ADD(a->slots[1].down, -1);
+    assert_false(nodestats_is_down(&s, "127.0.0.1:1"));
+    assert_false(nodestats_is_down(&s, "127.0.0.1:2")); /* never used */
     nodestats_teardown(&s);
 }
 
