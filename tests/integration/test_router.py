@@ -304,6 +304,15 @@ def test_metrics_per_pool_and_namespace(start_server, start_router):
     assert metric(body, "shoal_router_pool_timeouts", cold) == 0
     assert metric(body, "shoal_router_pool_nodes_down", cold) == 1, "--down-after 1"
     assert metric(body, "shoal_router_pool_nodes_up", cold) == 0
+    # A reload that keeps pools and namespaces in place (a new limit) keeps their series.
+    doc["version"] = 2
+    doc["namespaces"]["a"]["max_value_bytes"] = 20
+    assert http(admin, "PUT", "/v1/topology", doc)[0] == 200
+    assert r.store("set", "a:k9", "v") == "STORED"
+    body = http(admin, "GET", "/metrics")[1]
+    assert metric(body, "shoal_router_namespace_requests", ns_a) == 8
+    assert metric(body, "shoal_router_pool_requests", main) == 7
+    assert metric(body, "shoal_router_namespace_errors", ns_b) == 3
 
 
 def test_unreachable_node_answers_server_error(start_router):
