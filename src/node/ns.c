@@ -148,16 +148,7 @@ static void ns_publish(struct ns_registry *r, struct ns_table *t)
     t->version = old->version + 1;
     __atomic_store_n(&r->table, t, __ATOMIC_SEQ_CST);
     if (r->published) r->published(r->published_ctx, t);
-    uint64_t g = __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
-    /* A reader that went online at generation < g (seen in 1..g) may still use `old`. Workers
-     * finish a batch in micro- to milliseconds, so waiting here is short. */
-    for (size_t i = 0; i < r->nreaders; i++) {
-        for (unsigned spins = 0;; spins++) {
-            uint64_t s = __atomic_load_n(r->seen[i], __ATOMIC_SEQ_CST);
-            if (s == 0 || s > g) break;
-            usleep(spins < 100 ? 50 : 1000);
-        }
-    }
+    qsbr_synchronize(&r->gen, r->seen, r->nreaders); /* then no reader can hold `old` */
     ns_table_free(old, t);
 }
 

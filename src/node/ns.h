@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "common/qsbr.h"
 #include "node/store.h"
 
 #define NS_NAME_MAX 64
@@ -119,11 +120,8 @@ static inline const struct ns_table *ns_current(struct ns_registry *r)
 
 /* A reader goes online before touching the table (after epoll_wait) and offline before
  * blocking; the writer frees a replaced table once no reader online saw the old one. */
-static inline void ns_online(struct ns_registry *r, uint64_t *seen)
-{
-    __atomic_store_n(seen, __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST) + 1, __ATOMIC_SEQ_CST);
-}
-static inline void ns_quiescent(uint64_t *seen) { __atomic_store_n(seen, 0, __ATOMIC_SEQ_CST); }
+static inline void ns_online(struct ns_registry *r, uint64_t *seen) { qsbr_online(&r->gen, seen); }
+static inline void ns_quiescent(uint64_t *seen) { qsbr_quiescent(seen); }
 
 /* The namespace of `key`: its prefix before ':' if defined, else default. Never NULL. */
 const struct ns *ns_of_key(const struct ns_table *t, const char *key, size_t nkey);

@@ -493,15 +493,7 @@ int topo_publish(struct topo_registry *r, struct topo *t, char *err, size_t errl
         return -1;
     }
     __atomic_store_n(&r->cur, t, __ATOMIC_SEQ_CST);
-    uint64_t g = __atomic_add_fetch(&r->gen, 1, __ATOMIC_SEQ_CST);
-    /* A reader online since before generation g (seen in 1..g) may still hold `old`. */
-    for (size_t i = 0; i < r->nreaders; i++) {
-        for (unsigned spins = 0;; spins++) {
-            uint64_t s = __atomic_load_n(r->seen[i], __ATOMIC_SEQ_CST);
-            if (s == 0 || s > g) break;
-            usleep(spins < 100 ? 50 : 1000);
-        }
-    }
+    qsbr_synchronize(&r->gen, r->seen, r->nreaders); /* then no reader can hold `old` */
     pthread_mutex_unlock(&r->lock);
     topo_destroy(&old);
     return 0;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "common/qsbr.h"
 #include "router/slot.h"
 
 #define TOPO_NAME_MAX 64
@@ -122,9 +123,9 @@ int topo_publish(struct topo_registry *r, struct topo *t, char *err, size_t errl
  * blocks; pointers obtained while online are valid until it goes quiescent. */
 static inline void topo_online(struct topo_registry *r, uint64_t *seen)
 {
-    __atomic_store_n(seen, __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST) + 1, __ATOMIC_SEQ_CST);
+    qsbr_online(&r->gen, seen);
 }
-static inline void topo_quiescent(uint64_t *seen) { __atomic_store_n(seen, 0, __ATOMIC_SEQ_CST); }
+static inline void topo_quiescent(uint64_t *seen) { qsbr_quiescent(seen); }
 static inline struct topo *topo_current(struct topo_registry *r)
 {
     return __atomic_load_n(&r->cur, __ATOMIC_SEQ_CST);
