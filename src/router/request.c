@@ -127,26 +127,57 @@ static size_t value_block(const char *p, size_t n, const char **key, size_t *nke
     return len <= n ? len : 0;
 }
 
-uint32_t multiget_misses(const struct rreq *rq, bool *miss)
+/* Walk a split multi-get's keys in the client's order, matching each to the next VALUE block of
+ * its fragment's reply (replies keep the order keys were sent in, misses leave no block): calls
+ * fn(ctx, i, block, len) for key i, with len 0 for a miss. Returns -1 if memory ran out (before
+ * any call) or a call returned < 0, else 0. */
+static int multiget_walk(const struct rreq *rq,
+                         int (*fn)(void *ctx, uint32_t i, const char *block, size_t len), void *ctx)
 {
     size_t curstack[64], *cur = rq->nfrags <= 64 ? curstack : calloc(rq->nfrags, sizeof *cur);
-    if (cur == NULL) return 0;
+    if (cur == NULL) return -1;
     if (cur == curstack) memset(cur, 0, sizeof curstack);
     const char *kp = rq->keys, *kend = rq->keys + rq->nkeys_bytes, *key;
     uint8_t nk;
-    uint32_t n = 0;
+    int rc = 0;
     for (uint32_t i = 0; i < rq->nkeys && proto_next_key(&kp, kend, &key, &nk); i++) {
         struct frag *f = rq->frags[rq->keyfrag[i]];
         size_t *c = &cur[rq->keyfrag[i]];
-        const char *bk;
+        const char *block = buf_start(&f->reply) + *c, *bk;
         size_t nbk;
-        size_t blen = value_block(buf_start(&f->reply) + *c, buf_used(&f->reply) - *c, &bk, &nbk);
-        miss[i] = blen == 0 || nbk != nk || memcmp(bk, key, nk);
-        if (miss[i]) n++;
-        else *c += blen;
+        size_t blen = value_block(block, buf_used(&f->reply) - *c, &bk, &nbk);
+        if (blen == 0 || nbk != nk || memcmp(bk, key, nk)) blen = 0; /* a miss */
+        *c += blen;
+        if (fn(ctx, i, block, blen) < 0) rc = -1;
     }
     if (cur != curstack) free(cur);
-    return n;
+    return rc;
+}
+
+struct misses_ctx {
+    bool *miss;
+    uint32_t n;
+};
+
+static int note_miss(void *ctx, uint32_t i, const char *block, size_t len)
+{
+    struct misses_ctx *m = ctx;
+    (void)block;
+    m->miss[i] = len == 0;
+    m->n += len == 0;
+    return 0;
+}
+
+uint32_t multiget_misses(const struct rreq *rq, bool *miss)
+{
+    struct misses_ctx m = {.miss = miss};
+    return multiget_walk(rq, note_miss, &m) == 0 ? m.n : 0;
+}
+
+static int append_hit(void *ctx, uint32_t i, const char *block, size_t len)
+{
+    (void)i;
+    return len ? buf_append(ctx, block, len) : 0;
 }
 
 /* Put the merged reply of a split multi-get into rq->reply: VALUE blocks in the client's key
@@ -158,24 +189,8 @@ static int merge_multiget(struct rreq *rq)
         struct frag *f = rq->frags[i];
         if (f->failed) return buf_append(&rq->reply, buf_start(&f->reply), buf_used(&f->reply));
     }
-    size_t curstack[64], *cur = rq->nfrags <= 64 ? curstack : calloc(rq->nfrags, sizeof *cur);
-    if (cur == NULL) return -1;
-    if (cur == curstack) memset(cur, 0, sizeof curstack);
-    const char *kp = rq->keys, *kend = rq->keys + rq->nkeys_bytes, *key;
-    uint8_t nk;
-    int rc = 0;
-    for (uint32_t i = 0; i < rq->nkeys && proto_next_key(&kp, kend, &key, &nk); i++) {
-        struct frag *f = rq->frags[rq->keyfrag[i]];
-        size_t *c = &cur[rq->keyfrag[i]];
-        const char *bk;
-        size_t nbk;
-        size_t blen = value_block(buf_start(&f->reply) + *c, buf_used(&f->reply) - *c, &bk, &nbk);
-        if (blen == 0 || nbk != nk || memcmp(bk, key, nk)) continue; /* a miss */
-        if (buf_append(&rq->reply, buf_start(&f->reply) + *c, blen) < 0) rc = -1;
-        *c += blen;
-    }
+    int rc = multiget_walk(rq, append_hit, &rq->reply);
     if (buf_append(&rq->reply, "END\r\n", 5) < 0) rc = -1;
-    if (cur != curstack) free(cur);
     return rc;
 }
 
