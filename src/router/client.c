@@ -86,7 +86,20 @@ void client_mark_dirty(struct client *c)
     c->w->dirty = c;
 }
 
-void client_event(struct client *c, uint32_t events)
+/* Account for one read of the client's socket: bytes, 0 at EOF or -errno. */
+void client_read_done(struct client *c, int res)
+{
+    if (res > 0) {
+        c->rbuf.len += (size_t)res;
+        c->w->m.bytes_read += (uint64_t)res;
+    } else if (res == 0) {
+        c->eof = true; /* half-closed: still answer what it sent */
+    } else if (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR) {
+        c->dead = true;
+    }
+}
+
+void client_event(struct client *c, uint32_t events, struct uring *ring)
 {
     client_mark_dirty(c);
     if (events & (EPOLLERR | EPOLLHUP)) {
@@ -99,15 +112,11 @@ void client_event(struct client *c, uint32_t events)
         c->dead = true;
         return;
     }
-    ssize_t n = read(c->fd, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
-    if (n > 0) {
-        c->rbuf.len += (size_t)n;
-        c->w->m.bytes_read += (uint64_t)n;
-    } else if (n == 0) {
-        c->eof = true; /* half-closed: still answer what it sent */
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        c->dead = true;
-    }
+    char *dst = c->rbuf.data + c->rbuf.len;
+    size_t room = c->rbuf.cap - c->rbuf.len;
+    if (ring && uring_recv(ring, c->fd, dst, room, c) == 0) return; /* client_read_done later */
+    ssize_t n = read(c->fd, dst, room);
+    client_read_done(c, n >= 0 ? (int)n : -errno);
 }
 
 void client_enqueue(struct client *c, struct rreq *rq)
@@ -348,12 +357,36 @@ static int client_flush(struct client *c)
     return 0;
 }
 
-void client_service(struct client *c)
+bool client_prepare(struct client *c)
 {
-    if (c->dead) goto destroy;
+    if (c->dead) {
+        client_destroy(c);
+        return false;
+    }
     client_process(c);
     client_drain(c);
-    if (client_flush(c) < 0) goto destroy;
+    return true;
+}
+
+bool client_wants_send(const struct client *c)
+{
+    return buf_used(&c->wbuf) > 0 && !c->epollout;
+}
+
+int client_send_done(struct client *c, int res)
+{
+    if (res > 0) {
+        c->w->m.bytes_written += (uint64_t)res;
+        buf_consume(&c->wbuf, (size_t)res);
+        return 0;
+    }
+    if (res == -EAGAIN || res == -EWOULDBLOCK || res == -EINTR) return 0; /* flushed again */
+    return -1;
+}
+
+void client_finish(struct client *c, int sent)
+{
+    if (sent < 0 || client_flush(c) < 0) goto destroy;
     /* output drained below the soft limit: requests already buffered may run now */
     if (c->paused && buf_used(&c->wbuf) == 0 && c->npending < c->w->r->cfg.client_pending) {
         client_process(c);

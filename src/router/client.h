@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/uring.h"
 #include "router/request.h"
 #include "router/router.h"
 
@@ -21,6 +22,7 @@ struct client {
     int evkind; /* EV_CLIENT: first, so epoll data can tell clients from upstreams */
     struct client *next, *prev; /* worker's list */
     struct client *dirty_next;
+    struct client *batch_next;  /* the worker's list of clients serviced in this pass */
     struct rworker *w;
     int fd;
     bool in_dirty;
@@ -37,10 +39,25 @@ struct client {
 
 /* Take an accepted non-blocking socket. NULL (fd closed) when memory runs out. */
 struct client *client_create(struct rworker *w, int fd);
-/* epoll readiness. Never destroys the client; marks it dirty. */
-void client_event(struct client *c, uint32_t events);
-/* End-of-batch work: run buffered requests, send replies, destroy when finished. */
-void client_service(struct client *c);
+/* epoll readiness. Never destroys the client; marks it dirty. With `ring`, the read is queued
+ * there (into rbuf's spare room, which nothing else touches until the worker has run the ring
+ * and called client_read_done); without, it is done at once. */
+void client_event(struct client *c, uint32_t events, struct uring *ring);
+/* The result of a read of the client's socket: bytes, 0 at EOF, or -errno. */
+void client_read_done(struct client *c, int res);
+/* End-of-batch work, in two halves so that the worker can send the replies of many clients
+ * with one system call in between:
+ *   client_prepare: run buffered requests and move finished replies to wbuf. Returns false
+ *     when the client was destroyed (it had failed).
+ *   client_wants_send: whether wbuf holds bytes a send may take now.
+ *   client_send_done: account for a send of wbuf the worker made (bytes or -errno); -1 when
+ *     the connection failed. wbuf must not change between the send's start and this call.
+ *   client_finish: send what is left (`sent` < 0: the connection failed), resume paused input,
+ *     destroy the client when it is finished, and set its epoll events. */
+bool client_prepare(struct client *c);
+bool client_wants_send(const struct client *c);
+int client_send_done(struct client *c, int res);
+void client_finish(struct client *c, int sent);
 void client_mark_dirty(struct client *c);
 /* Move finished requests at the head of the FIFO into the output. */
 void client_drain(struct client *c);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/metrics.h"
+#include "common/uring.h"
 #include "router/nodestats.h"
 #include "router/scopestats.h"
 #include "router/topo.h"
@@ -53,12 +54,15 @@
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound data port to this file (for tests)", NULL) \
     X(client_id, 0, STR, NULL, 0, 0,                                                             \
-      "picks the replica this router reads in replicated pools (default: the host name)", NULL)
+      "picks the replica this router reads in replicated pools (default: the host name)", NULL)  \
+    X(io_uring, 0, UINT, "1", 0, 1,                                                              \
+      "1: batch the client reads and sends of each event-loop pass with io_uring (0: a system "  \
+      "call each)", NULL)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, backlog,
-        admin_port;
+        admin_port, io_uring;
     const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };
@@ -119,6 +123,8 @@ struct rworker {
     struct client *dirty;       /* clients to service at the end of the batch */
     struct upconn *dirty_up;    /* upstream connections with bytes to send */
     uint64_t inflight;          /* fragments queued or outstanding on any upstream */
+    struct uring ring;          /* batches client reads and sends when use_ring (--io-uring) */
+    bool use_ring;
     struct router_metrics m __attribute__((aligned(64)));
 };
 
