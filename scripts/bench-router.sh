@@ -7,13 +7,18 @@
 # alternates the three targets for ROUNDS rounds (a short unmeasured warmup and a measured run
 # each), so the machine's drift spreads over all three alike. Prints per depth and target the
 # median ops/s and p50 latency over the rounds, the router's and twemproxy's ratio to direct,
-# the added p50 and the errors the clients saw, then the exact commands. Run it on an otherwise
+# the added p50, the CPU time the node and the proxy spent per operation (from /proc, both
+# together: the cost of serving a request by that path) and the errors the clients saw.
+# Under a closed loop at saturation a proxy's p50 mostly restates its throughput (Little's
+# law), so a second phase measures the latency a proxy adds at light load: LAT_CONNS
+# connections at depth 1, alternated the same way. Then the exact commands. Run it on an otherwise
 # idle machine: on 2 cores the node, the proxy and the load generator already share the CPUs. Every step is bounded by `timeout`; all processes are
 # stopped on any exit.
 #
 # Settings (environment): DEPTHS ("1 16"), DURATION (5 s), ROUNDS (3), WARMUP (1 s), CONNS (50),
 # BENCH_THREADS (2), RATIO (1:9), KEYS (100000), VALUE_SIZE (100), NODE_THREADS (2),
-# ROUTER_THREADS (1: nutcracker is single-threaded), NODE_BIN, ROUTER_BIN, BENCH_BIN,
+# ROUTER_THREADS (1: nutcracker is single-threaded), LAT_CONNS (4; 0 skips the light-load
+# phase), NODE_BIN, ROUTER_BIN, BENCH_BIN,
 # NUTCRACKER_BIN (/usr/sbin/nutcracker), KEEP_LOGS=1 to keep the logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +39,7 @@ ROUTER_BIN=${ROUTER_BIN:-build/bin/shoal-router}
 BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
 NUTCRACKER_BIN=${NUTCRACKER_BIN:-/usr/sbin/nutcracker}
 KEEP_LOGS=${KEEP_LOGS:-0}
+LAT_CONNS=${LAT_CONNS:-4}
 
 die() { echo "bench-router.sh: $*" >&2; exit 1; }
 [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
@@ -99,6 +105,17 @@ start twemproxy "$NUTCRACKER_BIN" -c "$WORK/nutcracker.yml" -s "$TW_STATS"
 wait_port "$TW_PORT" twemproxy
 
 declare -A PORT=([direct]=$NODE_PORT [router]=$ROUTER_PORT [twemproxy]=$TW_PORT)
+# the processes serving each path: the node, plus the proxy in front of it
+declare -A SERVING=([direct]="${PIDS[0]}" [router]="${PIDS[0]} ${PIDS[1]}"
+                    [twemproxy]="${PIDS[0]} ${PIDS[2]}")
+cpu_ticks() { # cpu_ticks PID...: user+system clock ticks of those processes, all threads
+    local sum=0 p
+    for p in "$@"; do
+        sum=$(( sum + $(awk '{print $14 + $15}' "/proc/$p/stat") ))
+    done
+    echo "$sum"
+}
+HZ=$(getconf CLK_TCK)
 bench() { # bench LABEL PORT ARGS...
     local label=$1 port=$2; shift 2
     local cmd=("$BENCH_BIN" --server "127.0.0.1:$port" --threads "$BENCH_THREADS" --conns "$CONNS"
@@ -110,39 +127,65 @@ bench() { # bench LABEL PORT ARGS...
 echo "== prefill through the node directly" >&2
 bench prefill "$NODE_PORT" --prefill --duration 0 --warmup 0
 
-declare -A OPS P50 ERRS
+declare -A OPS P50 P99 ERRS CPU
+measure() { # measure TARGET LABEL KEY ARGS...: one measured run, its figures kept under KEY
+    local t=$1 label=$2 key=$3; shift 3
+    local before after out="$WORK/$label.out"
+    before=$(cpu_ticks ${SERVING[$t]})
+    bench "$label" "${PORT[$t]}" "$@" --warmup 0 --json
+    after=$(cpu_ticks ${SERVING[$t]})
+    ERRS[$key]=$(( ${ERRS[$key]:-0} + $(json_field "$out" errors) ))
+    OPS[$key]="${OPS[$key]:-} $(json_field "$out" ops_per_sec)"
+    P50[$key]="${P50[$key]:-} $(json_field "$out" p50_us)"
+    P99[$key]="${P99[$key]:-} $(json_field "$out" p99_us)"
+    CPU[$key]="${CPU[$key]:-} $(awk -v t=$((after - before)) -v hz="$HZ" -v n="$(json_field "$out" ops)" \
+        'BEGIN{print (n > 0) ? 1e6 * t / hz / n : 0}')"
+    printf '   %-9s %-12s: %10.0f ops/s  p50 %7.1f us  p99 %8.1f us\n' "$t" "$label" \
+        "$(json_field "$out" ops_per_sec)" "$(json_field "$out" p50_us)" "$(json_field "$out" p99_us)" >&2
+}
 for d in $DEPTHS; do
     for r in $(seq "$ROUNDS"); do
         for t in direct router twemproxy; do
             if [ "$WARMUP" != 0 ]; then
                 bench "$t-warm-d$d-r$r" "${PORT[$t]}" --pipeline "$d" --duration "$WARMUP" --warmup 0
             fi
-            bench "$t-d$d-r$r" "${PORT[$t]}" --pipeline "$d" --duration "$DURATION" --warmup 0 --json
-            out="$WORK/$t-d$d-r$r.out"
-            ERRS[$t.$d]=$(( ${ERRS[$t.$d]:-0} + $(json_field "$out" errors) ))
-            OPS[$t.$d]="${OPS[$t.$d]:-} $(json_field "$out" ops_per_sec)"
-            P50[$t.$d]="${P50[$t.$d]:-} $(json_field "$out" p50_us)"
-            printf '   %-9s depth %-3s round %s: %10.0f ops/s  p50 %7.1f us\n' "$t" "$d" "$r" \
-                "$(json_field "$out" ops_per_sec)" "$(json_field "$out" p50_us)" >&2
+            measure "$t" "$t-d$d-r$r" "$t.$d" --pipeline "$d" --duration "$DURATION"
         done
     done
 done
+if [ "$LAT_CONNS" != 0 ]; then
+    echo "== light load: $LAT_CONNS connections at depth 1" >&2
+    for r in $(seq "$ROUNDS"); do
+        for t in direct router twemproxy; do
+            measure "$t" "$t-lat-r$r" "$t.lat" --pipeline 1 --duration "$DURATION" \
+                --conns "$LAT_CONNS" --threads $(( LAT_CONNS < BENCH_THREADS ? LAT_CONNS : BENCH_THREADS ))
+        done
+    done
+fi
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo
-printf '%-7s %-10s %12s %10s %14s %12s %8s\n' depth target "ops/s" "p50 us" "vs direct" "added p50" errors
-for d in $DEPTHS; do
+printf '%-7s %-10s %12s %10s %14s %12s %10s %12s %8s\n' load target "ops/s" "p50 us" "vs direct" \
+    "added p50" "p99 us" "CPU us/op" errors
+rows=""
+for d in $DEPTHS; do rows="$rows $d"; done
+[ "$LAT_CONNS" != 0 ] && rows="$rows lat"
+for d in $rows; do
     dops=$(echo "${OPS[direct.$d]}" | median)
     dp50=$(echo "${P50[direct.$d]}" | median)
+    if [ "$d" = lat ]; then load="c$LAT_CONNS,d1"; else load="c$CONNS,d$d"; fi
     for t in direct router twemproxy; do
         ops=$(echo "${OPS[$t.$d]}" | median)
         p50=$(echo "${P50[$t.$d]}" | median)
-        printf '%-7s %-10s %12.0f %10.1f %13.1f%% %10.1f us %8s\n' "$d" "$t" "$ops" "$p50" \
-            "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" \
-            "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" "${ERRS[$t.$d]}"
+        printf '%-7s %-10s %12.0f %10.1f %13.1f%% %10.1f us %10.1f %12.2f %8s\n' "$load" "$t" "$ops" \
+            "$p50" "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" \
+            "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" \
+            "$(echo "${P99[$t.$d]}" | median)" "$(echo "${CPU[$t.$d]}" | median)" "${ERRS[$t.$d]}"
     done
 done
 echo
+echo "load cN,dD: N connections with D requests in flight each. CPU us/op: user+system time of the"
+echo "node and of the proxy in front of it, per operation served (medians over rounds)."
 echo "medians over $ROUNDS alternated rounds of ${DURATION}s; machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "commands:"
 printf '  %s\n' "${COMMANDS[@]}" | grep -v -- '-warm-\|-r[2-9]:' | sed 's/-r1:/:/'
