@@ -307,7 +307,7 @@ static void upconn_parse(struct upconn *uc)
         w->inflight--;
         uc->rscan = 0;
         upnode_success(un, f->probe);
-        if (un->stat && !f->probe) nodestat_latency(un->stat, w->now_us - f->sent_us);
+        if (un->stat && !f->probe) lathist_record(&un->stat->lat, w->now_us - f->sent_us);
         if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
