@@ -1,5 +1,6 @@
 /* test_router_latency.c — unit tests for the router's latency histograms (lathist.h): bucket
- * bounds, quantiles, sums over workers, the Prometheus summary text. */
+ * bounds, quantiles, sums over workers, the Prometheus summary text, and the per-pool and
+ * per-namespace summaries scopestats renders from them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,8 @@
 
 #include "common/buf.h"
 #include "router/lathist.h"
+#include "router/nodestats.h"
+#include "router/scopestats.h"
 
 static void test_buckets(void **state)
 {
@@ -62,12 +65,47 @@ static void test_render(void **state)
     buf_release(&out);
 }
 
+static void test_scope_summaries(void **state)
+{
+    struct scopestats s;
+    assert_int_equal(scopestats_init(&s, 2), 0);
+    struct nodestats nodes;
+    nodestats_init(&nodes, 2);
+    struct topo_pool pools[2] = {{.name = "main"}, {.name = "slow"}};
+    struct topo_ns ns[2] = {{.name = "default"}, {.name = "s", .pool = 1}};
+    struct topo t = {.version = 1, .npools = 2, .nns = 2, .pools = pools, .ns = ns,
+                     .gutter_pool = -1};
+    for (int i = 0; i < 3; i++) scopestat_latency(&s, 0, 1, -1, 80000); /* [65536, 131072) */
+    for (int i = 0; i < 2; i++) scopestat_latency(&s, 1, 1, 1, 90000);
+    scopestat_latency(&s, 1, 0, 0, 100);
+    scopestat_latency(&s, 0, TOPO_POOLS_MAX, SCOPESTATS_NS_MAX, 1); /* out of range: ignored */
+    struct buf out;
+    buf_init(&out);
+    scopestats_render(&s, &t, &nodes, &out);
+    buf_append(&out, "", 1);
+    const char *text = buf_start(&out);
+    assert_non_null(strstr(text, "# TYPE shoal_router_pool_latency_us summary\n"));
+    assert_non_null(strstr(text, "shoal_router_pool_latency_us{pool=\"slow\",quantile=\"0.5\"} 131072\n"));
+    assert_non_null(strstr(text, "shoal_router_pool_latency_us_count{pool=\"slow\"} 5\n"));
+    assert_non_null(strstr(text, "shoal_router_pool_latency_us_sum{pool=\"slow\"} 420000\n"));
+    assert_non_null(strstr(text, "shoal_router_pool_latency_us{pool=\"main\",quantile=\"0.99\"} 128\n"));
+    assert_non_null(strstr(text, "shoal_router_pool_latency_us_count{pool=\"main\"} 1\n"));
+    assert_non_null(strstr(text, "# TYPE shoal_router_namespace_latency_us summary\n"));
+    assert_non_null(strstr(text, "shoal_router_namespace_latency_us{namespace=\"s\",quantile=\"0.9\"} 131072\n"));
+    assert_non_null(strstr(text, "shoal_router_namespace_latency_us_count{namespace=\"s\"} 2\n"));
+    assert_non_null(strstr(text, "shoal_router_namespace_latency_us_count{namespace=\"default\"} 1\n"));
+    buf_release(&out);
+    nodestats_teardown(&nodes);
+    scopestats_teardown(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_quantiles_and_sum),
         cmocka_unit_test(test_render),
+        cmocka_unit_test(test_scope_summaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
