@@ -83,17 +83,20 @@ static void test_scope_summaries(void **state)
     buf_init(&out);
     scopestats_render(&s, &t, &nodes, &out);
     buf_append(&out, "", 1);
-    const char *text = buf_start(&out);
-    assert_non_null(strstr(text, "# TYPE shoal_router_pool_latency_us summary\n"));
-    assert_non_null(strstr(text, "shoal_router_pool_latency_us{pool=\"slow\",quantile=\"0.5\"} 131072\n"));
-    assert_non_null(strstr(text, "shoal_router_pool_latency_us_count{pool=\"slow\"} 5\n"));
-    assert_non_null(strstr(text, "shoal_router_pool_latency_us_sum{pool=\"slow\"} 420000\n"));
-    assert_non_null(strstr(text, "shoal_router_pool_latency_us{pool=\"main\",quantile=\"0.99\"} 128\n"));
-    assert_non_null(strstr(text, "shoal_router_pool_latency_us_count{pool=\"main\"} 1\n"));
-    assert_non_null(strstr(text, "# TYPE shoal_router_namespace_latency_us summary\n"));
-    assert_non_null(strstr(text, "shoal_router_namespace_latency_us{namespace=\"s\",quantile=\"0.9\"} 131072\n"));
-    assert_non_null(strstr(text, "shoal_router_namespace_latency_us_count{namespace=\"s\"} 2\n"));
-    assert_non_null(strstr(text, "shoal_router_namespace_latency_us_count{namespace=\"default\"} 1\n"));
+    static const char *const want[] = {
+        "# TYPE shoal_router_pool_latency_us summary\n",
+        "shoal_router_pool_latency_us{pool=\"slow\",quantile=\"0.5\"} 131072\n",
+        "shoal_router_pool_latency_us_count{pool=\"slow\"} 5\n",
+        "shoal_router_pool_latency_us_sum{pool=\"slow\"} 420000\n",
+        "shoal_router_pool_latency_us{pool=\"main\",quantile=\"0.99\"} 128\n",
+        "shoal_router_pool_latency_us_count{pool=\"main\"} 1\n",
+        "# TYPE shoal_router_namespace_latency_us summary\n",
+        "shoal_router_namespace_latency_us{namespace=\"s\",quantile=\"0.9\"} 131072\n",
+        "shoal_router_namespace_latency_us_count{namespace=\"s\"} 2\n",
+        "shoal_router_namespace_latency_us_count{namespace=\"default\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (strstr(buf_start(&out), want[i]) == NULL) fail_msg("missing: %s", want[i]);
     buf_release(&out);
     nodestats_teardown(&nodes);
     scopestats_teardown(&s);
