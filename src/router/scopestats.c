@@ -12,6 +12,7 @@
 int scopestats_init(struct scopestats *s, size_t nworkers)
 {
     s->nworkers = nworkers;
+    s->lat = NULL;
     size_t bytes = nworkers * sizeof *s->w; /* a multiple of 64: the block is aligned */
     s->w = aligned_alloc(64, bytes);
     if (s->w == NULL) return -1;
