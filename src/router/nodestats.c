@@ -69,16 +69,6 @@ bool nodestats_is_down(struct nodestats *s, const char *addr)
     return down;
 }
 
-static uint64_t nodestat_quantile(const uint64_t *lat, uint64_t total, double q)
-{
-    uint64_t want = (uint64_t)((double)total * q), seen = 0;
-    for (int b = 0; b < NODESTAT_BUCKETS; b++) {
-        seen += lat[b];
-        if (seen > want || (seen == total && seen)) return 2ull << b; /* the bucket's upper bound */
-    }
-    return 0;
-}
-
 void nodestats_render(struct nodestats *s, struct buf *out)
 {
     static const struct {
@@ -107,20 +97,13 @@ void nodestats_render(struct nodestats *s, struct buf *out)
                        s->v[i]->addr, (unsigned long long)sum);
         }
     }
-    buf_append_str(out, "# HELP shoal_router_node_latency_us reply time of the node's requests "
-                        "(upper bound of a power-of-two bucket)\n"
-                        "# TYPE shoal_router_node_latency_us gauge\n");
+    lathist_render_head(out, "shoal_router_node_latency_us",
+                        "reply time of the node's requests, measured per event-loop batch "
+                        "(quantiles: upper bound of a power-of-two bucket)");
     for (size_t i = 0; i < s->n; i++) {
-        uint64_t lat[NODESTAT_BUCKETS] = {0}, total = 0;
-        for (size_t wi = 0; wi < s->nworkers; wi++)
-            for (int b = 0; b < NODESTAT_BUCKETS; b++)
-                lat[b] += __atomic_load_n(&s->v[i]->slots[wi].lat[b], __ATOMIC_RELAXED);
-        for (int b = 0; b < NODESTAT_BUCKETS; b++) total += lat[b];
-        static const double qs[] = {0.5, 0.9, 0.99};
-        for (size_t k = 0; k < 3; k++)
-            buf_printf(out, "shoal_router_node_latency_us{node=\"%s\",quantile=\"%g\"} %llu\n",
-                       s->v[i]->addr, qs[k],
-                       (unsigned long long)(total ? nodestat_quantile(lat, total, qs[k]) : 0));
+        struct lathist lat = {0};
+        for (size_t wi = 0; wi < s->nworkers; wi++) lathist_add(&lat, &s->v[i]->slots[wi].lat);
+        lathist_render(out, "shoal_router_node_latency_us", "node", s->v[i]->addr, &lat);
     }
     pthread_mutex_unlock(&s->lock);
 }

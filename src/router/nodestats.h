@@ -13,17 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "router/lathist.h"
 #include "router/topo.h"
 
 struct buf;
 
-/* Latency buckets: bucket b counts replies that took [2^b, 2^(b+1)) microseconds (b = 0 also
- * counts 0 and 1). The last one takes everything slower. */
-#define NODESTAT_BUCKETS 24
-
 struct nodestat_slot {
     uint64_t requests, errors, timeouts, down;
-    uint64_t lat[NODESTAT_BUCKETS];
+    struct lathist lat; /* reply times (lathist_record) */
 } __attribute__((aligned(64)));
 
 struct nodestat {
@@ -46,18 +43,11 @@ struct nodestat *nodestats_get(struct nodestats *s, const char *addr);
  * the lock: for the admin thread. */
 bool nodestats_is_down(struct nodestats *s, const char *addr);
 /* Prometheus text for every node: shoal_router_node_{requests,errors,timeouts} counters,
- * shoal_router_node_down (workers that have it marked down) and shoal_router_node_latency_us
- * quantiles 0.5/0.9/0.99 (upper bounds of power-of-two buckets). */
+ * shoal_router_node_down (workers that have it marked down) and the shoal_router_node_latency_us
+ * summary (lathist_render). */
 void nodestats_render(struct nodestats *s, struct buf *out);
 
 /* Single-writer increments from the owning worker. */
 #define NODESTAT_ADD(field, v) __atomic_store_n(&(field), (field) + (v), __ATOMIC_RELAXED)
-
-static inline void nodestat_latency(struct nodestat_slot *sl, uint64_t us)
-{
-    int b = us < 2 ? 0 : 63 - __builtin_clzll(us);
-    if (b >= NODESTAT_BUCKETS) b = NODESTAT_BUCKETS - 1;
-    NODESTAT_ADD(sl->lat[b], 1);
-}
 
 #endif

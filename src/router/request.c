@@ -15,6 +15,7 @@ struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd 
     rq->cl = cl;
     rq->kind = kind;
     rq->cmd = cmd;
+    rq->start_us = cl->w->now_us;
     buf_init(&rq->reply);
     return rq;
 }
@@ -222,6 +223,15 @@ static int merge_all(struct rreq *rq)
 
 static const char oom_reply[] = "SERVER_ERROR out of memory\r\n";
 
+/* rq's reply is complete: record its latency for namespace `ns` (index in the routing table,
+ * -1: none, as for flush_all). A request counts once, under its first key's namespace, which
+ * tags its fragment 0 (route.c). */
+static void rreq_latency(const struct rreq *rq, int32_t ns)
+{
+    struct rworker *w = rq->cl->w;
+    scopestat_latency(&w->r->scopes, w->id, -1, ns, w->now_us - rq->start_us);
+}
+
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
 {
     struct rreq *rq = f->rq;
@@ -233,6 +243,7 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
     f->completed = true;
     rq->pending--;
     if (rq->kind == RQ_FORWARD) {
+        rreq_latency(rq, f->ns);
         rq->frags[f->idx] = NULL;
         frag_destroy(f);
         bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
@@ -267,6 +278,7 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
             return;
         }
         if (rq->pending == 0) {
+            rreq_latency(rq, rq->frags[0]->ns);
             int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq) : merge_all(rq);
             if (rc < 0) {
                 c->w->m.out_of_memory++;

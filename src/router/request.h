@@ -55,6 +55,7 @@ struct rreq {
     bool warmable;          /* RQ_MULTIGET with keys in a pool that warms from another */
     bool warmed;            /* warm-pool lookups were issued (or none were needed) */
     uint16_t nfrags, pending;
+    uint64_t start_us;      /* the worker's clock when it was parsed (namespace latency) */
     struct frag **frags;    /* nfrags pointers (frag1 for a single fragment) */
     struct frag *frag1;
     struct buf reply;       /* local or merged reply */

@@ -180,12 +180,14 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
     return true;
 }
 
-/* Mark fragment f as one for key's namespace and pool (per-pool/namespace figures). */
-static void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey)
+/* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
+ * figures): the namespace's pool, or the gutter pool when `gutter` (route_node). */
+static void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
+                      bool gutter)
 {
     const struct topo_ns *ns = topo_namespace(t, key, nkey);
     f->ns = (int32_t)(ns - t->ns);
-    f->pool = (int32_t)ns->pool;
+    f->pool = gutter ? t->gutter_pool : (int32_t)ns->pool;
 }
 
 /* Apply the key's namespace limits to one request (or one key of a multi-get) carrying
@@ -244,7 +246,7 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     rq->frags = &rq->frag1;
     rq->frag1 = f;
     rq->nfrags = rq->pending = 1;
-    route_tag(w->topo, f, req->key, req->nkey);
+    route_tag(w->topo, f, req->key, req->nkey, gutter);
     struct line_cut ttl;
     char num[32];
     bool edit = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
@@ -335,7 +337,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
                 bad = true;
                 break;
             }
-            route_tag(w->topo, f, key, nk); /* a fragment counts for its first key's namespace */
+            route_tag(w->topo, f, key, nk, gutter); /* by the fragment's first key */
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
@@ -392,7 +394,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         struct frag *f = frag_create(rq, (uint16_t)i);
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
-        if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey);
+        if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey, false);
         if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, ttl) < 0 ||
             (data && buf_append(&f->out, data, ndata) < 0))
             goto oom;

@@ -4,7 +4,8 @@
  *   GET  /metrics         Prometheus text: request counters summed over workers, the topology
  *                         version in use, reloads, and per node: requests, errors, timeouts,
  *                         marked down, latency quantiles; per pool and per namespace
- *                         (scopestats.h): requests, errors, timeouts, nodes up/down, refusals
+ *                         (scopestats.h): requests, errors, timeouts, nodes up/down, refusals,
+ *                         latency quantiles
  *   GET  /v1/topology     {"version": N, "nodes": [...], "pools": [...], "namespaces": [...]}
  *   PUT  /v1/topology     body: a whole topology document; applied when valid and newer
  *

@@ -1,5 +1,5 @@
 /* scopestats.h — figures per pool and per namespace for /metrics: requests, errors, timeouts
- * (pools and namespaces) and limit refusals (namespaces).
+ * and latency (pools and namespaces) and limit refusals (namespaces).
  *
  * Counters are indexed by the pool's or namespace's position in the topology table that
  * routed the request, and labelled with the names of the table in use when /metrics is
@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "router/lathist.h"
 #include "router/topo.h"
 
 struct buf;
@@ -34,8 +35,20 @@ struct scopestat_block {
     struct scopestat ns[SCOPESTATS_NS_MAX];
 } __attribute__((aligned(64)));
 
+/* One worker's latency histograms, apart from the counters: 400 KB a worker, mapped rather
+ * than zeroed so that the pages of pools and namespaces never used take no memory.
+ *   pool: a request sent to one of the pool's nodes, from when it was handed to a connection to
+ *         its reply (what the node's latency measures; failures and timeouts not included);
+ *   ns:   a client request routed to nodes, from when the router parsed it to when its reply
+ *         was complete (every fragment of a split multi-get merged, warm-up lookups included). */
+struct scopestat_lat {
+    struct lathist pool[TOPO_POOLS_MAX];
+    struct lathist ns[SCOPESTATS_NS_MAX];
+} __attribute__((aligned(64)));
+
 struct scopestats {
     struct scopestat_block *w; /* nworkers blocks */
+    struct scopestat_lat *lat; /* nworkers blocks */
     size_t nworkers;
 };
 
@@ -62,11 +75,22 @@ static inline void scopestat_add(struct scopestats *s, int wid, int32_t pool, in
 #define SCOPESTAT_ADD(s, wid, pool, ns, field) \
     scopestat_add((s), (wid), (pool), (ns), offsetof(struct scopestat, field))
 
+/* Single-writer record of one latency by worker `wid` for pool `pool` and/or namespace `ns`
+ * (indices as for scopestat_add; -1 leaves one out). */
+static inline void scopestat_latency(struct scopestats *s, int wid, int32_t pool, int32_t ns,
+                                     uint64_t us)
+{
+    if (s->lat == NULL) return;
+    if (pool >= 0 && pool < TOPO_POOLS_MAX) lathist_record(&s->lat[wid].pool[pool], us);
+    if (ns >= 0 && ns < SCOPESTATS_NS_MAX) lathist_record(&s->lat[wid].ns[ns], us);
+}
+
 /* Prometheus text for every pool and namespace of `t` (the table in use; the caller keeps it
- * from being freed): shoal_router_pool_{requests,errors,timeouts} and
- * shoal_router_pool_nodes_{up,down} labelled pool="name" (a node counts as down when any
- * worker has it marked down, per `nodes`), and shoal_router_namespace_{requests,errors,
- * timeouts,limit_refusals} labelled namespace="name". */
+ * from being freed): shoal_router_pool_{requests,errors,timeouts}, shoal_router_pool_nodes_{up,
+ * down} (a node counts as down when any worker has it marked down, per `nodes`) and the
+ * shoal_router_pool_latency_us summary, labelled pool="name"; shoal_router_namespace_{requests,
+ * errors,timeouts,limit_refusals} and the shoal_router_namespace_latency_us summary, labelled
+ * namespace="name". */
 void scopestats_render(struct scopestats *s, const struct topo *t, struct nodestats *nodes,
                        struct buf *out);
 

@@ -307,7 +307,11 @@ static void upconn_parse(struct upconn *uc)
         w->inflight--;
         uc->rscan = 0;
         upnode_success(un, f->probe);
-        if (un->stat && !f->probe) nodestat_latency(un->stat, w->now_us - f->sent_us);
+        if (!f->probe) {
+            uint64_t us = w->now_us - f->sent_us;
+            if (un->stat) lathist_record(&un->stat->lat, us);
+            scopestat_latency(&w->r->scopes, w->id, f->pool, -1, us);
+        }
         if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;

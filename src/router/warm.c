@@ -40,6 +40,7 @@ bool warm_start(struct rreq *rq)
             break;
         }
         f->warm = true;
+        f->pool = cold->warm_from; /* no namespace: its failure is a miss, not an error */
         rq->frags[rq->nfrags++] = f;
         rq->keyfrag[i] = f->idx;
         rq->pending++;
@@ -113,5 +114,6 @@ void warm_reply(struct frag *f, const char *reply, size_t n, bool failed)
         return;
     }
     w->m.warm_fills++;
+    add->pool = (int32_t)(topo_pool_of(w->topo, key, nkey) - w->topo->pools);
     upnode_submit(cold, add);
 }

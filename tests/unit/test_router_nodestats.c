@@ -21,9 +21,9 @@ static void test_entries_sum_and_render(void **state)
     NODESTAT_ADD(a->slots[0].requests, 3);
     NODESTAT_ADD(a->slots[1].requests, 4);
     NODESTAT_ADD(a->slots[1].down, 1);
-    for (int i = 0; i < 98; i++) nodestat_latency(&a->slots[0], 100); /* bucket [64, 128) */
-    nodestat_latency(&a->slots[1], 5000);                             /* [4096, 8192) */
-    nodestat_latency(&a->slots[1], 0);
+    for (int i = 0; i < 98; i++) lathist_record(&a->slots[0].lat, 100); /* bucket [64, 128) */
+    lathist_record(&a->slots[1].lat, 5000);                             /* [4096, 8192) */
+    lathist_record(&a->slots[1].lat, 0);
     struct buf out;
     buf_init(&out);
     nodestats_render(&s, &out);
@@ -33,6 +33,9 @@ static void test_entries_sum_and_render(void **state)
     assert_non_null(strstr(t, "shoal_router_node_down{node=\"127.0.0.1:1\"} 1\n"));
     assert_non_null(strstr(t, "shoal_router_node_latency_us{node=\"127.0.0.1:1\",quantile=\"0.5\"} 128\n"));
     assert_non_null(strstr(t, "shoal_router_node_latency_us{node=\"127.0.0.1:1\",quantile=\"0.99\"} 8192\n"));
+    assert_non_null(strstr(t, "# TYPE shoal_router_node_latency_us summary\n"));
+    assert_non_null(strstr(t, "shoal_router_node_latency_us_sum{node=\"127.0.0.1:1\"} 14800\n"));
+    assert_non_null(strstr(t, "shoal_router_node_latency_us_count{node=\"127.0.0.1:1\"} 100\n"));
     buf_release(&out);
     assert_true(nodestats_is_down(&s, "127.0.0.1:1")); /* one worker has it down */
     NODESTAT_ADD(a->slots[1].down, -1);
