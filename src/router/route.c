@@ -17,6 +17,7 @@
 #include "router/lineedit.h"
 #include "router/policy.h"
 #include "router/upstream.h"
+#include "router/warm.h"
 #include "router/worker.h"
 
 /* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
@@ -150,10 +151,13 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     rq->nfrags = rq->pending = 1;
     route_tag(w->topo, f, req->key, req->nkey);
     struct ledit_ttl ttl;
-    struct ledit_cut cuts[LEDIT_TTL_MAX + 1];
+    struct ledit_cut cuts[LEDIT_TTL_MAX + 2];
     int n = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl);
     memcpy(cuts, ttl.cut, (size_t)n * sizeof *cuts);
     if (route_holdoff_edit(c, req, line, len, &cuts[n])) n++;
+    if (req->cmd == CMD_MG && topo_pool_of(w->topo, req->key, req->nkey)->warm_from >= 0 &&
+        warm_mg_prepare(rq, req, line, len, gutter, &cuts[n]))
+        n++;
     if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet, cuts, n) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
@@ -200,7 +204,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             else if (ttl != ttl0) mixed = true;
             if (ttl != req->exptime) rewritten = true;
         }
-        if (req->cmd <= CMD_GETS && topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
+        if (topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
         nkeys++;
     }
     w->m.cmd_get += nkeys;
@@ -215,6 +219,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         client_oom(c);
         return;
     }
+    rq->exptime = req->exptime;
     rq->nkeys_bytes = (size_t)(req->keys_end - req->keys);
     rq->keys = malloc(rq->nkeys_bytes + 1);
     rq->keyfrag = malloc(nkeys * sizeof *rq->keyfrag);

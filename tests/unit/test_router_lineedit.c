@@ -1,6 +1,7 @@
 /* test_router_lineedit.c — unit tests for the router's line edits and meta replies: every TTL
  * carrier rewritten by a namespace's rules (gutter cap included), q and noreply removed, cuts
- * applied in order. */
+ * applied in order; a warm lookup's reply parsed, a client's mg answered in its own flags, and
+ * a flag the router added taken back out. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "router/lineedit.h"
+#include "router/metareply.h"
 
 #define NOW 1800000000LL
 
@@ -111,6 +113,80 @@ static void test_copy_cuts_noreply_and_order(void **state)
     buf_release(&b);
 }
 
+static void test_hit_parsing(void **state)
+{
+    struct mreply_item it;
+    const char ok[] = "VA 5 f3 t-1 c99 kabc h1\r\nhello\r\n";
+    assert_true(mreply_hit(ok, sizeof ok - 1, &it));
+    assert_int_equal(it.vlen, 5);
+    assert_memory_equal(it.data, "hello\r\n", 7);
+    assert_int_equal(it.ttl, -1);
+    assert_memory_equal(it.flags, "3", it.nflags);
+    assert_memory_equal(it.cas, "99", it.ncas);
+    assert_memory_equal(it.key, "abc", it.nkey);
+    assert_memory_equal(it.h, "1", it.nh);
+    assert_null(it.l);
+    const char stale[] = "VA 5 f3 t10 c99 X W\r\nhello\r\n";
+    assert_false(mreply_hit(stale, sizeof stale - 1, &it));
+    const char held[] = "VA 0 f0 t10 c99 Z\r\n\r\n";
+    assert_false(mreply_hit(held, sizeof held - 1, &it));
+    const char cut_short[] = "VA 5 f3 t10 c99\r\nhel";
+    assert_false(mreply_hit(cut_short, sizeof cut_short - 1, &it));
+    assert_false(mreply_hit("EN\r\n", 4, &it));
+    assert_false(mreply_hit("SERVER_ERROR x\r\n", 16, &it));
+}
+
+static void compose(const char *line, int64_t touched, const char *want, size_t nwant)
+{
+    struct mreply_item it;
+    const char warm[] = "VA 4 f7 t50 c12 h0 l3\r\nwxyz\r\n";
+    assert_true(mreply_hit(warm, sizeof warm - 1, &it));
+    struct proto_req req;
+    const char *err;
+    assert_int_equal(proto_parse(line, strlen(line), 1024, &req, &err), PROTO_OK);
+    struct buf b;
+    buf_init(&b);
+    assert_int_equal(mreply_compose_mg(&b, &req, &it, touched), 0);
+    assert_int_equal(buf_used(&b), nwant);
+    assert_memory_equal(buf_start(&b), want, nwant);
+    buf_release(&b);
+}
+
+#define COMPOSE(line, touched, want) compose(line, touched, want, sizeof want - 1)
+
+static void test_compose_mg(void **state)
+{
+    COMPOSE("mg key v", 0, "VA 4\r\nwxyz\r\n");
+    COMPOSE("mg key s t c f q k Oop", 0, "HD s4 t50 c12 f7 kkey Oop\r\n");
+    COMPOSE("mg key T9 t", 9, "HD t9\r\n"); /* T moves the TTL a later t reports */
+    COMPOSE("mg key t T9", 9, "HD t50\r\n");
+    COMPOSE("mg key h l u v N30", 0, "VA 4 h0 l3\r\nwxyz\r\n");
+    COMPOSE("mg a2V5 b k v", 0, "VA 4 ka2V5 b\r\nwxyz\r\n");
+}
+
+static void test_drop_added_flag(void **state)
+{
+    struct buf b;
+    buf_init(&b);
+    const char won[] = "VA 0 t30 c123 W\r\n\r\n";
+    assert_int_equal(mreply_drop_flag(&b, won, sizeof won - 1, 'c'), 0);
+    assert_int_equal(buf_used(&b), strlen("VA 0 t30 W\r\n\r\n"));
+    assert_memory_equal(buf_start(&b), "VA 0 t30 W\r\n\r\n", buf_used(&b));
+    buf_release(&b);
+    buf_init(&b);
+    const char hit[] = "HD c9\r\n";
+    assert_int_equal(mreply_drop_flag(&b, hit, sizeof hit - 1, 'c'), 0);
+    assert_int_equal(buf_used(&b), 4);
+    assert_memory_equal(buf_start(&b), "HD\r\n", 4);
+    buf_release(&b);
+    buf_init(&b);
+    const char value[] = "VA 3 Oc1 c5\r\nc c\r\n"; /* an opaque and the value are left alone */
+    assert_int_equal(mreply_drop_flag(&b, value, sizeof value - 1, 'c'), 0);
+    assert_int_equal(buf_used(&b), strlen("VA 3 Oc1\r\nc c\r\n"));
+    assert_memory_equal(buf_start(&b), "VA 3 Oc1\r\nc c\r\n", buf_used(&b));
+    buf_release(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -118,6 +194,9 @@ int main(void)
         cmocka_unit_test(test_meta_ttl_flags),
         cmocka_unit_test(test_gutter_cap),
         cmocka_unit_test(test_copy_cuts_noreply_and_order),
+        cmocka_unit_test(test_hit_parsing),
+        cmocka_unit_test(test_compose_mg),
+        cmocka_unit_test(test_drop_added_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
