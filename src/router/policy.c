@@ -19,6 +19,22 @@ bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out
     return true;
 }
 
+bool policy_ttl_capped(const struct topo_ns *ns, uint64_t cap, int64_t ttl, int64_t now,
+                       int64_t *out)
+{
+    struct topo_ns eff = {.default_ttl = ns->default_ttl, .max_ttl = ns->max_ttl};
+    if (cap && (eff.max_ttl == 0 || eff.max_ttl > cap)) eff.max_ttl = cap;
+    return policy_ttl(&eff, ttl, now, out);
+}
+
+int64_t policy_ttl_left(int64_t ttl, int64_t now)
+{
+    if (ttl == 0) return -1;
+    if (ttl < 0) return 0;
+    if (ttl > POLICY_REL_MAX) return ttl > now ? ttl - now : 0;
+    return ttl;
+}
+
 bool policy_take(struct topo_bucket *b, uint64_t now_ms, uint64_t cost)
 {
     if (b->rate == 0) return true;

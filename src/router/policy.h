@@ -18,6 +18,13 @@
  * `now`. Returns true with *out set (relative seconds) when the request must be rewritten;
  * false when `ttl` stands as sent. */
 bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out);
+/* policy_ttl with `cap`, when not 0, as a further maximum over the namespace's: gutter_ttl for
+ * requests sent to the gutter pool. */
+bool policy_ttl_capped(const struct topo_ns *ns, uint64_t cap, int64_t ttl, int64_t now,
+                       int64_t *out);
+/* The seconds an item stored with the wire TTL `ttl` at unix time `now` has left: -1 for
+ * "never" (0), 0 for already expired (negative, or an absolute time not in the future). */
+int64_t policy_ttl_left(int64_t ttl, int64_t now);
 
 /* Take `cost` tokens from the bucket at monotonic time `now_ms`. Returns false (taking
  * nothing) when the bucket holds fewer: the request is over the limit. Lock-free; safe from

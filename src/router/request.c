@@ -17,6 +17,7 @@ struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd 
     rq->cmd = cmd;
     rq->start_us = cl->w->now_us;
     buf_init(&rq->reply);
+    buf_init(&rq->held);
     return rq;
 }
 
@@ -30,6 +31,8 @@ void rreq_destroy(struct rreq *rq)
     }
     if (rq->frags != &rq->frag1) free(rq->frags);
     buf_release(&rq->reply);
+    buf_release(&rq->held);
+    free(rq->mgline);
     free(rq->keys);
     free(rq->keyfrag);
     free(rq);
@@ -245,7 +248,13 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
     if (rq->kind == RQ_FORWARD) {
         rreq_latency(rq, f->ns);
         rq->frags[f->idx] = NULL;
+        /* an mg's miss in a cold pool is looked up in its warm pool; that answer ends it */
+        bool later = rq->warm_mg && warm_mg_step(rq, f, &reply, &n, &failed);
         frag_destroy(f);
+        if (later) { /* rq may be gone already: the lookup can fail at once */
+            client_mark_dirty(c);
+            return;
+        }
         bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
         if (!drop) {
             struct buf *to = c->head == rq ? &c->wbuf : &rq->reply;

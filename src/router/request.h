@@ -65,6 +65,16 @@ struct rreq {
     uint16_t *keyfrag;
     uint32_t nkeys;
     uint16_t fcap;          /* room in frags */
+    int64_t exptime;        /* gat/gats: the exptime as sent (warm-up fills obey it) */
+    /* warm-up of an mg (warm.c): its line, kept to answer a warm hit in the client's flags */
+    bool warm_mg;           /* an mg for a key whose pool warms from another */
+    bool warm_gutter;       /* ...sent to the gutter pool: its owner is down */
+    bool warm_lease;        /* ...with N and no R: a win on a vivified placeholder is warmed */
+    bool warm_cas_added;    /* the router asked for c (a vivified placeholder's CAS) itself */
+    char *mgline;
+    size_t nmgline;
+    uint64_t lease_cas;     /* CAS of the placeholder the cold pool vivified for it, 0: none */
+    struct buf held;        /* the cold pool's answer while the warm pool is asked */
 };
 
 /* Allocate a request of `kind` (zeroed, buffers initialised); NULL when memory runs out. */

@@ -14,75 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "router/lineedit.h"
 #include "router/policy.h"
 #include "router/upstream.h"
+#include "router/warm.h"
 #include "router/worker.h"
-
-/* A replacement of the bytes [from, to) of a request line by `text` (from == to inserts). */
-struct line_cut {
-    const char *from, *to;
-    const char *text;
-    size_t ntext;
-};
-
-/* Append the request line to `out` without a trailing "noreply" (text) or without q flags
- * (meta), with the TTL edit `ttl` applied when it is not NULL, then \r\n. */
-static int route_copy_line(struct buf *out, const char *line, size_t len,
-                           const struct proto_req *req, bool strip_noreply, bool strip_q,
-                           const struct line_cut *ttl)
-{
-    while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
-    if (strip_noreply) {
-        size_t k = len;
-        while (k && line[k - 1] != ' ') k--;
-        while (k && line[k - 1] == ' ') k--;
-        len = k;
-    }
-    struct line_cut cuts[PROTO_META_FLAGS_MAX + 1];
-    int n = 0;
-    for (int i = 0; strip_q && i < req->meta.nflags; i++) {
-        const struct proto_mflag *mf = &req->meta.flag[i];
-        if (mf->flag != 'q') continue;
-        const char *from = mf->tok - 1; /* the letter, and the spaces before it */
-        while (from > line && from[-1] == ' ') from--;
-        cuts[n++] = (struct line_cut){from, mf->tok + mf->ntok, NULL, 0};
-    }
-    if (ttl) { /* flags come in line order: keep the cuts sorted */
-        int k = n++;
-        while (k > 0 && cuts[k - 1].from > ttl->from) {
-            cuts[k] = cuts[k - 1];
-            k--;
-        }
-        cuts[k] = *ttl;
-    }
-    const char *p = line, *end = line + len;
-    for (int i = 0; i < n; i++) {
-        if (buf_append(out, p, (size_t)(cuts[i].from - p)) < 0 ||
-            (cuts[i].ntext && buf_append(out, cuts[i].text, cuts[i].ntext) < 0))
-            return -1;
-        p = cuts[i].to;
-    }
-    if (buf_append(out, p, (size_t)(end - p)) < 0) return -1;
-    return buf_append(out, "\r\n", 2);
-}
-
-/* Token number `idx` (0-based; split on spaces) of the line. */
-static bool line_token(const char *line, size_t len, int idx, const char **tok, size_t *ntok)
-{
-    const char *p = line, *end = line + len;
-    for (int t = 0; p < end; t++) {
-        while (p < end && *p == ' ') p++;
-        const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r') p++;
-        if (p == s) return false;
-        if (t == idx) {
-            *tok = s;
-            *ntok = (size_t)(p - s);
-            return true;
-        }
-    }
-    return false;
-}
 
 /* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
  * pool's node for the key (when there is one and it is up; keys never move to other regular
@@ -104,62 +40,34 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool
     return (uint32_t)g;
 }
 
-/* The TTL edit the key's namespace asks for (policy.h), if any: the exptime argument of
- * set/add/replace/cas/touch, the T flag of ms and mg (added to ms when absent, since ms
- * without T means "never"). `cap`, when not 0, is a further maximum (gutter_ttl for requests
- * sent to the gutter pool). `num` holds the replacement text. */
-static bool route_ttl_edit(struct client *c, const struct proto_req *req, const char *line,
-                           size_t len, uint64_t cap, struct line_cut *cut, char *num,
-                           size_t numcap)
+/* The TTL edits the key's namespace asks for (lineedit.h), counted in ttl_rewrites. `cap`,
+ * when not 0, is a further maximum: gutter_ttl for requests sent to the gutter pool. Returns
+ * the number of edits in e. */
+static int route_ttl_edit(struct client *c, const struct proto_req *req, const char *line,
+                          size_t len, uint64_t cap, struct ledit_ttl *e)
 {
-    const struct topo_ns *own = topo_namespace(c->w->topo, req->key, req->nkey);
-    struct topo_ns eff = {.default_ttl = own->default_ttl, .max_ttl = own->max_ttl};
-    if (cap && (eff.max_ttl == 0 || eff.max_ttl > cap)) eff.max_ttl = cap;
-    const struct topo_ns *ns = &eff;
-    if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
-    int64_t ttl, to;
-    const char *tok = NULL;
-    size_t ntok = 0;
-    bool insert = false;
-    switch (req->cmd) {
-    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_CAS: case CMD_TOUCH:
-        if (!line_token(line, len, req->cmd == CMD_TOUCH ? 2 : 3, &tok, &ntok)) return false;
-        ttl = req->exptime;
-        break;
-    case CMD_MS: case CMD_MG: {
-        const struct proto_mflag *t = NULL;
-        for (int i = 0; i < req->meta.nflags; i++)
-            if (req->meta.flag[i].flag == 'T') t = &req->meta.flag[i];
-        if (t == NULL && req->cmd == CMD_MG) return false; /* no touch asked */
-        if (t) {
-            tok = t->tok;
-            ntok = t->ntok;
-            ttl = req->meta.ttl;
-        } else {
-            ttl = 0;
-            insert = true;
-        }
-        break;
-    }
-    default:
-        return false;
-    }
-    if (!policy_ttl(ns, ttl, (int64_t)time(NULL), &to)) return false;
-    int k = snprintf(num, numcap, "%s%lld", insert ? " T" : "", (long long)to);
-    if (insert) {
-        const char *end = line + len;
-        while (end > line && (end[-1] == '\r' || end[-1] == ' ')) end--;
-        tok = end;
-    }
-    *cut = (struct line_cut){tok, tok + ntok, num, (size_t)k};
+    const struct topo_ns *ns = topo_namespace(c->w->topo, req->key, req->nkey);
+    if (ledit_ttl(req, line, len, ns, cap, (int64_t)time(NULL), e) == 0) return 0;
     c->w->m.ttl_rewrites++;
-    return true;
+    return e->n;
+}
+
+/* The exptime a gat/gats sends for one of its keys: `exptime` after the key's namespace rules
+ * and, in the gutter pool, gutter_ttl. */
+static int64_t route_gat_ttl(struct rworker *w, const char *key, size_t nkey, bool gutter,
+                             int64_t exptime, int64_t now)
+{
+    int64_t to;
+    return policy_ttl_capped(topo_namespace(w->topo, key, nkey),
+                             gutter ? w->topo->gutter_ttl : 0, exptime, now, &to)
+               ? to
+               : exptime;
 }
 
 /* Deletes to a pool that warms from another carry a hold-off (warm.h): `delete k` becomes
  * `delete k 2` and `md k` gets H2, unless the client chose a hold-off itself. */
 static bool route_holdoff_edit(struct client *c, const struct proto_req *req, const char *line,
-                               size_t len, struct line_cut *cut)
+                               size_t len, struct ledit_cut *cut)
 {
     if ((req->cmd != CMD_DELETE && req->cmd != CMD_MD) ||
         topo_pool_of(c->w->topo, req->key, req->nkey)->warm_from < 0)
@@ -167,15 +75,12 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
     const char *tok;
     size_t ntok;
     if (req->cmd == CMD_DELETE) {
-        if (req->has_arg || !line_token(line, len, 1, &tok, &ntok)) return false;
+        if (req->has_arg || !ledit_token(line, len, 1, &tok, &ntok)) return false;
         static const char two[] = " 2";
-        *cut = (struct line_cut){tok + ntok, tok + ntok, two, 2};
+        *cut = (struct ledit_cut){tok + ntok, tok + ntok, two, 2};
     } else {
         if (proto_meta_has(&req->meta, 'H')) return false;
-        const char *end = line + len;
-        while (end > line && (end[-1] == '\r' || end[-1] == ' ')) end--;
-        static const char h2[] = " H2";
-        *cut = (struct line_cut){end, end, h2, 3};
+        *cut = ledit_append(line, len, " H2", 3);
     }
     return true;
 }
@@ -247,12 +152,15 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     rq->frag1 = f;
     rq->nfrags = rq->pending = 1;
     route_tag(w->topo, f, req->key, req->nkey, gutter);
-    struct line_cut ttl;
-    char num[32];
-    bool edit = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
-                               sizeof num) ||
-                route_holdoff_edit(c, req, line, len, &ttl);
-    if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, edit ? &ttl : NULL) < 0 ||
+    struct ledit_ttl ttl;
+    struct ledit_cut cuts[LEDIT_TTL_MAX + 2];
+    int n = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl);
+    memcpy(cuts, ttl.cut, (size_t)n * sizeof *cuts);
+    if (route_holdoff_edit(c, req, line, len, &cuts[n])) n++;
+    if (req->cmd == CMD_MG && topo_pool_of(w->topo, req->key, req->nkey)->warm_from >= 0 &&
+        warm_mg_prepare(rq, req, line, len, gutter, &cuts[n]))
+        n++;
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet, cuts, n) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
     client_enqueue(c, rq);
@@ -265,7 +173,9 @@ oom:
 }
 
 /* get/gets/gat/gats: one fragment when every key lives on one node (the request goes on
- * unchanged), else one per node, merged in key order when the last answers. */
+ * unchanged but for a gat's exptime), else one per node (per node and exptime for a gat whose
+ * keys' namespaces rewrite its exptime differently), merged in key order when the last
+ * answers. */
 void route_get(struct client *c, const struct proto_req *req, const char *line,
                size_t len)
 {
@@ -281,32 +191,42 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     const char *kp = req->keys, *key;
     uint8_t nk;
     uint32_t nkeys = 0, first = UINT32_MAX;
-    bool split = false, warm = false;
+    bool split = false, warm = false, mixed = false, rewritten = false;
+    bool gat = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
+    int64_t now = (int64_t)time(NULL), ttl0 = 0;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         if (!route_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
         bool gutter;
         uint32_t node = route_node(w, key, nk, &gutter);
         if (first == UINT32_MAX) first = node;
         else if (node != first) split = true;
-        if (req->cmd <= CMD_GETS && topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
+        if (gat) {
+            int64_t ttl = route_gat_ttl(w, key, nk, gutter, req->exptime, now);
+            if (nkeys == 0) ttl0 = ttl;
+            else if (ttl != ttl0) mixed = true;
+            if (ttl != req->exptime) rewritten = true;
+        }
+        if (topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
         nkeys++;
     }
     w->m.cmd_get += nkeys;
-    if (!split && !warm) {
+    if (!split && !mixed && !warm) {
         route_forward(c, req, line, len, NULL, 0);
         return;
     }
     if (split) w->m.multiget_split++;
+    if (rewritten) w->m.ttl_rewrites++;
     struct rreq *rq = rreq_create(c, RQ_MULTIGET, req->cmd);
     if (rq == NULL) {
         client_oom(c);
         return;
     }
+    rq->exptime = req->exptime;
     rq->nkeys_bytes = (size_t)(req->keys_end - req->keys);
     rq->keys = malloc(rq->nkeys_bytes + 1);
     rq->keyfrag = malloc(nkeys * sizeof *rq->keyfrag);
-    /* a fragment per node, and room for a warm-pool lookup per key */
-    size_t fcap = (w->nmap < nkeys ? w->nmap : nkeys) + (warm ? nkeys : 0);
+    /* a fragment per node (per key at most), and room for a warm-pool lookup per key */
+    size_t fcap = (mixed || w->nmap > nkeys ? nkeys : w->nmap) + (warm ? nkeys : 0);
     if (fcap > UINT16_MAX) fcap = UINT16_MAX;
     rq->fcap = (uint16_t)fcap;
     rq->warmable = warm;
@@ -314,25 +234,26 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     if (rq->keys == NULL || rq->keyfrag == NULL || rq->frags == NULL) goto oom;
     memcpy(rq->keys, req->keys, rq->nkeys_bytes);
     rq->nkeys = nkeys;
-    char prefix[40];
     const char *verb = req->cmd == CMD_GET ? "get" : req->cmd == CMD_GETS ? "gets"
                      : req->cmd == CMD_GAT ? "gat" : "gats";
-    int np = (req->cmd == CMD_GAT || req->cmd == CMD_GATS)
-                 ? snprintf(prefix, sizeof prefix, "%s %lld", verb, (long long)req->exptime)
-                 : snprintf(prefix, sizeof prefix, "%s", verb);
     kp = req->keys;
-    uint32_t *nodeof = malloc(nkeys ? sizeof(uint32_t) : 1); /* node per fragment */
-    if (nodeof == NULL) goto oom;
+    struct { uint32_t node; int64_t ttl; } *dest = malloc(fcap * sizeof *dest); /* per fragment */
+    if (dest == NULL) goto oom;
     uint32_t i = 0;
     bool bad = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         bool gutter;
         uint32_t node = route_node(w, key, nk, &gutter);
         if (gutter) w->m.gutter_requests++;
+        int64_t ttl = gat ? route_gat_ttl(w, key, nk, gutter, req->exptime, now) : 0;
         int32_t fi = w->scratch[node];
+        if (fi >= 0 && dest[fi].ttl != ttl) /* a gat's other exptime on this node */
+            for (fi = rq->nfrags - 1; fi >= 0; fi--)
+                if (dest[fi].node == node && dest[fi].ttl == ttl) break;
         if (fi < 0) {
-            struct frag *f = frag_create(rq, rq->nfrags);
-            if (f == NULL || buf_append(&f->out, prefix, (size_t)np) < 0) {
+            struct frag *f = rq->nfrags < fcap ? frag_create(rq, rq->nfrags) : NULL;
+            if (f == NULL || (gat ? buf_printf(&f->out, "%s %lld", verb, (long long)ttl)
+                                  : buf_append_str(&f->out, verb)) < 0) {
                 if (f) frag_destroy(f);
                 bad = true;
                 break;
@@ -341,13 +262,8 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
-            uint32_t *grown = realloc(nodeof, rq->nfrags * sizeof *nodeof);
-            if (grown == NULL) {
-                bad = true;
-                break;
-            }
-            nodeof = grown;
-            nodeof[fi] = node;
+            dest[fi].node = node;
+            dest[fi].ttl = ttl;
         }
         rq->keyfrag[i++] = (uint16_t)fi;
         struct buf *o = &rq->frags[fi]->out;
@@ -357,11 +273,11 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         }
     }
     for (uint16_t k = 0; k < rq->nfrags; k++) {
-        w->scratch[nodeof[k]] = -1;
+        w->scratch[dest[k].node] = -1;
         if (buf_append(&rq->frags[k]->out, "\r\n", 2) < 0) bad = true;
     }
     if (bad) {
-        free(nodeof);
+        free(dest);
         for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
         rq->nfrags = 0;
         goto oom;
@@ -371,8 +287,8 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     /* The last submission may complete the request at once (a node marked down fails it) and
      * free it, so nothing of rq is read after it. */
     uint16_t nfrags = rq->nfrags;
-    for (uint16_t k = 0; k < nfrags; k++) upnode_submit(w->map[nodeof[k]], rq->frags[k]);
-    free(nodeof);
+    for (uint16_t k = 0; k < nfrags; k++) upnode_submit(w->map[dest[k].node], rq->frags[k]);
+    free(dest);
     return;
 oom:
     rreq_destroy(rq);
@@ -384,7 +300,7 @@ oom:
  * replica of a replicated pool. `data` is a storage command's block (or NULL). */
 static void route_fanout(struct client *c, const struct proto_req *req, const char *line,
                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
-                         uint32_t n, const struct line_cut *ttl)
+                         uint32_t n, const struct ledit_cut *cuts, int ncuts)
 {
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
@@ -395,7 +311,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
         if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey, false);
-        if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, ttl) < 0 ||
+        if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet, cuts, ncuts) < 0 ||
             (data && buf_append(&f->out, data, ndata) < 0))
             goto oom;
     }
@@ -423,7 +339,7 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
         return;
     }
     for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
-    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL);
+    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL, 0);
     free(nodes);
 }
 
@@ -457,12 +373,13 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
     for (uint32_t i = 0; i < p->nnodes; i++)
         if (upnode_up(w->map[p->nodes[i]])) nodes[n++] = p->nodes[i];
     if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
-    struct line_cut ttl;
-    char num[32];
-    bool edit = route_ttl_edit(c, req, line, len, 0, &ttl, num, sizeof num) ||
-                route_holdoff_edit(c, req, line, len, &ttl);
+    struct ledit_ttl ttl;
+    struct ledit_cut cuts[LEDIT_TTL_MAX + 1];
+    int ncuts = route_ttl_edit(c, req, line, len, 0, &ttl);
+    memcpy(cuts, ttl.cut, (size_t)ncuts * sizeof *cuts);
+    if (route_holdoff_edit(c, req, line, len, &cuts[ncuts])) ncuts++;
     w->m.replicated_writes++;
-    route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL);
+    route_fanout(c, req, line, len, data, ndata, nodes, n, cuts, ncuts);
     free(nodes);
     return true;
 }

@@ -24,8 +24,9 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
  * (NULL otherwise). */
 void route_forward(struct client *c, const struct proto_req *req, const char *line, size_t len,
                    const char *data, size_t ndata);
-/* get/gets/gat/gats: one request when every key goes to one node, else split per node and
- * merged in key order. */
+/* get/gets/gat/gats: one request when every key goes to one node, else split per node (and
+ * per exptime, for a gat whose keys' namespaces rewrite it differently) and merged in key
+ * order. Keys of a pool that warms from another are looked up there when they miss. */
 void route_get(struct client *c, const struct proto_req *req, const char *line, size_t len);
 /* flush_all: to every node of the topology; OK when all say OK. */
 void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);

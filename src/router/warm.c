@@ -1,14 +1,56 @@
-/* warm.c — warm-pool lookups for keys a cold pool missed, and the adds that fill it (see
- * warm.h). Only text get/gets are warmed; mg answers from the cold pool alone. */
+/* warm.c — warm-pool lookups for keys a cold pool missed, and the writes that fill it (see
+ * warm.h): get/gets/gat/gats through a split multi-get's fragments, mg through its one
+ * fragment, which is sent again to the warm pool when the cold pool's answer calls for it. */
 #include "router/warm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "router/client.h"
+#include "router/metareply.h"
+#include "router/policy.h"
 #include "router/upstream.h"
 #include "router/worker.h"
+
+/* A warm item's TTL left as a wire TTL: -1 (never) is 0; 0 (its last second) is 1. */
+static int64_t warm_left_wire(int64_t left) { return left < 0 ? 0 : left == 0 ? 1 : left; }
+
+/* The wire TTL `ttl` after the namespace rules of `key` (the topology must be ready). */
+static int64_t warm_policy(struct rworker *w, const char *key, size_t nkey, int64_t ttl,
+                           uint64_t cap, int64_t now)
+{
+    int64_t to;
+    return policy_ttl_capped(topo_namespace(w->topo, key, nkey), cap, ttl, now, &to) ? to : ttl;
+}
+
+/* Fill the cold pool's node for `key` (routing bytes) with the warm item `it`: `ms WKEY LEN[ b]
+ * F.. T<ttl> <how> E<cas>`, WKEY being the key as the client wrote it and `how` "ME" (an add)
+ * or "C<cas>" (a vivified placeholder's fill). Nothing when the TTL has already run out or the
+ * node is marked down; the node's reply is dropped. */
+static void warm_fill(struct rworker *w, const char *key, size_t nkey, const char *wkey,
+                      size_t nwkey, bool b64, const struct mreply_item *it, int64_t ttl,
+                      const char *how, int64_t now)
+{
+    if (!worker_topology_ready(w)) return;
+    ttl = warm_policy(w, key, nkey, ttl, 0, now);
+    struct upnode *cold = w->map[topo_route(w->topo, key, nkey)];
+    if (policy_ttl_left(ttl, now) == 0 || !upnode_up(cold)) return;
+    struct frag *add = frag_create(NULL, 0);
+    if (add == NULL ||
+        buf_printf(&add->out, "ms %.*s %zu%s F%.*s T%lld %s E%.*s\r\n", (int)nwkey, wkey,
+                   it->vlen, b64 ? " b" : "", (int)it->nflags, it->flags, (long long)ttl, how,
+                   (int)it->ncas, it->cas) < 0 ||
+        buf_append(&add->out, it->data, it->vlen + 2) < 0) {
+        if (add) frag_destroy(add);
+        w->m.out_of_memory++;
+        return;
+    }
+    w->m.warm_fills++;
+    add->pool = (int32_t)(topo_pool_of(w->topo, key, nkey) - w->topo->pools);
+    upnode_submit(cold, add);
+}
 
 bool warm_start(struct rreq *rq)
 {
@@ -51,69 +93,164 @@ bool warm_start(struct rreq *rq)
     return --rq->pending > 0;
 }
 
-/* The value of flag `letter` in the meta reply line [p, end), or NULL. */
-static const char *warm_flag(const char *p, const char *end, char letter, size_t *n)
-{
-    while (p < end) {
-        const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
-        if (p > s && *s == letter) {
-            *n = (size_t)(p - s - 1);
-            return s + 1;
-        }
-        if (p < end && *p == ' ') p++;
-        else break;
-    }
-    return NULL;
-}
-
 void warm_reply(struct frag *f, const char *reply, size_t n, bool failed)
 {
     struct rreq *rq = f->rq;
     struct rworker *w = rq->cl->w;
     static const char end[] = "END\r\n";
-    const char *nl = failed || n < 3 || memcmp(reply, "VA ", 3) ? NULL : memchr(reply, '\n', n);
-    size_t nflags = 0, nttl = 0, ncas = 0, nkey = 0;
-    const char *flags = nl ? warm_flag(reply + 3, nl, 'f', &nflags) : NULL;
-    const char *ttl = nl ? warm_flag(reply + 3, nl, 't', &nttl) : NULL;
-    const char *cas = nl ? warm_flag(reply + 3, nl, 'c', &ncas) : NULL;
-    const char *key = nl ? warm_flag(reply + 3, nl, 'k', &nkey) : NULL;
-    long vlen = nl ? strtol(reply + 3, NULL, 10) : -1;
-    const char *data = nl ? nl + 1 : NULL;
-    if (!nl || !flags || !ttl || !cas || !key || vlen < 0 ||
-        (size_t)(data - reply) + (size_t)vlen + 2 > n) {
+    struct mreply_item it;
+    if (failed || !mreply_hit(reply, n, &it) || it.key == NULL) {
         buf_append(&f->reply, end, sizeof end - 1); /* a miss there too (or no answer) */
         return;
     }
     w->m.warm_hits++;
     /* what the client gets: the warm value as a get reply */
-    if (buf_printf(&f->reply, "VALUE %.*s %.*s %ld", (int)nkey, key, (int)nflags, flags, vlen) < 0 ||
-        (rq->cmd == CMD_GETS && buf_printf(&f->reply, " %.*s", (int)ncas, cas) < 0) ||
-        buf_append(&f->reply, "\r\n", 2) < 0 || buf_append(&f->reply, data, (size_t)vlen + 2) < 0 ||
+    bool cas = rq->cmd == CMD_GETS || rq->cmd == CMD_GATS;
+    if (buf_printf(&f->reply, "VALUE %.*s %.*s %zu", (int)it.nkey, it.key, (int)it.nflags,
+                   it.flags, it.vlen) < 0 ||
+        (cas && buf_printf(&f->reply, " %.*s", (int)it.ncas, it.cas) < 0) ||
+        buf_append(&f->reply, "\r\n", 2) < 0 || buf_append(&f->reply, it.data, it.vlen + 2) < 0 ||
         buf_append(&f->reply, end, sizeof end - 1) < 0) {
         buf_release(&f->reply);
         buf_append(&f->reply, end, sizeof end - 1);
         return;
     }
-    /* the fill: add (fails if the cold pool has the key, or a delete's hold-off is on), with
-     * the warm item's remaining TTL (-1: none) and CAS; its reply is dropped */
-    if (!worker_topology_ready(w)) return;
-    long left = strtol(ttl, NULL, 10);
-    struct frag *add = frag_create(NULL, 0);
-    if (add == NULL ||
-        buf_printf(&add->out, "ms %.*s %ld F%.*s T%ld ME E%.*s\r\n", (int)nkey, key, vlen,
-                   (int)nflags, flags, left < 0 ? 0 : left == 0 ? 1 : left, (int)ncas, cas) < 0 ||
-        buf_append(&add->out, data, (size_t)vlen + 2) < 0) {
-        if (add) frag_destroy(add);
+    /* the fill: an add (fails if the cold pool has the key, or a delete's hold-off is on) with
+     * the warm item's flags and CAS, and its remaining TTL, or for gat/gats the one asked for */
+    bool touch = rq->cmd == CMD_GAT || rq->cmd == CMD_GATS;
+    warm_fill(w, it.key, it.nkey, it.key, it.nkey, false, &it,
+              touch ? rq->exptime : warm_left_wire(it.ttl), "ME", (int64_t)time(NULL));
+}
+
+bool warm_mg_prepare(struct rreq *rq, const struct proto_req *req, const char *line, size_t len,
+                     bool gutter, struct ledit_cut *cut)
+{
+    rq->mgline = malloc(len + 1);
+    if (rq->mgline == NULL) {
+        rq->cl->w->m.out_of_memory++;
+        return false;
+    }
+    memcpy(rq->mgline, line, len);
+    rq->mgline[len] = '\0';
+    rq->nmgline = len;
+    rq->warm_mg = true;
+    rq->warm_gutter = gutter;
+    const struct proto_meta *m = &req->meta;
+    rq->warm_lease = !gutter && proto_meta_has(m, 'N') && !proto_meta_has(m, 'R');
+    if (!rq->warm_lease || proto_meta_has(m, 'c')) return false;
+    rq->warm_cas_added = true;
+    *cut = ledit_append(line, len, " c", 2);
+    return true;
+}
+
+/* Is the meta reply line at r (n bytes) of code `code`? */
+static bool warm_code(const char *r, size_t n, const char *code)
+{
+    return n >= 2 && r[0] == code[0] && r[1] == code[1] &&
+           (n == 2 || r[2] == ' ' || r[2] == '\r' || r[2] == '\n');
+}
+
+/* Did the cold pool vivify a placeholder for this N mg and hand it the win? W without X (a
+ * stale value) or Z; R, which wins on live values too, is never warmed. Sets rq->lease_cas. */
+static bool warm_mg_won(struct rreq *rq, const char *r, size_t n)
+{
+    const char *nl = memchr(r, '\n', n), *cas;
+    size_t k, ncas;
+    if (!rq->warm_lease || nl == NULL || !(warm_code(r, n, "VA") || warm_code(r, n, "HD")) ||
+        !mreply_flag(r, nl, 'W', &k) || mreply_flag(r, nl, 'X', &k) ||
+        mreply_flag(r, nl, 'Z', &k) || (cas = mreply_flag(r, nl, 'c', &ncas)) == NULL)
+        return false;
+    return proto_parse_u64(cas, ncas, &rq->lease_cas);
+}
+
+/* The warm pool answered rq's lookup: on a hit, compose the client's answer into rq->held (it
+ * holds the cold pool's answer, kept for a miss) and fill the cold pool. */
+static void warm_mg_answer(struct rreq *rq, const char *reply, size_t n, bool failed)
+{
+    struct rworker *w = rq->cl->w;
+    struct mreply_item it;
+    struct proto_req req;
+    const char *err, *wkey;
+    size_t nwkey;
+    if (failed || !mreply_hit(reply, n, &it) || !worker_topology_ready(w) ||
+        proto_parse(rq->mgline, rq->nmgline, w->r->cfg.item_max, &req, &err) != PROTO_OK ||
+        !ledit_token(rq->mgline, rq->nmgline, 1, &wkey, &nwkey))
+        return;
+    w->m.warm_hits++;
+    int64_t now = (int64_t)time(NULL);
+    bool touch = proto_meta_has(&req.meta, 'T');
+    /* the item as the cold pool will hold it: the warm TTL left, or T's, after the rules */
+    int64_t fill = touch ? req.meta.ttl : warm_left_wire(it.ttl);
+    int64_t kept = warm_policy(w, req.key, req.nkey, warm_left_wire(it.ttl), 0, now);
+    int64_t touched = touch ? warm_policy(w, req.key, req.nkey, req.meta.ttl,
+                                          rq->warm_gutter ? w->topo->gutter_ttl : 0, now)
+                            : kept;
+    it.ttl = policy_ttl_left(kept, now); /* what t reports before any T */
+    struct buf out;
+    buf_init(&out);
+    if (mreply_compose_mg(&out, &req, &it, policy_ttl_left(touched, now)) < 0) {
+        buf_release(&out);
         w->m.out_of_memory++;
-        return;
+        return; /* the cold answer stands */
     }
-    struct upnode *cold = w->map[topo_route(w->topo, key, nkey)];
-    if (!upnode_up(cold)) {
-        frag_destroy(add);
-        return;
+    buf_release(&rq->held);
+    rq->held = out;
+    char how[32] = "ME"; /* an add, or the fill of the placeholder the client won */
+    if (rq->lease_cas) snprintf(how, sizeof how, "C%llu", (unsigned long long)rq->lease_cas);
+    warm_fill(w, req.key, req.nkey, wkey, nwkey, req.meta.base64, &it, fill, how, now);
+}
+
+bool warm_mg_step(struct rreq *rq, struct frag *f, const char **reply, size_t *n, bool *failed)
+{
+    struct rworker *w = rq->cl->w;
+    if (f->warm) {
+        warm_mg_answer(rq, *reply, *n, *failed);
+        *reply = buf_start(&rq->held);
+        *n = buf_used(&rq->held);
+        *failed = false;
+        return false;
     }
-    w->m.warm_fills++;
-    add->pool = (int32_t)(topo_pool_of(w->topo, key, nkey) - w->topo->pools);
-    upnode_submit(cold, add);
+    const char *r = *reply;
+    size_t rn = *n;
+    bool lookup = !*failed && (warm_code(r, rn, "EN") || warm_mg_won(rq, r, rn));
+    /* c comes back on hits only (VA, HD) */
+    bool strip = rq->warm_cas_added && !*failed &&
+                 (warm_code(r, rn, "VA") || warm_code(r, rn, "HD"));
+    if (!strip && !lookup) return false; /* the cold answer as it is */
+    /* the client's answer to the cold pool's reply, without the c the router asked for */
+    buf_release(&rq->held);
+    int rc = strip ? mreply_drop_flag(&rq->held, r, rn, 'c') : buf_append(&rq->held, r, rn);
+    if (rc < 0) { /* the node's answer as it is, c included: better than none */
+        w->m.out_of_memory++;
+        buf_release(&rq->held);
+        return false;
+    }
+    *reply = buf_start(&rq->held);
+    *n = buf_used(&rq->held);
+    struct proto_req req;
+    const char *err, *wkey;
+    size_t nwkey;
+    if (!lookup || !worker_topology_ready(w) ||
+        proto_parse(rq->mgline, rq->nmgline, w->r->cfg.item_max, &req, &err) != PROTO_OK ||
+        !ledit_token(rq->mgline, rq->nmgline, 1, &wkey, &nwkey))
+        return false;
+    const struct topo_pool *cold = topo_pool_of(w->topo, req.key, req.nkey);
+    if (cold->warm_from < 0) return false; /* a reload ended the warm-up meanwhile */
+    struct frag *wf = frag_create(rq, 0);
+    if (wf == NULL ||
+        buf_printf(&wf->out, "mg %.*s%s v f t c%s%s\r\n", (int)nwkey, wkey,
+                   req.meta.base64 ? " b" : "", proto_meta_has(&req.meta, 'h') ? " h" : "",
+                   proto_meta_has(&req.meta, 'l') ? " l" : "") < 0) {
+        if (wf) frag_destroy(wf);
+        w->m.out_of_memory++;
+        return false;
+    }
+    wf->warm = true;
+    wf->pool = cold->warm_from; /* no namespace: its failure is a miss, not an error */
+    rq->frag1 = wf;
+    rq->pending = 1;
+    w->m.warm_lookups++;
+    upnode_submit(w->map[topo_route_pool(w->topo, (uint32_t)cold->warm_from, req.key, req.nkey)],
+                  wf);
+    return true;
 }

@@ -365,3 +365,20 @@ def cluster(start_server, start_router):
     nodes = [start_server() for _ in range(3)]
     router, admin, path = start_router(nodes)
     return RouterCluster(nodes, router, path, admin)
+
+
+@pytest.fixture
+def gcluster(start_server, start_router):
+    """Three shoal-nodes, a gutter pool of one more (gutter_ttl 7), and a one-worker router quick
+    to mark a node down (300 ms timeout, 50 ms retry) and to probe it back (100 ms)."""
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    doc["gutter_ttl"] = 7
+    router, admin, path = start_router(doc, "-t", "1", "--timeout-ms", "300", "--probe-ms", "100",
+                                       "--retry-ms", "50")
+    c = RouterCluster(nodes, router, path, admin)
+    c.gutter = gutter
+    return c

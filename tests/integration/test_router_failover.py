@@ -13,21 +13,6 @@ from mcraw import McRaw, http, wait_until
 pytestmark = pytest.mark.shoal_only
 
 
-@pytest.fixture
-def gcluster(start_server, start_router):
-    nodes = [start_server() for _ in range(3)]
-    gutter = start_server()
-    doc = topology(nodes)
-    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
-    doc["gutter_pool"] = "gutter"
-    doc["gutter_ttl"] = 7
-    router, admin, path = start_router(doc, "-t", "1", "--timeout-ms", "300", "--probe-ms", "100",
-                                       "--retry-ms", "50")
-    c = RouterCluster(nodes, router, path, admin)
-    c.gutter = gutter
-    return c
-
-
 def test_dead_node_goes_to_gutter_and_comes_back(gcluster):
     r = gcluster.raw()
     victim = gcluster.nodes[1]

@@ -1,14 +1,16 @@
 """Namespace policies enforced by shoal-router: a namespace's default_ttl replaces a TTL of 0 and
-its max_ttl clamps longer ones ("never" included), for text storage commands, touch, and ms/mg T
-(checked on the nodes directly); max_value_bytes, ops_per_sec and bytes_per_sec refuse requests
-with an error naming the namespace and the limit. Skipped when SHOAL_TEST_SERVER=memcached."""
+its max_ttl clamps longer ones ("never" included), on every command that carries a TTL (text
+storage commands, touch, gat/gats on every fragment of a split, ms T, mg T and N, ma N and T, md I
+with T), and the gutter pool caps the same (checked on the nodes directly); max_value_bytes,
+ops_per_sec and bytes_per_sec refuse requests with an error naming the namespace and the limit.
+Skipped when SHOAL_TEST_SERVER=memcached."""
 
 import time
 
 import pytest
 
-from conftest import RouterCluster, topology
-from mcraw import McRaw
+from conftest import RouterCluster, restart_server, topology
+from mcraw import McRaw, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -18,16 +20,20 @@ def pcluster(start_server, start_router):
     nodes = [start_server() for _ in range(3)]
     doc = topology(nodes)
     doc["namespaces"]["catalog"] = {"pool": "main", "default_ttl": 600, "max_ttl": 3600}
+    doc["namespaces"]["short"] = {"pool": "main", "max_ttl": 60}
     router, admin, path = start_router(doc)
     return RouterCluster(nodes, router, path, admin)
 
 
-def ttl_on_node(cluster, key):
-    owner = cluster.owner(key)
-    with McRaw(owner.host, owner.port) as c:
+def ttl_on(node, key):
+    with McRaw(node.host, node.port) as c:
         r = c.meta(f"mg {key} t")
         assert r.code == "HD", f"{key} is on its node: {r.line}"
         return int(r.flags["t"])
+
+
+def ttl_on_node(cluster, key):
+    return ttl_on(cluster.owner(key), key)
 
 
 def near(value, want):
@@ -65,6 +71,127 @@ def test_short_ttls_and_other_namespaces_stand(pcluster):
     assert near(ttl_on_node(pcluster, "catalog:e"), 100)
     assert ttl_on_node(pcluster, "plain") == -1, "default namespace has no rules here"
     assert int(r.stats()["ttl_rewrites"]) == 0
+
+
+def rewrites(r):
+    return int(r.stats()["ttl_rewrites"])
+
+
+def test_gat_and_gats_exptime(pcluster):
+    r = pcluster.raw()
+    assert r.store("set", "catalog:a", "va", exptime=10) == "STORED"
+    assert r.get("99999", "catalog:a", cmd="gat") == [("catalog:a", 0, b"va", None)]
+    assert near(ttl_on(pcluster.owner("catalog:a"), "catalog:a"), 3600), "clamped to max_ttl"
+    got = r.get("0", "catalog:a", cmd="gats")
+    assert len(got) == 1 and got[0][3] is not None
+    assert near(ttl_on(pcluster.owner("catalog:a"), "catalog:a"), 600), "0 becomes default_ttl"
+    assert r.get("100", "catalog:a", cmd="gat")
+    assert near(ttl_on(pcluster.owner("catalog:a"), "catalog:a"), 100), "a short TTL stands"
+    before = rewrites(r)
+    assert r.get("-1", "catalog:a", cmd="gat") == [("catalog:a", 0, b"va", None)]
+    assert r.get("catalog:a") == [], "a negative exptime is left alone: expired at once"
+    assert rewrites(r) == before
+
+
+def test_gat_split_over_nodes_and_namespaces(pcluster):
+    r = pcluster.raw()
+    keys = [f"{ns}k{i}" for i in range(12) for ns in ("catalog:", "short:", "")]
+    for k in keys:
+        assert r.store("set", k, f"v-{k}") == "STORED"
+    nodes_with_both = [n for n in pcluster.nodes
+                       if {k.split(":")[0] for k in keys if pcluster.owner(k) is n} >= {"catalog", "short"}]
+    assert nodes_with_both, "some node holds keys of several namespaces"
+    before = int(r.stats()["multiget_split"])
+    got = r.get("7200", *keys, cmd="gat")
+    assert [g[0] for g in got] == keys and all(g[2] == f"v-{g[0]}".encode() for g in got)
+    assert int(r.stats()["multiget_split"]) == before + 1
+    for k in keys:
+        want = 3600 if k.startswith("catalog:") else 60 if k.startswith("short:") else 7200
+        assert near(ttl_on(pcluster.owner(k), k), want), f"{k}: every fragment has its exptime"
+    one_node = [k for k in keys if pcluster.owner(k) is nodes_with_both[0]]
+    got = r.get("0", *one_node, cmd="gats")  # one node, two exptimes: still split
+    assert [g[0] for g in got] == one_node
+    for k in one_node:
+        ttl = ttl_on(nodes_with_both[0], k)
+        if k.startswith("catalog:"):
+            assert near(ttl, 600), "0 is catalog's default_ttl"
+        elif k.startswith("short:"):
+            assert near(ttl, 60), "0 (never) is clamped to short's max_ttl"
+        else:
+            assert ttl == -1, "no rules: 0 stays never"
+
+
+def test_mg_vivify_and_touch(pcluster):
+    r = pcluster.raw()
+    assert r.meta("mg catalog:v N99999 v").line == "VA 0 W"
+    assert near(ttl_on(pcluster.owner("catalog:v"), "catalog:v"), 3600), "N: the placeholder's life"
+    assert r.meta("mg catalog:v0 N0 v").line == "VA 0 W"
+    assert near(ttl_on(pcluster.owner("catalog:v0"), "catalog:v0"), 600)
+    assert r.meta("ms catalog:t 1 T10", b"x").line == "HD"
+    assert r.meta("mg catalog:t T0 N99999 v").line == "VA 1"  # a hit: T touches, N does nothing
+    assert near(ttl_on(pcluster.owner("catalog:t"), "catalog:t"), 600)
+    assert r.meta("mg catalog:t N30 T99999 R5 v q").value == b"x"
+    assert near(ttl_on(pcluster.owner("catalog:t"), "catalog:t"), 3600), "both flags rewritten"
+
+
+def test_ma_autocreate_and_update(pcluster):
+    r = pcluster.raw()
+    assert r.meta("ma catalog:n N99999 J5 v").value == b"5"
+    assert near(ttl_on(pcluster.owner("catalog:n"), "catalog:n"), 3600), "N: the new item's TTL"
+    assert r.meta("ma catalog:n T0 v").value == b"6"
+    assert near(ttl_on(pcluster.owner("catalog:n"), "catalog:n"), 600), "T: 0 is default_ttl"
+    assert r.meta("ma catalog:n2 N0").line == "HD"
+    assert near(ttl_on(pcluster.owner("catalog:n2"), "catalog:n2"), 600)
+
+
+def test_md_invalidate_with_ttl(pcluster):
+    r = pcluster.raw()
+    assert r.store("set", "catalog:s", "v", exptime=100) == "STORED"
+    assert r.meta("md catalog:s I T99999").line == "HD"
+    owner = pcluster.owner("catalog:s")
+    with McRaw(owner.host, owner.port) as c:
+        m = c.meta("mg catalog:s t v")
+        assert "X" in m.flags and near(int(m.flags["t"]), 3600), f"stale, TTL clamped: {m.line}"
+    before = rewrites(r)
+    assert r.store("set", "catalog:s2", "v", exptime=100) == "STORED"
+    r.send(b"md catalog:s2 T99999 q\r\nmn\r\n")  # without I, T means nothing: not rewritten
+    assert r.read_line() == "MN"
+    assert rewrites(r) == before
+
+
+def test_gutter_caps_every_ttl_carrier(gcluster):
+    r = gcluster.raw()
+    victim = gcluster.nodes[0]
+    keys = [f"gk{i}" for i in range(40)]
+    mine = [k for k in keys if gcluster.owner(k) is victim]
+    others = [k for k in keys if gcluster.owner(k) is not victim]
+    assert len(mine) >= 5 and others
+    victim.proc.kill()
+    victim.proc.wait()
+    wait_until(lambda: r.cmd(f"mg {mine[0]}") in ("EN", "HD"), timeout=5,
+               message="the dead node marked down (its keys answered by the gutter)")
+    g = gcluster.gutter
+    k_gat, k_mgt, k_mgn, k_man, k_mat = mine[:5]
+    for k in (k_gat, k_mgt, k_mat):
+        assert r.store("set", k, "v", exptime=5) == "STORED"  # in the gutter, short-lived
+    assert r.get("3600", k_gat, others[0], cmd="gat") == [(k_gat, 0, b"v", None)]
+    assert 0 < ttl_on(g, k_gat) <= 7, "gat's exptime capped in the gutter pool"
+    assert r.meta(f"mg {k_mgt} T3600").line == "HD"
+    assert 0 < ttl_on(g, k_mgt) <= 7, "mg T capped"
+    assert r.meta(f"mg {k_mgn} N3600").line == "HD W"
+    assert 0 < ttl_on(g, k_mgn) <= 7, "mg N capped"
+    assert r.meta(f"ma {k_man} N0 J1").line == "HD"
+    assert 0 < ttl_on(g, k_man) <= 7, "ma N capped (0, never, included)"
+    assert r.store("set", k_mat, "1") == "STORED"
+    assert r.meta(f"ma {k_mat} T3600").line == "HD"
+    assert 0 < ttl_on(g, k_mat) <= 7, "ma T capped"
+    # a gat over a live node and the gutter: each fragment gets its own exptime
+    assert r.store("set", others[1], "o") == "STORED"
+    got = r.get("3600", k_gat, others[1], cmd="gat")
+    assert [x[0] for x in got] == [k_gat, others[1]]
+    assert 0 < ttl_on(g, k_gat) <= 7
+    assert near(ttl_on(gcluster.owner(others[1]), others[1]), 3600), "not capped off the gutter"
+    restart_server(victim)
 
 
 @pytest.fixture
