@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "router/client.h"
+#include "router/replica.h"
 #include "router/warm.h"
 
 struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd)
@@ -48,6 +49,7 @@ struct frag *frag_create(struct rreq *rq, uint16_t idx)
 
 void frag_destroy(struct frag *f)
 {
+    replica_write_free(f->repl);
     buf_release(&f->out);
     buf_release(&f->reply);
     free(f);
@@ -224,6 +226,7 @@ static const char oom_reply[] = "SERVER_ERROR out of memory\r\n";
 
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
 {
+    if (f->repl) replica_frag_done(f, reply, n, failed); /* even when the client has gone */
     struct rreq *rq = f->rq;
     if (rq == NULL) {
         frag_destroy(f);
@@ -267,7 +270,10 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
             return;
         }
         if (rq->pending == 0) {
-            int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq) : merge_all(rq);
+            int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq)
+                   : rq->kind == RQ_CAS ? buf_append(&rq->reply, buf_start(&rq->frags[0]->reply),
+                                                     buf_used(&rq->frags[0]->reply))
+                   : merge_all(rq);
             if (rc < 0) {
                 c->w->m.out_of_memory++;
                 buf_release(&rq->reply);

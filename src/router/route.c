@@ -15,21 +15,12 @@
 #include <time.h>
 
 #include "router/policy.h"
+#include "router/replica.h"
 #include "router/upstream.h"
 #include "router/worker.h"
 
-/* A replacement of the bytes [from, to) of a request line by `text` (from == to inserts). */
-struct line_cut {
-    const char *from, *to;
-    const char *text;
-    size_t ntext;
-};
-
-/* Append the request line to `out` without a trailing "noreply" (text) or without q flags
- * (meta), with the TTL edit `ttl` applied when it is not NULL, then \r\n. */
-static int route_copy_line(struct buf *out, const char *line, size_t len,
-                           const struct proto_req *req, bool strip_noreply, bool strip_q,
-                           const struct line_cut *ttl)
+int route_copy_line(struct buf *out, const char *line, size_t len, const struct proto_req *req,
+                    bool strip_noreply, const char *drop, const struct line_cut *ttl)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
     if (strip_noreply) {
@@ -40,9 +31,9 @@ static int route_copy_line(struct buf *out, const char *line, size_t len,
     }
     struct line_cut cuts[PROTO_META_FLAGS_MAX + 1];
     int n = 0;
-    for (int i = 0; strip_q && i < req->meta.nflags; i++) {
+    for (int i = 0; drop && i < req->meta.nflags; i++) {
         const struct proto_mflag *mf = &req->meta.flag[i];
-        if (mf->flag != 'q') continue;
+        if (mf->flag == 0 || !strchr(drop, mf->flag)) continue;
         const char *from = mf->tok - 1; /* the letter, and the spaces before it */
         while (from > line && from[-1] == ' ') from--;
         cuts[n++] = (struct line_cut){from, mf->tok + mf->ntok, NULL, 0};
@@ -86,18 +77,16 @@ static bool line_token(const char *line, size_t len, int idx, const char **tok, 
 
 /* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
  * pool's node for the key (when there is one and it is up; keys never move to other regular
- * nodes). *gutter says which. */
+ * nodes). *gutter says which. In a replicated pool: this router's replica, or another one
+ * while it is down or being repaired (replica.h), never the gutter. */
 static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool *gutter)
 {
     uint32_t node = topo_route(w->topo, key, nkey);
     *gutter = false;
-    if (upnode_up(w->map[node])) return node;
+    if (replica_readable(w->map[node])) return node;
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
-    if (p->replicated) { /* read another replica */
-        for (uint32_t i = 0; i < p->nnodes; i++)
-            if (upnode_up(w->map[p->nodes[i]])) return p->nodes[i];
-        return node;
-    }
+    if (p->replicated) return replica_read_node(w, p, node);
+    if (upnode_up(w->map[node])) return node; /* its repairs concern replicated keys only */
     int64_t g = topo_gutter_route(w->topo, key, nkey);
     if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) return node; /* fails fast */
     *gutter = true;
@@ -180,8 +169,7 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
     return true;
 }
 
-/* Mark fragment f as one for key's namespace and pool (per-pool/namespace figures). */
-static void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey)
+void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey)
 {
     const struct topo_ns *ns = topo_namespace(t, key, nkey);
     f->ns = (int32_t)(ns - t->ns);
@@ -250,7 +238,8 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     bool edit = route_ttl_edit(c, req, line, len, gutter ? w->topo->gutter_ttl : 0, &ttl, num,
                                sizeof num) ||
                 route_holdoff_edit(c, req, line, len, &ttl);
-    if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, edit ? &ttl : NULL) < 0 ||
+    if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL,
+                        edit ? &ttl : NULL) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
     client_enqueue(c, rq);
@@ -382,7 +371,7 @@ oom:
  * replica of a replicated pool. `data` is a storage command's block (or NULL). */
 static void route_fanout(struct client *c, const struct proto_req *req, const char *line,
                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
-                         uint32_t n, const struct line_cut *ttl)
+                         uint32_t n, const struct line_cut *ttl, bool replicas)
 {
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
@@ -393,7 +382,10 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
         if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey);
-        if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet, ttl) < 0 ||
+        if (replicas && replica_tag(f, c->w->map[nodes[i]], REPL_WRITE, req->key, req->nkey) < 0)
+            goto oom;
+        if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL,
+                            ttl) < 0 ||
             (data && buf_append(&f->out, data, ndata) < 0))
             goto oom;
     }
@@ -421,7 +413,7 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
         return;
     }
     for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
-    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL);
+    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL, false);
     free(nodes);
 }
 
@@ -447,20 +439,27 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
     if (!worker_topology_ready(w) || !cmd_writes(req->cmd)) return false;
     const struct topo_pool *p = topo_pool_of(w->topo, req->key, req->nkey);
     if (!p->replicated) return false;
-    uint32_t *nodes = malloc(p->nnodes * sizeof *nodes), n = 0;
-    if (nodes == NULL) {
-        client_oom(c);
-        return true;
-    }
-    for (uint32_t i = 0; i < p->nnodes; i++)
-        if (upnode_up(w->map[p->nodes[i]])) nodes[n++] = p->nodes[i];
-    if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
     struct line_cut ttl;
     char num[32];
     bool edit = route_ttl_edit(c, req, line, len, 0, &ttl, num, sizeof num) ||
                 route_holdoff_edit(c, req, line, len, &ttl);
     w->m.replicated_writes++;
-    route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL);
+    if (replica_is_compare(req)) { /* on the replica reads go to, then the others */
+        replica_compare(c, req, line, len, data, ndata, p, edit ? &ttl : NULL);
+        return true;
+    }
+    uint32_t *nodes = malloc(p->nnodes * sizeof *nodes), n = 0;
+    if (nodes == NULL) {
+        client_oom(c);
+        return true;
+    }
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        struct upnode *un = w->map[p->nodes[i]];
+        if (upnode_up(un)) nodes[n++] = p->nodes[i];
+        else replica_log(un, req->key, req->nkey, false); /* deleted when it is back */
+    }
+    if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
+    route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL, true);
     free(nodes);
     return true;
 }

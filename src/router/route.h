@@ -30,4 +30,19 @@ void route_get(struct client *c, const struct proto_req *req, const char *line, 
 /* flush_all: to every node of the topology; OK when all say OK. */
 void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);
 
+/* Line edits, shared with replica.c. A replacement of the bytes [from, to) of a request line
+ * by `text` (from == to inserts). */
+struct line_cut {
+    const char *from, *to;
+    const char *text;
+    size_t ntext;
+};
+/* Append the request line to `out` without a trailing "noreply" (text) and without the meta
+ * flags whose letters are in `drop` (NULL: none), with the TTL edit `ttl` applied when it is
+ * not NULL, then \r\n. -1 when memory runs out. */
+int route_copy_line(struct buf *out, const char *line, size_t len, const struct proto_req *req,
+                    bool strip_noreply, const char *drop, const struct line_cut *ttl);
+/* Mark fragment f as one for key's namespace and pool (per-pool/namespace figures). */
+void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey);
+
 #endif

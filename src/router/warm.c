@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "router/client.h"
+#include "router/replica.h"
 #include "router/upstream.h"
 #include "router/worker.h"
 
@@ -44,7 +45,10 @@ bool warm_start(struct rreq *rq)
         rq->keyfrag[i] = f->idx;
         rq->pending++;
         w->m.warm_lookups++;
-        upnode_submit(w->map[topo_route_pool(t, (uint32_t)cold->warm_from, key, nk)], f);
+        const struct topo_pool *warm = &t->pools[cold->warm_from];
+        uint32_t node = topo_route_pool(t, (uint32_t)cold->warm_from, key, nk);
+        if (warm->replicated) node = replica_read_node(w, warm, node); /* one that is up */
+        upnode_submit(w->map[node], f);
     }
     free(miss);
     return --rq->pending > 0;
