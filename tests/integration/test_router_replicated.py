@@ -121,7 +121,14 @@ def test_cas_through_a_replicated_pool(rep):
     cas = r.meta("mg hot:c c").cas
     assert r.meta(f"md hot:c C{cas}").code == "HD"
     assert on_nodes(nodes, "hot:c") == [None] * 3
-    assert int(r.stats()["replicated_cas"]) == 4
+
+    # an ms with I may store its value marked stale, which a plain write cannot say: the other
+    # replicas delete the key instead
+    assert r.store("set", "hot:i", "v1") == "STORED"
+    cas = r.meta("mg hot:i c").cas
+    assert r.meta(f"ms hot:i 2 I C{cas}", "v2").code == "HD"
+    assert sorted(on_nodes(nodes, "hot:i"), key=lambda v: v is None) == [b"v2", None, None]
+    assert int(r.stats()["replicated_cas"]) == 5
 
 
 def test_stale_cas_fails_and_changes_nothing(rep):
