@@ -204,6 +204,13 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
         un->repairs_inflight--;
         if (bad) replica_log(un, rw->key, rw->nkey, true);
         break;
+    case REPL_FLUSH_ALL:
+        if (bad) {
+            log_warn("worker %d: node %s missed a flush_all; it will be flushed when it can be "
+                     "repaired", w->id, un->node.addr);
+            repairlog_set_overflow(&un->repair);
+        }
+        break;
     case REPL_FLUSH:
         un->repairs_inflight--;
         if (bad || n < 2 || memcmp(reply, "OK", 2)) {

@@ -14,7 +14,8 @@
  * (route_node picks another replica) until a delete of each key has been answered by it; the
  * deletes are sent one probe interval after the node is back (or after the failure), so that
  * requests it had received before a stall are applied first. A log that overflowed is
- * replaced by a flush_all of the node. */
+ * replaced by a flush_all of the node, and so is a client's flush_all that the node missed
+ * (marked down, or failing), whatever its pools. */
 #ifndef SHOAL_ROUTER_REPLICA_H
 #define SHOAL_ROUTER_REPLICA_H
 
@@ -33,6 +34,8 @@ enum replica_kind {
     REPL_COMPARE, /* the compare of a cas: on success, `then` goes to the other replicas */
     REPL_REPAIR,  /* a repair delete of the key */
     REPL_FLUSH,   /* a whole-node repair (flush_all) */
+    REPL_FLUSH_ALL, /* a client's flush_all to one node: if it fails, the node is flushed when
+                     * it can be repaired */
 };
 
 /* What a fragment sent to a replica is for (frag->repl; freed with the fragment). */

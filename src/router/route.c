@@ -368,10 +368,11 @@ oom:
 
 /* Send one request to several nodes (`nodes`, indices into the topology's nodes) and answer
  * with the merged reply (request.c merge_all): flush_all to every node, writes to every
- * replica of a replicated pool. `data` is a storage command's block (or NULL). */
+ * replica of a replicated pool. `data` is a storage command's block (or NULL). A node that
+ * fails its part is repaired later (replica.h). */
 static void route_fanout(struct client *c, const struct proto_req *req, const char *line,
                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
-                         uint32_t n, const struct line_cut *ttl, bool replicas)
+                         uint32_t n, const struct line_cut *ttl)
 {
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
@@ -382,7 +383,9 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
         if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey);
-        if (replicas && replica_tag(f, c->w->map[nodes[i]], REPL_WRITE, req->key, req->nkey) < 0)
+        if (replica_tag(f, c->w->map[nodes[i]],
+                        req->cmd == CMD_FLUSH_ALL ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
+                        req->nkey) < 0)
             goto oom;
         if (route_copy_line(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL,
                             ttl) < 0 ||
@@ -413,7 +416,8 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
         return;
     }
     for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
-    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL, false);
+    /* a node that misses it (down, or failing) is flushed when it can be repaired */
+    route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL);
     free(nodes);
 }
 
@@ -459,7 +463,7 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
         else replica_log(un, req->key, req->nkey, false); /* deleted when it is back */
     }
     if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
-    route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL, true);
+    route_fanout(c, req, line, len, data, ndata, nodes, n, edit ? &ttl : NULL);
     free(nodes);
     return true;
 }

@@ -227,3 +227,29 @@ def test_overflowed_repair_log_flushes_the_replica(replicas):
     st = c.stats()
     # (a key whose write timed out may have been deleted before the stall marked it down)
     assert st["repair_flushes"] >= 1 and st["repair_deletes"] < len(keys), st
+
+
+def test_flush_all_missed_by_a_replica_is_sent_again(replicas):
+    c = replicas()
+    victim = c.nodes[1]
+    keys = [f"hot:k{i}" for i in range(5)]
+    for k in keys:
+        assert c.r.store("set", k, "v0") == "STORED"
+    try:
+        stall_until_marked_down(c, victim)
+        assert c.r.cmd("flush_all").startswith("SERVER_ERROR"), "one node missed it"
+    finally:
+        resume(victim)
+    latest = {k: None for k in keys}
+
+    def flushed():
+        check_reads(c, latest)
+        return all(direct(victim, k) is None for k in keys)
+    wait_until(flushed, timeout=10, interval=0.005, message="the replica flushed")
+    c.mark_nodes()
+
+    def read_again():
+        check_reads(c, latest)
+        return c.reads_from() == 1
+    wait_until(read_again, timeout=10, interval=0.005, message="the replica read again")
+    assert c.stats()["repair_flushes"] >= 1
