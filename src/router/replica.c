@@ -84,7 +84,8 @@ void replica_node_up(struct upnode *un)
                    "read again", w->id, un->node.addr);
 }
 
-/* Queue one repair request (`len` bytes at `req`) for the node. False when memory ran out. */
+/* Queue one repair request for the node: a delete of `key`, or a flush_all (REPL_FLUSH).
+ * False when memory ran out. */
 static bool replica_send_repair(struct upnode *un, enum replica_kind kind, const char *key,
                                 size_t nkey)
 {
