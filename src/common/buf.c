@@ -37,6 +37,7 @@ int buf_reserve(struct buf *b, size_t n)
 
 int buf_append(struct buf *b, const void *p, size_t n)
 {
+    if (n == 0) return 0; /* an empty buffer has no storage to copy into (or from) */
     if (buf_reserve(b, n) < 0) return -1;
     memcpy(b->data + b->len, p, n);
     b->len += n;

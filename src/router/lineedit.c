@@ -78,7 +78,7 @@ int ledit_ttl(const struct proto_req *req, const char *line, size_t len, const s
 }
 
 int ledit_copy(struct buf *out, const char *line, size_t len, const struct proto_req *req,
-               bool strip_noreply, bool strip_q, const struct ledit_cut *cuts, int ncuts)
+               bool strip_noreply, const char *drop, const struct ledit_cut *cuts, int ncuts)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
     if (strip_noreply) {
@@ -89,9 +89,9 @@ int ledit_copy(struct buf *out, const char *line, size_t len, const struct proto
     }
     struct ledit_cut all[PROTO_META_FLAGS_MAX + 8];
     int n = 0;
-    for (int i = 0; strip_q && i < req->meta.nflags; i++) {
+    for (int i = 0; drop && i < req->meta.nflags; i++) {
         const struct proto_mflag *mf = &req->meta.flag[i];
-        if (mf->flag != 'q') continue;
+        if (mf->flag == 0 || !strchr(drop, mf->flag)) continue;
         const char *from = mf->tok - 1; /* the letter, and the spaces before it */
         while (from > line && from[-1] == ' ') from--;
         all[n++] = (struct ledit_cut){from, mf->tok + mf->ntok, NULL, 0};

@@ -1,6 +1,6 @@
 /* lineedit.h — the edits a request line gets on its way to a node: the TTLs a namespace's rules
- * change (every token of every command that carries a TTL), the meta q flag and text noreply
- * removed, and insertions (a delete's hold-off, a flag the router needs back). Pure functions
+ * change (every token of every command that carries a TTL), meta flags (q, a replicated
+ * compare's C) and text noreply removed, and insertions (a delete's hold-off, a flag the router needs back). Pure functions
  * of the parsed request and its line, so they are unit-tested alone.
  *
  * TTL carriers, after memcached 1.6's protocol.txt: the exptime argument of set, add, replace,
@@ -44,11 +44,12 @@ int ledit_ttl(const struct proto_req *req, const char *line, size_t len, const s
               uint64_t cap, int64_t now, struct ledit_ttl *e);
 
 /* Append the request line to `out` without its trailing "noreply" (strip_noreply: text) and
- * without q flags (strip_q: meta), with the `ncuts` cuts applied (any order; they must not
+ * without the meta flags whose letters are in `drop` (NULL: none; "q" for a quiet request's
+ * q), with the `ncuts` cuts applied (any order; they must not
  * overlap, and cuts at one position keep their order), then \r\n. 0, or -1 when memory ran
  * out. */
 int ledit_copy(struct buf *out, const char *line, size_t len, const struct proto_req *req,
-               bool strip_noreply, bool strip_q, const struct ledit_cut *cuts, int ncuts);
+               bool strip_noreply, const char *drop, const struct ledit_cut *cuts, int ncuts);
 
 /* Token number `idx` (0-based; split on spaces) of the line. */
 bool ledit_token(const char *line, size_t len, int idx, const char **tok, size_t *ntok);

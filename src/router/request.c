@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "router/client.h"
+#include "router/replica.h"
 #include "router/warm.h"
 
 struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd)
@@ -52,6 +53,7 @@ struct frag *frag_create(struct rreq *rq, uint16_t idx)
 
 void frag_destroy(struct frag *f)
 {
+    replica_write_free(f->repl);
     buf_release(&f->out);
     buf_release(&f->reply);
     free(f);
@@ -237,6 +239,7 @@ static void rreq_latency(const struct rreq *rq, int32_t ns)
 
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
 {
+    if (f->repl) replica_frag_done(f, reply, n, failed); /* even when the client has gone */
     struct rreq *rq = f->rq;
     if (rq == NULL) {
         frag_destroy(f);
@@ -288,7 +291,10 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         }
         if (rq->pending == 0) {
             rreq_latency(rq, rq->frags[0]->ns);
-            int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq) : merge_all(rq);
+            int rc = rq->kind == RQ_MULTIGET ? merge_multiget(rq)
+                   : rq->kind == RQ_CAS ? buf_append(&rq->reply, buf_start(&rq->frags[0]->reply),
+                                                     buf_used(&rq->frags[0]->reply))
+                   : merge_all(rq);
             if (rc < 0) {
                 c->w->m.out_of_memory++;
                 buf_release(&rq->reply);

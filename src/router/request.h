@@ -18,12 +18,15 @@
 
 struct client;
 struct upnode;
+struct replica_write;
 
 enum rreq_kind {
     RQ_LOCAL,    /* reply already in rq->reply */
     RQ_FORWARD,  /* one fragment; its reply is the client's reply (maybe suppressed) */
     RQ_MULTIGET, /* fragments per node; VALUE blocks merged in the client's key order */
     RQ_ALL,      /* same command to several nodes (flush_all; writes to a replicated pool) */
+    RQ_CAS,      /* a compare on one replica, then the write to the others (replica.h); the
+                  * compare's reply is the client's */
     RQ_QUIT,     /* close the connection once earlier replies are out */
 };
 
@@ -41,6 +44,7 @@ struct frag {
     uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
     struct buf out;         /* request bytes until they are handed to a connection */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */
+    struct replica_write *repl; /* a write to a replica, or a repair (replica.h); else NULL */
 };
 
 struct rreq {
@@ -64,7 +68,7 @@ struct rreq {
     size_t nkeys_bytes;
     uint16_t *keyfrag;
     uint32_t nkeys;
-    uint16_t fcap;          /* room in frags */
+    uint16_t fcap;          /* room in frags (RQ_MULTIGET, RQ_CAS) */
     int64_t exptime;        /* gat/gats: the exptime as sent (warm-up fills obey it) */
     /* warm-up of an mg (warm.c): its line, kept to answer a warm hit in the client's flags */
     bool warm_mg;           /* an mg for a key whose pool warms from another */

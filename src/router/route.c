@@ -16,24 +16,23 @@
 
 #include "router/lineedit.h"
 #include "router/policy.h"
+#include "router/replica.h"
 #include "router/upstream.h"
 #include "router/warm.h"
 #include "router/worker.h"
 
 /* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
  * pool's node for the key (when there is one and it is up; keys never move to other regular
- * nodes). *gutter says which. */
+ * nodes). *gutter says which. In a replicated pool: this router's replica, or another one
+ * while it is down or being repaired (replica.h), never the gutter. */
 static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool *gutter)
 {
     uint32_t node = topo_route(w->topo, key, nkey);
     *gutter = false;
-    if (upnode_up(w->map[node])) return node;
+    if (replica_readable(w->map[node])) return node;
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
-    if (p->replicated) { /* read another replica */
-        for (uint32_t i = 0; i < p->nnodes; i++)
-            if (upnode_up(w->map[p->nodes[i]])) return p->nodes[i];
-        return node;
-    }
+    if (p->replicated) return replica_read_node(w, p, node);
+    if (upnode_up(w->map[node])) return node; /* its repairs concern replicated keys only */
     int64_t g = topo_gutter_route(w->topo, key, nkey);
     if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) return node; /* fails fast */
     *gutter = true;
@@ -87,7 +86,7 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
 
 /* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
  * figures): the namespace's pool, or the gutter pool when `gutter` (route_node). */
-static void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
+void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
                       bool gutter)
 {
     const struct topo_ns *ns = topo_namespace(t, key, nkey);
@@ -160,7 +159,7 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     if (req->cmd == CMD_MG && topo_pool_of(w->topo, req->key, req->nkey)->warm_from >= 0 &&
         warm_mg_prepare(rq, req, line, len, gutter, &cuts[n]))
         n++;
-    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet, cuts, n) < 0 ||
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts, n) < 0 ||
         (data && buf_append(&f->out, data, ndata) < 0))
         goto oom;
     client_enqueue(c, rq);
@@ -297,7 +296,8 @@ oom:
 
 /* Send one request to several nodes (`nodes`, indices into the topology's nodes) and answer
  * with the merged reply (request.c merge_all): flush_all to every node, writes to every
- * replica of a replicated pool. `data` is a storage command's block (or NULL). */
+ * replica of a replicated pool. `data` is a storage command's block (or NULL). A node that
+ * fails its part is repaired later (replica.h). */
 static void route_fanout(struct client *c, const struct proto_req *req, const char *line,
                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
                          uint32_t n, const struct ledit_cut *cuts, int ncuts)
@@ -311,7 +311,12 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
         if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey, false);
-        if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet, cuts, ncuts) < 0 ||
+        if (replica_tag(f, c->w->map[nodes[i]],
+                        req->cmd == CMD_FLUSH_ALL ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
+                        req->nkey) < 0)
+            goto oom;
+        if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts,
+                       ncuts) < 0 ||
             (data && buf_append(&f->out, data, ndata) < 0))
             goto oom;
     }
@@ -339,6 +344,7 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
         return;
     }
     for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
+    /* a node that misses it (down, or failing) is flushed when it can be repaired */
     route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL, 0);
     free(nodes);
 }
@@ -365,20 +371,27 @@ bool route_replicate(struct client *c, const struct proto_req *req, const char *
     if (!worker_topology_ready(w) || !cmd_writes(req->cmd)) return false;
     const struct topo_pool *p = topo_pool_of(w->topo, req->key, req->nkey);
     if (!p->replicated) return false;
-    uint32_t *nodes = malloc(p->nnodes * sizeof *nodes), n = 0;
-    if (nodes == NULL) {
-        client_oom(c);
-        return true;
-    }
-    for (uint32_t i = 0; i < p->nnodes; i++)
-        if (upnode_up(w->map[p->nodes[i]])) nodes[n++] = p->nodes[i];
-    if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
     struct ledit_ttl ttl;
     struct ledit_cut cuts[LEDIT_TTL_MAX + 1];
     int ncuts = route_ttl_edit(c, req, line, len, 0, &ttl);
     memcpy(cuts, ttl.cut, (size_t)ncuts * sizeof *cuts);
     if (route_holdoff_edit(c, req, line, len, &cuts[ncuts])) ncuts++;
     w->m.replicated_writes++;
+    if (replica_is_compare(req)) { /* on the replica reads go to, then the others */
+        replica_compare(c, req, line, len, data, ndata, p, cuts, ncuts);
+        return true;
+    }
+    uint32_t *nodes = malloc(p->nnodes * sizeof *nodes), n = 0;
+    if (nodes == NULL) {
+        client_oom(c);
+        return true;
+    }
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        struct upnode *un = w->map[p->nodes[i]];
+        if (upnode_up(un)) nodes[n++] = p->nodes[i];
+        else replica_log(un, req->key, req->nkey, false); /* deleted when it is back */
+    }
+    if (n == 0) nodes[n++] = p->nodes[0]; /* all down: fails at once with the reason */
     route_fanout(c, req, line, len, data, ndata, nodes, n, cuts, ncuts);
     free(nodes);
     return true;

@@ -31,4 +31,9 @@ void route_get(struct client *c, const struct proto_req *req, const char *line, 
 /* flush_all: to every node of the topology; OK when all say OK. */
 void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);
 
+/* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
+ * figures): the namespace's pool, or the gutter pool when `gutter`. */
+void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
+               bool gutter);
+
 #endif

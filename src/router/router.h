@@ -48,6 +48,9 @@
     X(down_after, 0, UINT, "3", 1, 1000,                                                         \
       "consecutive failures (timeouts, lost or refused connections) that mark a node down", NULL) \
     X(probe_ms, 0, UINT, "500", 10, 600000, "how often a node marked down is probed", NULL)      \
+    X(repair_log, 0, UINT, "4096", 0, 1 << 24,                                                   \
+      "keys remembered per node per worker whose replicated writes the node missed; past "     \
+      "that it is flushed when it is back", NULL)                                                 \
     X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
@@ -61,8 +64,8 @@
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
-        upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, backlog,
-        admin_port, io_uring;
+        upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
+        backlog, admin_port, io_uring;
     const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };
@@ -74,6 +77,11 @@ struct router_config {
     X(cmd_local, COUNTER, "requests answered by the router itself (version, mn, stats, ...)")    \
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
     X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
+    X(replicated_cas, COUNTER, "compare-and-swap writes to a replicated pool (compared on one)")  \
+    X(repair_keys_logged, COUNTER, "keys logged for deletion on a replica that missed a write")  \
+    X(repair_deletes, COUNTER, "deletes sent to repair a replica back from down or a failure")   \
+    X(repair_log_overflows, COUNTER, "repair logs that overflowed (the node is then flushed)")   \
+    X(repair_flushes, COUNTER, "flush_all sent to repair a replica whose repair log overflowed") \
     X(warm_lookups, COUNTER, "keys a cold pool missed that were looked up in its warm pool")    \
     X(warm_hits, COUNTER, "warm-pool lookups that found the key")                                \
     X(warm_fills, COUNTER, "adds sent into a cold pool with a warm pool's value")               \

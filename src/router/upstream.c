@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "router/client.h"
+#include "router/replica.h"
 
 #define UPSTREAM_READ_CHUNK 65536
 #define UPSTREAM_BUF_KEEP (256 * 1024)
@@ -42,6 +43,7 @@ static void upnode_success(struct upnode *un, bool probe)
         if (un->stat) NODESTAT_ADD(un->stat->down, -1);
         un->w->m.nodes_marked_up++;
         log_notice("worker %d: node %s answers again; back in use", un->w->id, un->node.addr);
+        replica_node_up(un);
     }
 }
 
@@ -55,6 +57,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     un->stat = ns ? &ns->slots[w->id] : NULL;
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
+    repairlog_init(&un->repair, (uint32_t)w->r->cfg.repair_log);
     for (uint32_t i = 0; i < un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         uc->evkind = EV_UPCONN;
@@ -458,6 +461,7 @@ void upstream_check_timeouts(struct rworker *w)
             un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
             upnode_probe(un);
         }
+        if (!repairlog_clean(&un->repair)) replica_repair(un);
         upnode_pump(un);
         if (un->retired && upnode_idle(un)) {
             *pp = un->next;
@@ -483,5 +487,6 @@ void upnode_destroy(struct upnode *un)
         upconn_fail(uc, "was removed from the topology", false);
     }
     upnode_fail_waiting(un, "was removed from the topology");
+    repairlog_free(&un->repair);
     free(un);
 }

@@ -14,7 +14,9 @@
  * Health: after down_after consecutive failures (a timeout, a lost or refused connection) the
  * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
  * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
- * again. Each worker judges for itself, from its own connections. */
+ * again. Each worker judges for itself, from its own connections. A node that missed writes to
+ * a replicated pool meanwhile is repaired before this worker reads such keys from it again
+ * (replica.h). */
 #ifndef SHOAL_ROUTER_UPSTREAM_H
 #define SHOAL_ROUTER_UPSTREAM_H
 
@@ -25,6 +27,7 @@
 #include "router/request.h"
 #include "router/router.h"
 #include "router/nodestats.h"
+#include "router/repairlog.h"
 #include "router/topo.h"
 
 #define UPSTREAM_CONNS_MAX 16
@@ -60,6 +63,9 @@ struct upnode {
     bool down;                      /* marked down: only probes are sent to it */
     bool destroying;                /* failures while tearing down do not count */
     uint64_t next_probe_ms;
+    struct repairlog repair;        /* keys of replicated writes it missed (replica.h) */
+    uint32_t repairs_inflight;      /* repair requests sent, not yet answered */
+    uint64_t repair_at_ms;          /* no repair is sent before (replica_log) */
     uint32_t nconns;
     struct upconn conns[UPSTREAM_CONNS_MAX];
 };

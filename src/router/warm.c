@@ -11,6 +11,7 @@
 #include "router/client.h"
 #include "router/metareply.h"
 #include "router/policy.h"
+#include "router/replica.h"
 #include "router/upstream.h"
 #include "router/worker.h"
 
@@ -52,6 +53,17 @@ static void warm_fill(struct rworker *w, const char *key, size_t nkey, const cha
     upnode_submit(cold, add);
 }
 
+/* The node of cold pool `cold`'s warm pool that a lookup of `key` goes to: its owner, or in a
+ * replicated warm pool this router's replica (another one while it is down). */
+static struct upnode *warm_node(struct rworker *w, const struct topo_pool *cold, const char *key,
+                                size_t nkey)
+{
+    const struct topo_pool *warm = &w->topo->pools[cold->warm_from];
+    uint32_t node = topo_route_pool(w->topo, (uint32_t)cold->warm_from, key, nkey);
+    if (warm->replicated) node = replica_read_node(w, warm, node);
+    return w->map[node];
+}
+
 bool warm_start(struct rreq *rq)
 {
     struct client *c = rq->cl;
@@ -87,7 +99,7 @@ bool warm_start(struct rreq *rq)
         rq->keyfrag[i] = f->idx;
         rq->pending++;
         w->m.warm_lookups++;
-        upnode_submit(w->map[topo_route_pool(t, (uint32_t)cold->warm_from, key, nk)], f);
+        upnode_submit(warm_node(w, cold, key, nk), f);
     }
     free(miss);
     return --rq->pending > 0;
@@ -250,7 +262,6 @@ bool warm_mg_step(struct rreq *rq, struct frag *f, const char **reply, size_t *n
     rq->frag1 = wf;
     rq->pending = 1;
     w->m.warm_lookups++;
-    upnode_submit(w->map[topo_route_pool(w->topo, (uint32_t)cold->warm_from, req.key, req.nkey)],
-                  wf);
+    upnode_submit(warm_node(w, cold, req.key, req.nkey), wf);
     return true;
 }

@@ -29,7 +29,7 @@ static void edited(const char *line, const struct topo_ns *ns, uint64_t cap, cha
     *nedits = ledit_ttl(&req, line, strlen(line), ns, cap, NOW, &e);
     struct buf b;
     buf_init(&b);
-    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, false, req.cmd >= CMD_MG, e.cut, e.n), 0);
+    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, false, req.cmd >= CMD_MG ? "q" : NULL, e.cut, e.n), 0);
     assert_true(buf_used(&b) < cap_out);
     memcpy(out, buf_start(&b), buf_used(&b));
     out[buf_used(&b)] = '\0';
@@ -97,7 +97,7 @@ static void test_copy_cuts_noreply_and_order(void **state)
     struct ledit_cut cut = {tok + ntok, tok + ntok, " 2", 2};
     struct buf b;
     buf_init(&b);
-    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, true, false, &cut, 1), 0);
+    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, true, NULL, &cut, 1), 0);
     assert_int_equal(buf_used(&b), strlen("delete k 2\r\n"));
     assert_memory_equal(buf_start(&b), "delete k 2\r\n", buf_used(&b));
     buf_release(&b);
@@ -107,7 +107,7 @@ static void test_copy_cuts_noreply_and_order(void **state)
     struct ledit_cut cuts[2] = {ledit_append(line, strlen(line), " c", 2),
                                 ledit_append(line, strlen(line), " H2", 3)};
     buf_init(&b);
-    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, false, true, cuts, 2), 0);
+    assert_int_equal(ledit_copy(&b, line, strlen(line), &req, false, "q", cuts, 2), 0);
     assert_int_equal(buf_used(&b), strlen("mg k N30 v c H2\r\n"));
     assert_memory_equal(buf_start(&b), "mg k N30 v c H2\r\n", buf_used(&b));
     buf_release(&b);

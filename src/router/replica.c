@@ -1,0 +1,290 @@
+/* replica.c — compare-and-swap across the replicas of a replicated pool, and the repair of
+ * replicas that missed writes (see replica.h). */
+#include "router/replica.h"
+
+#include "router/lineedit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "router/worker.h"
+
+uint32_t replica_read_node(struct rworker *w, const struct topo_pool *p, uint32_t home)
+{
+    if (replica_readable(w->map[home])) return home;
+    for (uint32_t i = 0; i < p->nnodes; i++)
+        if (replica_readable(w->map[p->nodes[i]])) return p->nodes[i];
+    if (upnode_up(w->map[home])) return home;
+    for (uint32_t i = 0; i < p->nnodes; i++)
+        if (upnode_up(w->map[p->nodes[i]])) return p->nodes[i];
+    return home;
+}
+
+bool replica_is_compare(const struct proto_req *req)
+{
+    switch (req->cmd) {
+    case CMD_CAS:
+        return true;
+    case CMD_MS: case CMD_MD: case CMD_MA:
+        return proto_meta_has(&req->meta, 'C');
+    default:
+        return false;
+    }
+}
+
+int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const char *key,
+                size_t nkey)
+{
+    struct replica_write *rw = malloc(sizeof *rw + nkey);
+    if (rw == NULL) return -1;
+    rw->un = un;
+    rw->kind = kind;
+    buf_init(&rw->then);
+    rw->nkey = (uint8_t)nkey;
+    if (nkey) memcpy(rw->key, key, nkey);
+    f->repl = rw;
+    return 0;
+}
+
+void replica_write_free(struct replica_write *rw)
+{
+    if (rw == NULL) return;
+    buf_release(&rw->then);
+    free(rw);
+}
+
+void replica_log(struct upnode *un, const char *key, size_t nkey, bool failed)
+{
+    struct rworker *w = un->w;
+    if (failed && un->repair_at_ms < w->now_ms + w->r->cfg.probe_ms)
+        un->repair_at_ms = w->now_ms + w->r->cfg.probe_ms;
+    switch (repairlog_add(&un->repair, key, nkey)) {
+    case REPAIRLOG_ADDED:
+        w->m.repair_keys_logged++;
+        break;
+    case REPAIRLOG_NOMEM:
+        w->m.out_of_memory++;
+        /* fall through */
+    case REPAIRLOG_OVERFLOW:
+        w->m.repair_log_overflows++;
+        log_warn("worker %d: node %s missed the writes of more than %u keys; it will be "
+                 "flushed when it can be repaired", w->id, un->node.addr, un->repair.cap);
+        break;
+    case REPAIRLOG_KEPT:
+        break;
+    }
+}
+
+void replica_node_up(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    un->repair_at_ms = w->now_ms + w->r->cfg.probe_ms;
+    if (!repairlog_clean(&un->repair))
+        log_notice("worker %d: node %s missed writes while down; repairing it before it is "
+                   "read again", w->id, un->node.addr);
+}
+
+/* Queue one repair request for the node: a delete of `key`, or a flush_all (REPL_FLUSH).
+ * False when memory ran out. */
+static bool replica_send_repair(struct upnode *un, enum replica_kind kind, const char *key,
+                                size_t nkey)
+{
+    struct frag *f = frag_create(NULL, 0);
+    if (f == NULL || replica_tag(f, un, kind, key, nkey) < 0 ||
+        (kind == REPL_FLUSH ? buf_append(&f->out, "flush_all\r\n", 11)
+                            : repairlog_delete_line(&f->out, key, nkey)) < 0) {
+        if (f) frag_destroy(f);
+        un->w->m.out_of_memory++;
+        return false;
+    }
+    un->repairs_inflight++; /* before submitting: a failure at once answers it */
+    if (kind == REPL_FLUSH) un->w->m.repair_flushes++;
+    else un->w->m.repair_deletes++;
+    upnode_submit(un, f);
+    return true;
+}
+
+void replica_repair(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    if (un->down || un->retired || un->destroying || un->repairs_inflight ||
+        repairlog_clean(&un->repair) || w->now_ms < un->repair_at_ms)
+        return;
+    if (un->repair.overflowed) {
+        /* Every key logged so far is covered by the flush; keys logged from now on may have
+         * been written after it, so the log starts again. */
+        repairlog_reset(&un->repair);
+        log_warn("worker %d: node %s: sending flush_all to repair it (every item on it is "
+                 "dropped, those of other pools that list it too)", w->id, un->node.addr);
+        if (!replica_send_repair(un, REPL_FLUSH, NULL, 0)) repairlog_set_overflow(&un->repair);
+        return;
+    }
+    struct repairlog_batch b;
+    repairlog_take(&un->repair, &b);
+    log_info("worker %d: node %s: deleting %u keys whose writes it missed", w->id,
+             un->node.addr, b.n);
+    for (uint32_t i = 0; i < b.n; i++) {
+        size_t nkey;
+        const char *key = repairlog_key(&b, i, &nkey);
+        if (!replica_send_repair(un, REPL_REPAIR, key, nkey)) {
+            repairlog_set_overflow(&un->repair); /* the rest would be forgotten otherwise */
+            break;
+        }
+    }
+    repairlog_batch_free(&b);
+}
+
+/* Is this reply one the node gives when it stored, deleted or changed the item? */
+static bool replica_reply_won(const char *r, size_t n)
+{
+    if (n >= 6 && !memcmp(r, "STORED", 6)) return true;
+    return n >= 3 && ((r[0] == 'H' && r[1] == 'D') || (r[0] == 'V' && r[1] == 'A')) &&
+           (r[2] == ' ' || r[2] == '\r');
+}
+
+/* After a compare on `un` answered: send rw->then to every other live replica of the key's
+ * pool (`apply`), attached to the client's request `rq` while it has room so that its reply
+ * waits for them; a replica marked down, or every other one when the compare's outcome is
+ * unknown (!apply), gets the key logged for repair instead. */
+static void replica_follow(struct rworker *w, const struct replica_write *rw, struct rreq *rq,
+                           bool apply)
+{
+    if (!worker_topology_ready(w)) {
+        w->m.out_of_memory++;
+        return;
+    }
+    const struct topo *t = w->topo; /* the table of this batch: it may be newer than the
+                                     * compare's, so the replicas are looked up again */
+    const struct topo_pool *p = topo_pool_of(t, rw->key, rw->nkey);
+    if (!p->replicated) return; /* the key lives on one node now */
+    for (uint32_t i = 0; i < p->nnodes; i++) {
+        struct upnode *o = w->map[p->nodes[i]];
+        if (o == rw->un) continue;
+        if (!apply || !upnode_up(o)) {
+            replica_log(o, rw->key, rw->nkey, false);
+            continue;
+        }
+        bool attach = rq && rq->nfrags < rq->fcap;
+        struct frag *f = frag_create(attach ? rq : NULL, attach ? rq->nfrags : 0);
+        if (f == NULL || replica_tag(f, o, REPL_WRITE, rw->key, rw->nkey) < 0 ||
+            buf_append(&f->out, buf_start(&rw->then), buf_used(&rw->then)) < 0) {
+            if (f) frag_destroy(f);
+            w->m.out_of_memory++;
+            replica_log(o, rw->key, rw->nkey, false);
+            continue;
+        }
+        route_tag(t, f, rw->key, rw->nkey, false);
+        if (attach) {
+            rq->frags[rq->nfrags++] = f;
+            rq->pending++;
+        }
+        upnode_submit(o, f);
+    }
+}
+
+void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
+{
+    struct replica_write *rw = f->repl;
+    struct upnode *un = rw->un;
+    struct rworker *w = un->w;
+    if (un->destroying) return; /* shutting down: other nodes may be gone already */
+    bool bad = failed || (n >= 12 && !memcmp(reply, "SERVER_ERROR", 12));
+    switch (rw->kind) {
+    case REPL_WRITE:
+        if (bad) replica_log(un, rw->key, rw->nkey, true);
+        break;
+    case REPL_COMPARE:
+        if (bad) { /* it may have been applied there: the others may be behind */
+            replica_log(un, rw->key, rw->nkey, true);
+            replica_follow(w, rw, NULL, false);
+        } else if (replica_reply_won(reply, n)) {
+            replica_follow(w, rw, f->rq, true);
+        }
+        break;
+    case REPL_REPAIR:
+        un->repairs_inflight--;
+        if (bad) replica_log(un, rw->key, rw->nkey, true);
+        break;
+    case REPL_FLUSH_ALL:
+        if (bad) {
+            log_warn("worker %d: node %s missed a flush_all; it will be flushed when it can be "
+                     "repaired", w->id, un->node.addr);
+            repairlog_set_overflow(&un->repair);
+        }
+        break;
+    case REPL_FLUSH:
+        un->repairs_inflight--;
+        if (bad || n < 2 || memcmp(reply, "OK", 2)) {
+            repairlog_set_overflow(&un->repair);
+            un->repair_at_ms = w->now_ms + w->r->cfg.probe_ms;
+        }
+        break;
+    }
+}
+
+/* The request the other replicas get when the compare succeeds: text cas becomes a set with
+ * the same flags, TTL (edited) and data; ms, md and ma lose C (and q). An ms with I may have
+ * stored its value marked stale, which a plain write cannot express: the others delete the
+ * key instead (the cache may lose any item; it must not serve a stale one as fresh). */
+static int replica_then(struct buf *out, const struct proto_req *req, const char *line,
+                        size_t len, const char *data, size_t ndata, const struct ledit_cut *cuts,
+                        int ncuts)
+{
+    if (req->cmd == CMD_MS && req->meta.invalidate)
+        return repairlog_delete_line(out, req->key, req->nkey);
+    if (req->cmd != CMD_CAS)
+        return ledit_copy(out, line, len, req, false, "qC", cuts, ncuts) < 0 ||
+                       (data && buf_append(out, data, ndata) < 0) ? -1 : 0;
+    /* cas KEY FLAGS EXPTIME BYTES UNIQUE [noreply] -> set KEY FLAGS EXPTIME BYTES */
+    struct ledit_cut all[LEDIT_TTL_MAX + 4];
+    const char *tok;
+    size_t ntok;
+    int n = 0;
+    if (ncuts > LEDIT_TTL_MAX + 2 || !ledit_token(line, len, 5, &tok, &ntok)) return -1;
+    memcpy(all, cuts, (size_t)ncuts * sizeof *cuts);
+    n = ncuts;
+    const char *from = tok;
+    while (from > line && from[-1] == ' ') from--;
+    all[n++] = (struct ledit_cut){line, line + 3, "set", 3};
+    all[n++] = (struct ledit_cut){from, tok + ntok, NULL, 0};
+    return ledit_copy(out, line, len, req, req->noreply, NULL, all, n) < 0 ||
+                   buf_append(out, data, ndata) < 0 ? -1 : 0;
+}
+
+void replica_compare(struct client *c, const struct proto_req *req, const char *line,
+                     size_t len, const char *data, size_t ndata, const struct topo_pool *p,
+                     const struct ledit_cut *cuts, int ncuts)
+{
+    struct rworker *w = c->w;
+    uint32_t node = replica_read_node(w, p, topo_route(w->topo, req->key, req->nkey));
+    struct upnode *un = w->map[node];
+    w->m.replicated_cas++;
+    struct rreq *rq = rreq_create(c, RQ_CAS, req->cmd);
+    struct frag *f = NULL;
+    if (rq == NULL) goto oom;
+    rq->fcap = (uint16_t)(p->nnodes < UINT16_MAX ? p->nnodes : UINT16_MAX);
+    rq->noreply = req->noreply && req->cmd < CMD_MG;
+    rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
+    if ((rq->frags = calloc(rq->fcap, sizeof *rq->frags)) == NULL ||
+        (f = frag_create(rq, 0)) == NULL ||
+        replica_tag(f, un, REPL_COMPARE, req->key, req->nkey) < 0)
+        goto oom;
+    rq->frags[rq->nfrags++] = f;
+    route_tag(w->topo, f, req->key, req->nkey, false);
+    /* the compare's reply decides, so it is always asked for (q and noreply are applied to
+     * the client's reply instead) */
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, "q", cuts, ncuts) < 0 ||
+        (data && buf_append(&f->out, data, ndata) < 0) ||
+        replica_then(&f->repl->then, req, line, len, data, ndata, cuts, ncuts) < 0)
+        goto oom;
+    rq->pending = 1;
+    client_enqueue(c, rq);
+    upnode_submit(un, f);
+    return;
+oom:
+    if (rq) rreq_destroy(rq); /* f, not completed, is only orphaned by it... */
+    if (f) frag_destroy(f);   /* ...and was never queued: freed here */
+    client_oom(c);
+}
