@@ -127,7 +127,7 @@ bench() { # bench LABEL PORT ARGS...
 echo "== prefill through the node directly" >&2
 bench prefill "$NODE_PORT" --prefill --duration 0 --warmup 0
 
-declare -A OPS P50 P99 ERRS CPU
+declare -A OPS P50 P99 MEAN ERRS CPU
 measure() { # measure TARGET LABEL KEY ARGS...: one measured run, its figures kept under KEY
     local t=$1 label=$2 key=$3; shift 3
     local before after out="$WORK/$label.out"
@@ -138,6 +138,7 @@ measure() { # measure TARGET LABEL KEY ARGS...: one measured run, its figures ke
     OPS[$key]="${OPS[$key]:-} $(json_field "$out" ops_per_sec)"
     P50[$key]="${P50[$key]:-} $(json_field "$out" p50_us)"
     P99[$key]="${P99[$key]:-} $(json_field "$out" p99_us)"
+    MEAN[$key]="${MEAN[$key]:-} $(json_field "$out" mean_us)"
     CPU[$key]="${CPU[$key]:-} $(awk -v t=$((after - before)) -v hz="$HZ" -v n="$(json_field "$out" ops)" \
         'BEGIN{print (n > 0) ? 1e6 * t / hz / n : 0}')"
     printf '   %-9s %-12s: %10.0f ops/s  p50 %7.1f us  p99 %8.1f us\n' "$t" "$label" \
@@ -165,22 +166,25 @@ fi
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo
-printf '%-7s %-10s %12s %10s %14s %12s %10s %12s %8s\n' load target "ops/s" "p50 us" "vs direct" \
-    "added p50" "p99 us" "CPU us/op" errors
+printf '%-7s %-10s %10s %13s %10s %12s %10s %10s %11s %10s %7s\n' load target "ops/s" \
+    "vs direct" "p50 us" "added p50" "p99 us" "mean us" "added mean" "CPU us/op" errors
 rows=""
 for d in $DEPTHS; do rows="$rows $d"; done
 [ "$LAT_CONNS" != 0 ] && rows="$rows lat"
 for d in $rows; do
     dops=$(echo "${OPS[direct.$d]}" | median)
     dp50=$(echo "${P50[direct.$d]}" | median)
+    dmean=$(echo "${MEAN[direct.$d]}" | median)
     if [ "$d" = lat ]; then load="c$LAT_CONNS,d1"; else load="c$CONNS,d$d"; fi
     for t in direct router twemproxy; do
         ops=$(echo "${OPS[$t.$d]}" | median)
         p50=$(echo "${P50[$t.$d]}" | median)
-        printf '%-7s %-10s %12.0f %10.1f %13.1f%% %10.1f us %10.1f %12.2f %8s\n' "$load" "$t" "$ops" \
-            "$p50" "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" \
-            "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" \
-            "$(echo "${P99[$t.$d]}" | median)" "$(echo "${CPU[$t.$d]}" | median)" "${ERRS[$t.$d]}"
+        mean=$(echo "${MEAN[$t.$d]}" | median)
+        printf '%-7s %-10s %10.0f %12.1f%% %10.1f %9.1f us %10.1f %10.1f %8.1f us %10.2f %7s\n' \
+            "$load" "$t" "$ops" "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" "$p50" \
+            "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" "$(echo "${P99[$t.$d]}" | median)" \
+            "$mean" "$(awk -v a="$mean" -v b="$dmean" 'BEGIN{print a-b}')" \
+            "$(echo "${CPU[$t.$d]}" | median)" "${ERRS[$t.$d]}"
     done
 done
 echo
