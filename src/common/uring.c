@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/log.h"
+
 int uring_init(struct uring *r, unsigned entries)
 {
     memset(r, 0, sizeof *r);
@@ -26,6 +28,16 @@ int uring_init(struct uring *r, unsigned entries)
     r->live = true;
     r->entries = p.sq_entries;
     return 0;
+}
+
+bool uring_init_batch(struct uring *r, unsigned entries, bool warn, const char *fallback)
+{
+    if (uring_init(r, entries) == 0 && r->entries >= entries) return true;
+    if (warn)
+        log_warn("io_uring unavailable (%s): %s", !r->live ? strerror(errno) : "ring too small",
+                 fallback);
+    uring_free(r);
+    return false;
 }
 
 void uring_free(struct uring *r)

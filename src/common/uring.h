@@ -28,6 +28,10 @@ struct uring {
  * where io_uring is disabled: the caller then uses plain system calls). */
 int uring_init(struct uring *r, unsigned entries);
 void uring_free(struct uring *r);
+/* For a worker that batches its sockets' I/O: set up a ring for `entries` requests at once.
+ * Returns true when it can be used; otherwise the ring is freed and, when `warn` (say, for the
+ * first worker only), one warning says why and that `fallback` happens instead. */
+bool uring_init_batch(struct uring *r, unsigned entries, bool warn, const char *fallback);
 /* Queue a recv of up to `len` bytes into `buf` from socket `fd`. 0, or -1 when the ring is full. */
 int uring_recv(struct uring *r, int fd, void *buf, size_t len, void *user);
 /* Queue a send of `len` bytes (MSG_NOSIGNAL). 0, or -1 when the ring is full. */

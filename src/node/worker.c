@@ -224,15 +224,10 @@ int worker_setup(struct node *n, char *err, size_t errlen)
         w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         w->handfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         pthread_mutex_init(&w->hand_lock, NULL);
-        if (n->cfg.io_uring) {
-            /* one recv or send per connection epoll may report at once */
-            if (uring_init(&w->ring, WORKER_EVENTS) == 0 && w->ring.entries >= WORKER_EVENTS)
-                w->use_ring = true;
-            else if (i == 0)
-                log_warn("io_uring unavailable (%s): one system call per socket read and send",
-                         !w->ring.live ? strerror(errno) : "ring too small");
-            if (!w->use_ring) uring_free(&w->ring);
-        }
+        /* one recv or send per connection epoll may report at once */
+        if (n->cfg.io_uring)
+            w->use_ring = uring_init_batch(&w->ring, WORKER_EVENTS, i == 0,
+                                           "one system call per socket read and send");
         if (w->epfd < 0 || w->wakefd < 0 || w->handfd < 0) {
             snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
             return -1;

@@ -255,15 +255,10 @@ int worker_setup(struct router *r, char *err, size_t errlen)
             snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
             return -1;
         }
-        if (r->cfg.io_uring) {
-            /* one recv or send per client epoll may report at once */
-            if (uring_init(&w->ring, WORKER_EVENTS) == 0 && w->ring.entries >= WORKER_EVENTS)
-                w->use_ring = true;
-            else if (i == 0)
-                log_warn("io_uring unavailable (%s): one system call per client read and send",
-                         !w->ring.live ? strerror(errno) : "ring too small");
-            if (!w->use_ring) uring_free(&w->ring);
-        }
+        /* one recv or send per client epoll may report at once */
+        if (r->cfg.io_uring)
+            w->use_ring = uring_init_batch(&w->ring, WORKER_EVENTS, i == 0,
+                                           "one system call per client read and send");
         struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
                                  .data.ptr = &worker_listen_tag};
         struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &worker_wake_tag};
