@@ -2,6 +2,8 @@
  * (see request.h). */
 #include "router/request.h"
 
+#include "router/replyframe.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,51 +59,6 @@ void frag_destroy(struct frag *f)
     buf_release(&f->out);
     buf_release(&f->reply);
     free(f);
-}
-
-/* Parse the decimal token number `which` (0-based, split on ' ') of the line [p, end). */
-static long reply_token_num(const char *p, const char *end, int which)
-{
-    int t = 0;
-    while (p < end) {
-        const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
-        if (t == which) {
-            if (p == s || p - s > 10) return -1;
-            long v = 0;
-            for (const char *q = s; q < p; q++) {
-                if (*q < '0' || *q > '9') return -1;
-                v = v * 10 + (*q - '0');
-            }
-            return v;
-        }
-        t++;
-        if (p < end && *p == ' ') p++;
-        else break;
-    }
-    return -1;
-}
-
-long reply_length(const char *p, size_t n, size_t *scan)
-{
-    size_t pos = *scan;
-    for (;;) {
-        const char *nl = memchr(p + pos, '\n', n - pos);
-        if (nl == NULL) return (n - pos > (1 << 16)) ? -1 : 0;
-        const char *line = p + pos;
-        size_t ll = (size_t)(nl - line) + 1;
-        bool value = ll >= 6 && !memcmp(line, "VALUE ", 6);
-        bool va = !value && ll >= 3 && !memcmp(line, "VA ", 3);
-        if (!value && !va) return (long)(pos + ll);
-        long vlen = reply_token_num(line, nl + 1, value ? 3 : 1);
-        if (vlen < 0) return -1;
-        size_t need = pos + ll + (size_t)vlen + 2;
-        if (n < need) return 0;
-        if (p[need - 2] != '\r' || p[need - 1] != '\n') return -1;
-        if (va) return (long)need;
-        pos = need;
-        *scan = pos;
-    }
 }
 
 /* Is this the reply quiet mode hides? mg: a miss (EN); ms, md, ma: success (HD). */

@@ -98,9 +98,4 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed);
  * Returns the number of misses. */
 uint32_t multiget_misses(const struct rreq *rq, bool *miss);
 
-/* Length of one whole reply at p (n bytes available): a line, or "VALUE ..." / "VA ..." blocks
- * ending in a non-VALUE line. Returns 0 when more bytes are needed, -1 when the bytes cannot
- * be a reply. `scan` keeps progress between calls (set 0 for a new reply). */
-long reply_length(const char *p, size_t n, size_t *scan);
-
 #endif

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "router/client.h"
+#include "router/replyframe.h"
 #include "router/replica.h"
 
 #define UPSTREAM_READ_CHUNK 65536
@@ -294,7 +295,8 @@ static void upconn_parse(struct upconn *uc)
             upconn_fail(uc, "sent an unexpected reply", false);
             return;
         }
-        long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), &uc->rscan);
+        long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), w->r->cfg.item_max,
+                                &uc->rscan);
         if (len == 0) break;
         if (len < 0) {
             w->m.upstream_protocol_errors++;

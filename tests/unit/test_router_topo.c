@@ -13,6 +13,7 @@
 
 #include "router/request.h"
 #include "router/slot.h"
+#include "router/replyframe.h"
 #include "router/topo.h"
 
 static const char minimal[] =
@@ -197,24 +198,31 @@ static void test_reply_framing(void **state)
 {
     size_t scan = 0;
     const char *one = "STORED\r\nEND\r\n";
-    assert_int_equal(reply_length(one, strlen(one), &scan), 8);
+    assert_int_equal(reply_length(one, strlen(one), 1 << 20, &scan), 8);
     scan = 0;
     const char *get = "VALUE a 0 3\r\nabc\r\nVALUE b 5 1 77\r\nx\r\nEND\r\nrest";
-    assert_int_equal(reply_length(get, strlen(get), &scan), strlen(get) - 4);
+    assert_int_equal(reply_length(get, strlen(get), 1 << 20, &scan), strlen(get) - 4);
     /* incomplete: every prefix asks for more, and scanning resumes where it stopped */
     for (size_t n = 0; n < strlen(get) - 4; n++) {
         scan = 0;
-        assert_int_equal(reply_length(get, n, &scan), 0);
-        assert_int_equal(reply_length(get, strlen(get), &scan), strlen(get) - 4);
+        assert_int_equal(reply_length(get, n, 1 << 20, &scan), 0);
+        assert_int_equal(reply_length(get, strlen(get), 1 << 20, &scan), strlen(get) - 4);
     }
     scan = 0;
     const char *va = "VA 2 t10\r\nhi\r\nHD\r\n";
-    assert_int_equal(reply_length(va, strlen(va), &scan), 14);
+    assert_int_equal(reply_length(va, strlen(va), 1 << 20, &scan), 14);
     /* a value block that is not followed by \r\n cannot be a reply */
     scan = 0;
-    assert_int_equal(reply_length("VA 1\r\nxyz", 9, &scan), -1);
+    assert_int_equal(reply_length("VA 1\r\nxyz", 9, 1 << 20, &scan), -1);
     scan = 0;
-    assert_int_equal(reply_length("VALUE a 0 zz\r\n", 14, &scan), -1);
+    assert_int_equal(reply_length("VALUE a 0 zz\r\n", 14, 1 << 20, &scan), -1);
+    /* a value longer than the router takes is refused from its header, not buffered */
+    scan = 0;
+    assert_int_equal(reply_length("VALUE a 0 11\r\n", 15, 10, &scan), -1);
+    scan = 0;
+    assert_int_equal(reply_length("VA 9999999999 t\r\n", 18, 1 << 20, &scan), -1);
+    scan = 0;
+    assert_int_equal(reply_length("VALUE a 0 10\r\n", 15, 10, &scan), 0);
 }
 
 int main(void)

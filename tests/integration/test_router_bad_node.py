@@ -1,0 +1,93 @@
+"""shoal-router against a node that misbehaves: a reply that does not parse, or that announces
+a value larger than the router takes (-I), is answered SERVER_ERROR naming the node as soon as
+its header is read (the router never buffers towards an announced size it would refuse), the
+connection to that node is dropped, and the router keeps serving. Skipped when
+SHOAL_TEST_SERVER=memcached."""
+
+import socket
+import threading
+
+import pytest
+
+from mcraw import McRaw
+
+pytestmark = pytest.mark.shoal_only
+
+
+class BadNode:
+    """Answers every `get` with `reply` and keeps the connection open (a node stalled in the
+    middle of a reply); `version` (the router's probe) gets a proper answer."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(16)
+        self.lst.settimeout(0.1)
+        self.addr = f"127.0.0.1:{self.lst.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.lst.accept()
+            except OSError:
+                continue
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\r\n" in buf:
+                    line, buf = buf.split(b"\r\n", 1)
+                    if line.startswith(b"version"):
+                        conn.sendall(b"VERSION bad\r\n")
+                    elif line.startswith(b"get"):
+                        conn.sendall(self.reply)
+        except OSError:
+            pass
+
+    def close(self):
+        self.stop.set()
+        self.lst.close()
+        for c in self.conns:
+            c.close()
+
+
+BAD_REPLIES = {
+    # 2 MB announced, 64 KiB sent, then silence: over the router's -I of 1 MB
+    "value_over_item_max": b"VALUE k 0 2000000\r\n" + b"x" * 65536,
+    "value_length_not_a_number": b"VALUE k 0 12ab\r\nabc\r\nEND\r\n",
+    "line_without_end": b"y" * (70 * 1024),
+    "value_block_not_terminated": b"VALUE k 0 3\r\nabcdEND\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REPLIES))
+def test_a_bad_reply_fails_fast_and_the_router_keeps_serving(start_server, start_router, case):
+    good = start_server()
+    bad = BadNode(BAD_REPLIES[case])
+    try:
+        doc = {"version": 1,
+               "pools": {"good": {"nodes": [f"{good.host}:{good.port}"]}, "bad": {"nodes": [bad.addr]}},
+               "namespaces": {"default": {"pool": "good"}, "b": {"pool": "bad"}}}
+        router, _, _ = start_router(doc, "-I", "1m", "--timeout-ms", "10000")
+        with McRaw(router.host, router.port, timeout=3) as r:
+            # well inside the 10 s timeout: the router must not wait for the rest
+            r.send(b"get b:k\r\n")
+            line = r.read_line()
+            assert line.startswith("SERVER_ERROR") and bad.addr in line, line
+            assert r.store("set", "plain", "v") == "STORED"
+            r.send(b"get plain\r\n")
+            assert r.read_get_reply() == [("plain", 0, b"v", None)]
+        assert router.alive()
+    finally:
+        bad.close()
