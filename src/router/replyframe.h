@@ -7,12 +7,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The longest reply line taken, and the most a VALUE block's header line can take (the key,
+ * flags, length and CAS of a memcached VALUE line with room to spare). */
+#define REPLY_LINE_MAX (64 * 1024)
+#define REPLY_VALUE_HEADER_MAX 320
+
 /* Length of one whole reply at p (n bytes available): a line, or "VALUE ..." / "VA ..." blocks
  * ending in a non-VALUE line. Returns 0 when more bytes are needed, -1 when the bytes cannot
  * be a reply: a value block not followed by \r\n, a bad length, a value over `max_value`
- * bytes (so a node cannot make the router buffer without bound), or a line over 64 KiB.
- * `scan` keeps progress between calls (set 0 for a new reply). */
-long reply_length(const char *p, size_t n, uint64_t max_value, size_t *scan);
+ * bytes, a reply over `max_reply` bytes, or a line over REPLY_LINE_MAX. The two bounds are
+ * checked from the headers, before the bytes arrive, so a node cannot make the router buffer
+ * more than they allow (reply_max_bytes gives max_reply for a request). `scan` keeps progress
+ * between calls (set 0 for a new reply). */
+long reply_length(const char *p, size_t n, uint64_t max_value, uint64_t max_reply, size_t *scan);
+
+/* How many VALUE blocks the request at `req` (its line first, n bytes) may be answered with:
+ * one per key of get/gets (after the command) and gat/gats (after the exptime), else 1. */
+uint32_t reply_value_slots(const char *req, size_t n);
+
+/* The longest reply to a request that may carry `slots` values of at most `max_value` bytes. */
+static inline uint64_t reply_max_bytes(uint32_t slots, uint64_t max_value)
+{
+    return (uint64_t)slots * (max_value + 2 + REPLY_VALUE_HEADER_MAX) + REPLY_LINE_MAX;
+}
 
 /* The decimal token number `which` (0-based, split on ' ') of the reply line [p, end): 0 to
  * 9,999,999,999, or -1 when absent or not a number. */

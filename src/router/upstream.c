@@ -246,6 +246,8 @@ static void upnode_pump(struct upnode *un)
             frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
+        f->max_reply = reply_max_bytes(reply_value_slots(buf_start(&f->out), buf_used(&f->out)),
+                                       w->r->cfg.item_max);
         buf_release(&f->out);
         f->next = NULL;
         if (uc->sent_tail) uc->sent_tail->next = f;
@@ -296,7 +298,7 @@ static void upconn_parse(struct upconn *uc)
             return;
         }
         long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), w->r->cfg.item_max,
-                                &uc->rscan);
+                                uc->sent->max_reply, &uc->rscan);
         if (len == 0) break;
         if (len < 0) {
             w->m.upstream_protocol_errors++;

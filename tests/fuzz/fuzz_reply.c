@@ -1,6 +1,6 @@
 /* fuzz_reply.c — libFuzzer target for what the router parses of node replies: the framing that
  * matches replies to requests (reply_length) and the meta-reply readers and writers of warm-up
- * (metareply.h).
+ * (metareply.h), and the count of values a request line may be answered with.
  *
  * The input is a stream of replies as a node would send them. Any bytes must frame into whole
  * replies inside the input, or ask for more, or be refused; never a crash or an over-read.
@@ -17,6 +17,7 @@
 #include "router/replyframe.h"
 
 #define FUZZ_MAX_VALUE 4096
+#define FUZZ_MAX_REPLY (reply_max_bytes(4, FUZZ_MAX_VALUE))
 
 static void check_reply(const char *r, size_t n)
 {
@@ -40,17 +41,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data;
     size_t pos = 0;
+    if (size && reply_value_slots(p, size) == 0) __builtin_trap();
     while (pos < size) {
         size_t scan = 0;
-        long len = reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, &scan);
+        long len = reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan);
         if (len <= 0) break;
         if ((size_t)len > size - pos || p[pos + (size_t)len - 1] != '\n') __builtin_trap();
         /* the same end when the reply arrives in two parts, split anywhere */
         size_t cut = (size_t)(p[pos] & 0x7f) % (size_t)len;
         size_t scan2 = 0;
-        long part = reply_length(p + pos, cut, FUZZ_MAX_VALUE, &scan2);
+        long part = reply_length(p + pos, cut, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan2);
         if (part > 0) __builtin_trap();
-        if (part == 0 && reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, &scan2) != len)
+        if (part == 0 && reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan2) != len)
             __builtin_trap();
         check_reply(p + pos, (size_t)len);
         pos += (size_t)len;

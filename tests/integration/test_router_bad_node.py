@@ -1,6 +1,7 @@
 """shoal-router against a node that misbehaves: a reply that does not parse, or that announces
-a value larger than the router takes (-I), is answered SERVER_ERROR naming the node as soon as
-its header is read (the router never buffers towards an announced size it would refuse), the
+a value larger than the router takes (-I), or more values than the request can be answered
+with, is answered SERVER_ERROR naming the node as soon as the header that shows it is read (the
+router never buffers towards a size it would refuse), the
 connection to that node is dropped, and the router keeps serving. Skipped when
 SHOAL_TEST_SERVER=memcached."""
 
@@ -68,6 +69,8 @@ BAD_REPLIES = {
     "value_length_not_a_number": b"VALUE k 0 12ab\r\nabc\r\nEND\r\n",
     "line_without_end": b"y" * (70 * 1024),
     "value_block_not_terminated": b"VALUE k 0 3\r\nabcdEND\r\n",
+    # values within -I each, but more of them than a one-key get can be answered with, no END
+    "endless_values": b"".join(b"VALUE k 0 1000\r\n" + b"x" * 1000 + b"\r\n" for _ in range(1200)),
 }
 
 

@@ -198,31 +198,55 @@ static void test_reply_framing(void **state)
 {
     size_t scan = 0;
     const char *one = "STORED\r\nEND\r\n";
-    assert_int_equal(reply_length(one, strlen(one), 1 << 20, &scan), 8);
+    assert_int_equal(reply_length(one, strlen(one), 1 << 20, 1 << 30, &scan), 8);
     scan = 0;
     const char *get = "VALUE a 0 3\r\nabc\r\nVALUE b 5 1 77\r\nx\r\nEND\r\nrest";
-    assert_int_equal(reply_length(get, strlen(get), 1 << 20, &scan), strlen(get) - 4);
+    assert_int_equal(reply_length(get, strlen(get), 1 << 20, 1 << 30, &scan), strlen(get) - 4);
     /* incomplete: every prefix asks for more, and scanning resumes where it stopped */
     for (size_t n = 0; n < strlen(get) - 4; n++) {
         scan = 0;
-        assert_int_equal(reply_length(get, n, 1 << 20, &scan), 0);
-        assert_int_equal(reply_length(get, strlen(get), 1 << 20, &scan), strlen(get) - 4);
+        assert_int_equal(reply_length(get, n, 1 << 20, 1 << 30, &scan), 0);
+        assert_int_equal(reply_length(get, strlen(get), 1 << 20, 1 << 30, &scan), strlen(get) - 4);
     }
     scan = 0;
     const char *va = "VA 2 t10\r\nhi\r\nHD\r\n";
-    assert_int_equal(reply_length(va, strlen(va), 1 << 20, &scan), 14);
+    assert_int_equal(reply_length(va, strlen(va), 1 << 20, 1 << 30, &scan), 14);
     /* a value block that is not followed by \r\n cannot be a reply */
     scan = 0;
-    assert_int_equal(reply_length("VA 1\r\nxyz", 9, 1 << 20, &scan), -1);
+    assert_int_equal(reply_length("VA 1\r\nxyz", 9, 1 << 20, 1 << 30, &scan), -1);
     scan = 0;
-    assert_int_equal(reply_length("VALUE a 0 zz\r\n", 14, 1 << 20, &scan), -1);
+    assert_int_equal(reply_length("VALUE a 0 zz\r\n", 14, 1 << 20, 1 << 30, &scan), -1);
     /* a value longer than the router takes is refused from its header, not buffered */
     scan = 0;
-    assert_int_equal(reply_length("VALUE a 0 11\r\n", 15, 10, &scan), -1);
+    assert_int_equal(reply_length("VALUE a 0 11\r\n", 15, 10, 1 << 30, &scan), -1);
     scan = 0;
-    assert_int_equal(reply_length("VA 9999999999 t\r\n", 18, 1 << 20, &scan), -1);
+    assert_int_equal(reply_length("VA 9999999999 t\r\n", 18, 1 << 20, 1 << 30, &scan), -1);
     scan = 0;
-    assert_int_equal(reply_length("VALUE a 0 10\r\n", 15, 10, &scan), 0);
+    assert_int_equal(reply_length("VALUE a 0 10\r\n", 15, 10, 1 << 30, &scan), 0);
+    /* blocks within -I each, streamed without end: refused once past what the request can be
+     * answered with, whether they arrive at once or bit by bit */
+    uint64_t one_key = reply_max_bytes(reply_value_slots("get a\r\n", 7), 3);
+    static const char block[] = "VALUE a 0 3\r\nabc\r\n";
+    size_t nblocks = (size_t)one_key / (sizeof block - 1) + 2, total = nblocks * (sizeof block - 1);
+    char *stream = malloc(total);
+    assert_non_null(stream);
+    for (size_t i = 0; i < nblocks; i++) memcpy(stream + i * (sizeof block - 1), block, sizeof block - 1);
+    scan = 0;
+    assert_int_equal(reply_length(stream, total, 3, one_key, &scan), -1);
+    scan = 0;
+    long r = 0;
+    for (size_t n = 0; r == 0 && n < total + 1000; n += 1000)
+        r = reply_length(stream, n < total ? n : total, 3, one_key, &scan);
+    assert_int_equal(r, -1);
+    assert_true(scan <= one_key);
+    free(stream);
+    scan = 0;
+    assert_int_equal(reply_length(get, strlen(get), 1 << 20, 30, &scan), -1);
+    /* how many values a request may be answered with */
+    assert_int_equal(reply_value_slots("get a b c\r\n", 11), 3);
+    assert_int_equal(reply_value_slots("gats 10 a b\r\n", 13), 2);
+    assert_int_equal(reply_value_slots("mg a v\r\n", 8), 1);
+    assert_int_equal(reply_value_slots("set a 0 0 1\r\nx\r\n", 16), 1);
 }
 
 int main(void)
