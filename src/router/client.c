@@ -135,6 +135,7 @@ void client_drain(struct client *c)
         c->head = rq->next;
         if (c->head == NULL) c->tail = NULL;
         c->npending--;
+        c->held -= rq->held_bytes;
         if (!rq->direct && buf_used(&rq->reply) &&
             buf_append(&c->wbuf, buf_start(&rq->reply), buf_used(&rq->reply)) < 0) {
             c->w->m.out_of_memory++;

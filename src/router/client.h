@@ -35,6 +35,7 @@ struct client {
     struct buf rbuf, wbuf;
     struct rreq *head, *tail;     /* requests in flight, in arrival order */
     uint32_t npending;
+    uint64_t held;                /* reply bytes kept for requests not yet moved to wbuf */
 };
 
 /* Take an accepted non-blocking socket. NULL (fd closed) when memory runs out. */

@@ -194,6 +194,21 @@ static void rreq_latency(const struct rreq *rq, int32_t ns)
     scopestat_latency(&w->r->scopes, w->id, -1, ns, w->now_us - rq->start_us);
 }
 
+static const char over_reply[] =
+    "SERVER_ERROR shoal-router: reply dropped: over --out-max bytes of replies are waiting for "
+    "this client to read them\r\n";
+
+/* May `n` more reply bytes be kept for client c? Its unsent output and the replies held for
+ * its requests stay within --out-max; a reply that would pass it is replaced by an error, so
+ * a client that sends without reading cannot make the router hold more (its input is paused
+ * at a quarter of it, but the requests already in flight still answer). */
+static bool client_reply_room(struct rworker *w, const struct client *c, size_t n)
+{
+    if (buf_used(&c->wbuf) + c->held + n <= w->r->cfg.out_max) return true;
+    w->m.replies_dropped++;
+    return false;
+}
+
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
 {
     if (f->repl) replica_frag_done(f, reply, n, failed); /* even when the client has gone */
@@ -218,6 +233,14 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
         if (!drop) {
             struct buf *to = c->head == rq ? &c->wbuf : &rq->reply;
+            if (!client_reply_room(c->w, c, n)) {
+                reply = over_reply;
+                n = sizeof over_reply - 1;
+            }
+            if (to == &rq->reply) {
+                c->held += n;
+                rq->held_bytes += n;
+            }
             if (buf_append(to, reply, n) < 0) {
                 c->w->m.out_of_memory++;
                 buf_append(to, oom_reply, sizeof oom_reply - 1);
@@ -236,6 +259,13 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         bool ok = f->warm || (!failed && (rq->kind != RQ_MULTIGET ||
                                           (n >= 5 && !memcmp(reply + n - 5, "END\r\n", 5))));
         f->failed = !ok;
+        if (n && !client_reply_room(c->w, c, n)) {
+            reply = over_reply;
+            n = sizeof over_reply - 1;
+            f->failed = true;
+        }
+        c->held += n;
+        rq->held_bytes += n;
         if (n && buf_append(&f->reply, reply, n) < 0) {
             c->w->m.out_of_memory++;
             f->failed = true;

@@ -61,6 +61,7 @@ struct rreq {
     bool warmed;            /* warm-pool lookups were issued (or none were needed) */
     uint16_t nfrags, pending;
     uint64_t start_us;      /* the worker's clock when it was parsed (namespace latency) */
+    uint64_t held_bytes;    /* reply bytes it counts in its client's `held` */
     struct frag **frags;    /* nfrags pointers (frag1 for a single fragment) */
     struct frag *frag1;
     struct buf reply;       /* local or merged reply */

@@ -35,7 +35,8 @@
       "max-item-size")                                                                           \
     X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
     X(out_max, 0, SIZE, "32m", 65536, 1ull << 32,                                                \
-      "reply bytes queued per client before its input is paused", NULL)                          \
+      "reply bytes kept per client: input pauses at a quarter, replies past it get an error", \
+      NULL)                          \
     X(client_pending, 0, UINT, "1024", 1, 1 << 20,                                               \
       "requests in flight per client before its input is paused", NULL)                          \
     X(upstream_conns, 0, UINT, "1", 1, 16, "connections per node per worker thread", NULL)      \
@@ -101,6 +102,8 @@ struct router_config {
     X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \
     X(policy_refusals, COUNTER, "requests refused by a namespace limit (size, ops/s, bytes/s)")  \
     X(out_of_memory, COUNTER, "requests answered SERVER_ERROR for lack of memory")              \
+    X(replies_dropped, COUNTER,                                                                  \
+      "replies replaced by SERVER_ERROR: the client's unread replies were over --out-max")     \
     X(bytes_read, COUNTER, "bytes read from clients")                                            \
     X(bytes_written, COUNTER, "bytes sent to clients")                                           \
     X(conns_total, COUNTER, "client connections accepted")
