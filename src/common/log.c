@@ -2,6 +2,7 @@
 #include "common/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -12,9 +13,8 @@ void log_set_level(int level) { __atomic_store_n(&log_level, level, __ATOMIC_REL
 int log_get_level(void) { return __atomic_load_n(&log_level, __ATOMIC_RELAXED); }
 void log_set_name(const char *name) { log_name = name; }
 
-void log_msg(int level, const char *fmt, ...)
+static void log_line(int level, const char *prefix, const char *fmt, va_list ap)
 {
-    if (level > log_get_level()) return;
     static const char *names[] = {"error", "warn", "notice", "info", "debug"};
     char ts[32];
     time_t now = time(NULL);
@@ -22,9 +22,41 @@ void log_msg(int level, const char *fmt, ...)
     gmtime_r(&now, &tm);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
     char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fprintf(stderr, "%s %s %s: %s%s\n", ts, log_name, names[level - LOG_ERROR], prefix, line);
+}
+
+void log_msg(int level, const char *fmt, ...)
+{
+    if (level > log_get_level()) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    log_line(level, "", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s %s: %s\n", ts, log_name, names[level - LOG_ERROR], line);
+}
+
+void log_limited(struct log_limit *l, int level, const char *fmt, ...)
+{
+    if (level > log_get_level()) return;
+    long long now = (long long)time(NULL);
+    long long window = __atomic_load_n(&l->window, __ATOMIC_RELAXED);
+    unsigned dropped = 0;
+    if (now - window >= LOG_LIMIT_SECONDS &&
+        __atomic_compare_exchange_n(&l->window, &window, now, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+        __atomic_store_n(&l->lines, 0, __ATOMIC_RELAXED);
+        dropped = __atomic_exchange_n(&l->dropped, 0, __ATOMIC_RELAXED);
+    }
+    if (__atomic_add_fetch(&l->lines, 1, __ATOMIC_RELAXED) > LOG_LIMIT_LINES) {
+        __atomic_add_fetch(&l->dropped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    char prefix[64] = "";
+    if (dropped)
+        snprintf(prefix, sizeof prefix, "(%u like lines not logged in %d s) ", dropped,
+                 LOG_LIMIT_SECONDS);
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(level, prefix, fmt, ap);
+    va_end(ap);
 }

@@ -20,4 +20,26 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 
+/* For events a peer can repeat at will (a node sending garbage on every reconnect): at most
+ * LOG_LIMIT_LINES lines per LOG_LIMIT_SECONDS from one call site; the first line after a
+ * window that dropped some says how many. One static state per call site, shared by threads. */
+#define LOG_LIMIT_LINES 5
+#define LOG_LIMIT_SECONDS 10
+struct log_limit {
+    long long window; /* start of the current window, seconds */
+    unsigned lines, dropped;
+};
+void log_limited(struct log_limit *l, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define log_warn_limited(...)                                                                    \
+    do {                                                                                         \
+        static struct log_limit log_limit_;                                                      \
+        log_limited(&log_limit_, LOG_WARN, __VA_ARGS__);                                         \
+    } while (0)
+#define log_info_limited(...)                                                                    \
+    do {                                                                                         \
+        static struct log_limit log_limit_;                                                      \
+        log_limited(&log_limit_, LOG_INFO, __VA_ARGS__);                                         \
+    } while (0)
+
 #endif

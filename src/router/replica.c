@@ -209,7 +209,7 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
         break;
     case REPL_FLUSH_ALL:
         if (bad) {
-            log_warn("worker %d: node %s missed a flush_all; it will be flushed when it can be "
+            log_warn_limited("worker %d: node %s missed a flush_all; it will be flushed when it can be "
                      "repaired", w->id, un->node.addr);
             repairlog_set_overflow(&un->repair);
         }

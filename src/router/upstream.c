@@ -142,7 +142,7 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
         un->grow = 0;
         w->m.window_shrinks++;
     } else {
-        log_info("node %s: %s", un->node.addr, why);
+        log_info_limited("node %s: %s", un->node.addr, why);
     }
 }
 
@@ -217,7 +217,7 @@ static struct upconn *upnode_pick(struct upnode *un)
                 w->m.upstream_connect_failures++;
                 upnode_failure(un);
                 un->retry_at_ms = w->now_ms + w->r->cfg.retry_ms;
-                log_info("node %s: connect failed: %s", un->node.addr, strerror(errno));
+                log_info_limited("node %s: connect failed: %s", un->node.addr, strerror(errno));
                 continue;
             }
         }
@@ -293,7 +293,7 @@ static void upconn_parse(struct upconn *uc)
     while (buf_used(&uc->rbuf) > 0) {
         if (uc->sent == NULL) {
             w->m.upstream_protocol_errors++;
-            log_warn("node %s sent bytes nobody asked for; reconnecting", un->node.addr);
+            log_warn_limited("node %s sent bytes nobody asked for; reconnecting", un->node.addr);
             upconn_fail(uc, "sent an unexpected reply", false);
             return;
         }
@@ -302,7 +302,7 @@ static void upconn_parse(struct upconn *uc)
         if (len == 0) break;
         if (len < 0) {
             w->m.upstream_protocol_errors++;
-            log_warn("node %s sent a reply that does not parse; reconnecting", un->node.addr);
+            log_warn_limited("node %s sent a reply that does not parse; reconnecting", un->node.addr);
             upconn_fail(uc, "sent a reply that does not parse", false);
             return;
         }
@@ -457,7 +457,7 @@ void upstream_check_timeouts(struct rworker *w)
         for (uint32_t i = 0; i < un->nconns; i++) {
             struct upconn *uc = &un->conns[i];
             if (uc->sent && uc->sent->deadline_ms <= w->now_ms) {
-                log_info("node %s: request timed out; reconnecting", un->node.addr);
+                log_info_limited("node %s: request timed out; reconnecting", un->node.addr);
                 upconn_fail(uc, why, true);
             }
         }

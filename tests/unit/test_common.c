@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/buf.h"
+#include "common/log.h"
 #include "common/clock.h"
 #include "common/options.h"
 #include "common/uring.h"
@@ -213,6 +214,38 @@ static void test_uring_send_recv_batch(void **state)
     uring_free(&r);
 }
 
+/* Count the lines of `path` that contain `needle`. */
+static int lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, needle)) n++;
+    if (f) fclose(f);
+    return n;
+}
+
+static void test_log_limited_keeps_a_repeating_peer_quiet(void **state)
+{
+    char path[] = "/tmp/shoal-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int saved = dup(2);
+    assert_true(dup2(fd, 2) >= 0);
+    struct log_limit l = {0};
+    for (int i = 0; i < 20; i++) log_limited(&l, LOG_WARN, "peer said garbage %d", i);
+    l.window -= LOG_LIMIT_SECONDS; /* the next window */
+    log_limited(&l, LOG_WARN, "peer said garbage again");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    assert_int_equal(lines_with(path, "peer said garbage"), LOG_LIMIT_LINES + 1);
+    assert_int_equal(lines_with(path, "(15 like lines not logged"), 1);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_options_config_file_and_precedence),
         cmocka_unit_test(test_clock_exptime_rules),
         cmocka_unit_test(test_uring_send_recv_batch),
+        cmocka_unit_test(test_log_limited_keeps_a_repeating_peer_quiet),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
