@@ -6,7 +6,7 @@
  *                         marked down, latency quantiles; per pool and per namespace
  *                         (scopestats.h): requests, errors, timeouts, nodes up/down, refusals,
  *                         latency quantiles
- *   GET  /v1/topology     {"version": N, "nodes": [...], "pools": [...], "namespaces": [...]}
+ *   GET  /v1/topology     the topology document in use (every field as loaded)
  *   PUT  /v1/topology     body: a whole topology document; applied when valid and newer
  *
  * Runs on the admin thread; publishing a table waits for workers' quiescence there, never on
@@ -64,38 +64,12 @@ static void json_str(struct buf *out, const char *s)
     buf_append(out, "\"", 1);
 }
 
+/* The document in use, as it was loaded (re-serialised: same fields and values), so that what
+ * GET returns can be edited and PUT back with a higher version. */
 static void render_topology(const struct topo *t, struct buf *out)
 {
-    buf_printf(out, "{\"version\": %llu, \"nodes\": [", (unsigned long long)t->version);
-    for (uint32_t i = 0; i < t->nnodes; i++) {
-        if (i) buf_append_str(out, ", ");
-        json_str(out, t->nodes[i].addr);
-    }
-    buf_append_str(out, "], \"pools\": {");
-    for (uint32_t i = 0; i < t->npools; i++) {
-        if (i) buf_append_str(out, ", ");
-        json_str(out, t->pools[i].name);
-        buf_append_str(out, ": {\"nodes\": [");
-        for (uint32_t k = 0; k < t->pools[i].nnodes; k++) {
-            if (k) buf_append_str(out, ", ");
-            json_str(out, t->nodes[t->pools[i].nodes[k]].addr);
-        }
-        buf_append_str(out, "]}");
-    }
-    buf_append_str(out, "}, \"gutter_pool\": ");
-    if (t->gutter_pool >= 0) json_str(out, t->pools[t->gutter_pool].name);
-    else buf_append_str(out, "null");
-    buf_append_str(out, ", \"namespaces\": {");
-    for (uint32_t i = 0; i < t->nns; i++) {
-        if (i) buf_append_str(out, ", ");
-        json_str(out, t->ns[i].name);
-        buf_append_str(out, ": {\"pool\": ");
-        json_str(out, t->pools[t->ns[i].pool].name);
-        buf_printf(out, ", \"default_ttl\": %llu, \"max_ttl\": %llu}",
-                   (unsigned long long)t->ns[i].default_ttl,
-                   (unsigned long long)t->ns[i].max_ttl);
-    }
-    buf_append_str(out, "}}\n");
+    buf_append_str(out, t->doc ? t->doc : "{}");
+    buf_append_str(out, "\n");
 }
 
 static int topology_route(void *ctx, const char *method, const char *rest, const char *body,

@@ -47,6 +47,7 @@ void topo_destroy(struct topo **tp)
     free(t->pools);
     free(t->nodes);
     free(t->ns);
+    free(t->doc);
     free(t);
     *tp = NULL;
 }
@@ -396,6 +397,10 @@ int topo_parse(const char *text, size_t len, unsigned flags, struct topo **out, 
         topo_uint(v, "gutter_ttl", 1, 86400, &t->gutter_ttl, err, errlen) < 0)
         goto out;
     if (topo_parse_namespaces(t, json_object_get(root, "namespaces"), err, errlen) < 0) goto out;
+    if ((t->doc = json_dumps(root, JSON_INDENT(2))) == NULL) {
+        topo_err(err, errlen, "out of memory");
+        goto out;
+    }
     rc = 0;
     *out = t;
     t = NULL;

@@ -70,6 +70,7 @@ struct topo {
     uint32_t default_ns; /* index of "default" in ns */
     int32_t gutter_pool; /* index into pools, -1 when none */
     uint64_t gutter_ttl; /* longest TTL of items stored in the gutter pool, seconds */
+    char *doc;           /* the document this table was parsed from, as JSON (GET /v1/topology) */
 };
 
 #define TOPO_GUTTER_TTL_DEFAULT 10

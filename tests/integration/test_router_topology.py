@@ -88,8 +88,14 @@ def test_older_version_is_refused(cluster):
 
 
 def test_admin_put_topology(cluster):
-    status, body = http(cluster.admin_port, "PUT", "/v1/topology", topology(cluster.nodes, version=7))
-    assert status == 200 and json.loads(body)["version"] == 7
+    doc = topology(cluster.nodes, version=7)
+    doc["gutter_ttl"] = 5
+    doc["namespaces"]["catalog"] = {"pool": "main", "default_ttl": 600, "max_ttl": 3600,
+                                    "max_value_bytes": 1000, "ops_per_sec": 50}
+    status, body = http(cluster.admin_port, "PUT", "/v1/topology", doc)
+    assert status == 200 and json.loads(body) == doc
+    status, body = http(cluster.admin_port, "GET", "/v1/topology")
+    assert status == 200 and json.loads(body) == doc, "GET gives back every field as loaded"
     bad = topology(cluster.nodes, version=8)
     bad["namespaces"]["default"]["pool"] = "nope"
     status, body = http(cluster.admin_port, "PUT", "/v1/topology", bad)
