@@ -21,6 +21,7 @@ def pcluster(start_server, start_router):
     doc = topology(nodes)
     doc["namespaces"]["catalog"] = {"pool": "main", "default_ttl": 600, "max_ttl": 3600}
     doc["namespaces"]["short"] = {"pool": "main", "max_ttl": 60}
+    doc["namespaces"]["lasting"] = {"pool": "main", "default_ttl": 600}  # no max_ttl
     router, admin, path = start_router(doc)
     return RouterCluster(nodes, router, path, admin)
 
@@ -71,6 +72,52 @@ def test_short_ttls_and_other_namespaces_stand(pcluster):
     assert near(ttl_on_node(pcluster, "catalog:e"), 100)
     assert ttl_on_node(pcluster, "plain") == -1, "default namespace has no rules here"
     assert int(r.stats()["ttl_rewrites"]) == 0
+
+
+DAY = 86400
+
+
+def about(value, want):
+    """An absolute time's TTL as the node reports it: its clock's second may differ from ours."""
+    return abs(value - want) <= 2
+
+
+def test_absolute_exptimes(pcluster):
+    """memcached reads an exptime over 30 days as a unix time. One no rule clamps reaches the
+    node as sent (it must not become a relative TTL over 30 days, read there as a 1970 time:
+    expired at once); one past max_ttl becomes max_ttl; a past one stays expired."""
+    r = pcluster.raw()
+    far = int(time.time()) + 60 * DAY
+    assert r.store("set", "lasting:a", "va", exptime=far) == "STORED"
+    assert r.get("lasting:a") == [("lasting:a", 0, b"va", None)], "60 days ahead: a hit"
+    assert about(ttl_on_node(pcluster, "lasting:a"), 60 * DAY)
+    assert r.store("set", "lasting:b", "vb") == "STORED"
+    assert r.cmd(f"touch lasting:b {far}") == "TOUCHED"
+    assert about(ttl_on_node(pcluster, "lasting:b"), 60 * DAY), "touch"
+    assert r.get(str(far), "lasting:a", "lasting:b", cmd="gat") == [
+        ("lasting:a", 0, b"va", None), ("lasting:b", 0, b"vb", None)]
+    assert about(ttl_on_node(pcluster, "lasting:b"), 60 * DAY), "gat"
+    assert r.meta(f"ms lasting:m 1 T{far}", b"m").line == "HD"
+    assert about(ttl_on_node(pcluster, "lasting:m"), 60 * DAY), "ms T"
+    assert r.meta(f"mg lasting:v N{far} v").line == "VA 0 W"
+    assert about(ttl_on_node(pcluster, "lasting:v"), 60 * DAY), "mg N"
+    assert r.meta(f"mg lasting:m T{far + DAY} v").value == b"m"
+    assert about(ttl_on_node(pcluster, "lasting:m"), 61 * DAY), "mg T"
+    assert r.meta(f"ma lasting:n N{far} J5 v").value == b"5"
+    assert about(ttl_on_node(pcluster, "lasting:n"), 60 * DAY), "ma N"
+    assert r.meta(f"ma lasting:n T{far + DAY} v").value == b"6"
+    assert about(ttl_on_node(pcluster, "lasting:n"), 61 * DAY), "ma T"
+    assert r.store("set", "lasting:z", "v", exptime=0) == "STORED"
+    assert near(ttl_on_node(pcluster, "lasting:z"), 600), "0 still becomes default_ttl"
+
+    assert r.store("set", "catalog:far", "v", exptime=far) == "STORED"
+    assert near(ttl_on_node(pcluster, "catalog:far"), 3600), "past max_ttl: clamped"
+    assert r.store("set", "catalog:near", "v", exptime=int(time.time()) + 100) == "STORED"
+    assert about(ttl_on_node(pcluster, "catalog:near"), 100), "within max_ttl: stands"
+
+    for key in ("lasting:p", "catalog:p", "plain:p"):
+        assert r.store("set", key, "v", exptime=int(time.time()) - 5) == "STORED"
+        assert r.get(key) == [], f"{key}: a time in the past is expired"
 
 
 def rewrites(r):
