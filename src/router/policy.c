@@ -34,6 +34,13 @@ bool policy_ttl_capped(const struct topo_ns *ns, uint64_t cap, int64_t ttl, int6
     return policy_ttl(&eff, ttl, now, out);
 }
 
+int64_t policy_ttl_wire(int64_t left, int64_t now)
+{
+    if (left < 0) return 0;
+    if (left == 0) return 1; /* its last second */
+    return left > POLICY_REL_MAX ? now + left : left;
+}
+
 int64_t policy_ttl_left(int64_t ttl, int64_t now)
 {
     if (ttl == 0) return -1;

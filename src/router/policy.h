@@ -25,6 +25,10 @@ bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out
  * requests sent to the gutter pool. */
 bool policy_ttl_capped(const struct topo_ns *ns, uint64_t cap, int64_t ttl, int64_t now,
                        int64_t *out);
+/* The wire TTL for an item with `left` seconds to live at unix time `now` (-1: never): 0 for
+ * never, at least 1, relative up to 30 days and an absolute time beyond (a relative TTL that
+ * long would be read as a unix time). */
+int64_t policy_ttl_wire(int64_t left, int64_t now);
 /* The seconds an item stored with the wire TTL `ttl` at unix time `now` has left: -1 for
  * "never" (0), 0 for already expired (negative, or an absolute time not in the future). */
 int64_t policy_ttl_left(int64_t ttl, int64_t now);

@@ -108,6 +108,17 @@ static void test_default_then_max(void **state)
     assert_int_equal(out, 86400);
 }
 
+/* A TTL left (a warm item's, for its fill) as a wire TTL: over 30 days it must be absolute. */
+static void test_ttl_left_to_wire(void **state)
+{
+    assert_int_equal(policy_ttl_wire(-1, NOW), 0); /* never */
+    assert_int_equal(policy_ttl_wire(0, NOW), 1);  /* its last second, not "never" */
+    assert_int_equal(policy_ttl_wire(500, NOW), 500);
+    assert_int_equal(policy_ttl_wire(DAYS(30), NOW), DAYS(30));
+    assert_int_equal(policy_ttl_wire(DAYS(60), NOW), NOW + DAYS(60));
+    assert_int_equal(policy_ttl_left(policy_ttl_wire(DAYS(60), NOW), NOW), DAYS(60));
+}
+
 static void test_bucket_admits_its_rate_per_second(void **state)
 {
     struct topo_bucket b = {.rate = 10, .milli = 10 * 1000, .last_ms = 0};
@@ -138,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_default_then_max),
         cmocka_unit_test(test_absolute_times),
         cmocka_unit_test(test_rule_over_30_days_written_absolute),
+        cmocka_unit_test(test_ttl_left_to_wire),
         cmocka_unit_test(test_bucket_admits_its_rate_per_second),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
