@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 
 /* Parse `val` into the option's target. Returns 0 or -1 with a message. */
@@ -355,4 +356,23 @@ void options_usage_config(const struct opt_def *defs, size_t n, const char *prog
            config_help ? config_help : "read options from FILE", "-h, --help", "print this help", "-V, --version",
            "print the version");
     printf("  memcached flags -u, -o, -A, -k, -L, -r and others are accepted with a warning.\n");
+}
+
+int options_write_stats(struct buf *b, const struct opt_def *defs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct opt_def *d = &defs[i];
+        int rc;
+        if (d->type == OPT_STR) {
+            const char *v = *(const char *const *)d->target;
+            rc = buf_printf(b, "STAT %s %s\r\n", d->name, v && *v ? v : "NULL");
+        } else if (d->type == OPT_BOOL) {
+            rc = buf_printf(b, "STAT %s %s\r\n", d->name, *(const bool *)d->target ? "yes" : "no");
+        } else {
+            rc = buf_printf(b, "STAT %s %llu\r\n", d->name,
+                            (unsigned long long)*(const uint64_t *)d->target);
+        }
+        if (rc < 0) return -1;
+    }
+    return 0;
 }

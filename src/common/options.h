@@ -52,6 +52,11 @@ int options_load_text(const struct opt_def *defs, size_t n, const char *text, si
                       const char *origin, char *err, size_t errlen);
 /* Free the strings kept for STR options read from config text. */
 void options_release(void);
+struct buf;
+/* Append "STAT <name> <value>\r\n" for each option, with the value in use (numbers in plain
+ * units, sizes in bytes; yes/no; text, or NULL when unset): a program's `stats settings`.
+ * 0, or -1 when memory ran out. */
+int options_write_stats(struct buf *b, const struct opt_def *defs, size_t n);
 /* Print usage: one line per option with its flags, default, range and help. */
 void options_usage(const struct opt_def *defs, size_t n, const char *prog, const char *summary);
 /* The same for a program whose --config FILE means something else (shoal-router's topology):

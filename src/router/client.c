@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/options.h"
 #include "router/route.h"
 #include "router/upstream.h"
 #include "router/worker.h"
@@ -175,7 +176,7 @@ void client_oom(struct client *c)
     client_local(c, oom_reply, sizeof oom_reply - 1);
 }
 
-static void client_stats(struct client *c)
+static void client_stats_general(struct client *c)
 {
     struct router *r = c->w->r;
     struct router_metrics m;
@@ -195,6 +196,48 @@ static void client_stats(struct client *c)
     if (b.data == NULL) client_oom(c);
     else client_local(c, buf_start(&b), buf_used(&b));
     buf_release(&b);
+}
+
+/* `stats <arg>` subcommands that memcached 1.6.18 or shoal-node answer about their items,
+ * memory or connections: a node's to answer. */
+static const char *const client_node_stats[] = {
+    "items", "slabs", "sizes", "sizes_enable", "sizes_disable", "reset", "detail", "cachedump",
+    "conns", "extstore", "namespaces",
+};
+
+/* `stats`: the router's figures; `stats settings`: its options (from ROUTER_OPTIONS); a
+ * subcommand about a node's store: a CLIENT_ERROR saying to ask a node; anything else: ERROR,
+ * as memcached answers an unknown one. */
+static void client_stats(struct client *c, const struct proto_req *req)
+{
+    size_t n = req->arg ? req->narg : 0, word = 0;
+    if (n == 0) {
+        client_stats_general(c);
+        return;
+    }
+    if (n == 8 && !memcmp(req->arg, "settings", 8)) {
+        struct buf b;
+        buf_init(&b);
+        if (options_write_stats(&b, c->w->r->opts, c->w->r->nopts) < 0 ||
+            buf_append_str(&b, "END\r\n") < 0)
+            client_oom(c);
+        else
+            client_local(c, buf_start(&b), buf_used(&b));
+        buf_release(&b);
+        return;
+    }
+    while (word < n && req->arg[word] != ' ') word++;
+    for (size_t i = 0; i < sizeof client_node_stats / sizeof client_node_stats[0]; i++) {
+        if (strlen(client_node_stats[i]) != word || memcmp(client_node_stats[i], req->arg, word))
+            continue;
+        char msg[160];
+        int k = snprintf(msg, sizeof msg,
+                         "CLIENT_ERROR shoal-router answers only stats and stats settings; "
+                         "ask a node directly for stats %s\r\n", client_node_stats[i]);
+        client_local(c, msg, (size_t)k);
+        return;
+    }
+    client_local_str(c, "ERROR\r\n");
 }
 
 /* Parse and route one request line. `avail` counts the bytes buffered from the line's start.
@@ -264,7 +307,7 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         if (!req.noreply) client_local(c, "OK\r\n", 4);
         break;
     case CMD_STATS:
-        client_stats(c);
+        client_stats(c, &req);
         break;
     case CMD_SHUTDOWN:
         client_local_str(c, "ERROR: shutdown not enabled\r\n");

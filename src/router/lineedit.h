@@ -37,8 +37,9 @@ struct ledit_ttl {
 };
 
 /* Fill `e` with the edits that make every TTL `req` carries obey namespace `ns` (policy_ttl:
- * 0 becomes default_ttl, then 0 and anything over max_ttl become max_ttl; negative TTLs and
- * past absolute times stand) with `cap`, when not 0, as a further maximum (gutter_ttl).
+ * 0 becomes default_ttl, then 0 and anything with more than max_ttl left become max_ttl;
+ * negative TTLs and absolute times past or within the rules stand) with `cap`, when not 0, as
+ * a further maximum (gutter_ttl).
  * Returns e->n, the number of edits (0: the line stands). */
 int ledit_ttl(const struct proto_req *req, const char *line, size_t len, const struct topo_ns *ns,
               uint64_t cap, int64_t now, struct ledit_ttl *e);

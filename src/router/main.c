@@ -77,8 +77,10 @@ static void router_reload(struct router *r)
 
 int main(int argc, char **argv)
 {
-    struct opt_def defs[32];
+    static struct opt_def defs[32]; /* read by `stats settings` while the router runs */
     size_t ndefs = build_options(defs, &router.cfg);
+    router.opts = defs;
+    router.nopts = ndefs;
     struct opt_extra extra;
     char err[512];
     log_set_name("shoal-router");

@@ -7,15 +7,22 @@ bool policy_ttl(const struct topo_ns *ns, int64_t ttl, int64_t now, int64_t *out
 {
     if (ns->default_ttl == 0 && ns->max_ttl == 0) return false;
     if (ttl < 0) return false; /* already expired: nothing to default or clamp */
-    int64_t rel = ttl; /* 0 = never */
-    if (ttl > POLICY_REL_MAX) {
-        rel = ttl - now;
-        if (rel <= 0) return false; /* an absolute time in the past: expired */
+    int64_t to;
+    if (ttl == 0) {
+        to = ns->default_ttl ? (int64_t)ns->default_ttl : (int64_t)ns->max_ttl;
+        if (ns->max_ttl && to > (int64_t)ns->max_ttl) to = (int64_t)ns->max_ttl;
+    } else {
+        /* an absolute time stands unless it is clamped: sent as written, the node's clock
+         * judges it, and no relative value over 30 days (read back as a 1970 time) appears */
+        int64_t left = ttl > POLICY_REL_MAX ? ttl - now : ttl;
+        if (left <= 0) return false; /* an absolute time in the past: expired */
+        if (ns->max_ttl == 0 || left <= (int64_t)ns->max_ttl) return false;
+        to = (int64_t)ns->max_ttl;
     }
-    if (rel == 0 && ns->default_ttl) rel = (int64_t)ns->default_ttl;
-    if (ns->max_ttl && (rel == 0 || rel > (int64_t)ns->max_ttl)) rel = (int64_t)ns->max_ttl;
-    if (rel == ttl) return false;
-    *out = rel;
+    /* a rule longer than 30 days (not allowed by topo.c, but the wire must not lie) */
+    if (to > POLICY_REL_MAX) to += now;
+    if (to == ttl) return false;
+    *out = to;
     return true;
 }
 
@@ -25,6 +32,13 @@ bool policy_ttl_capped(const struct topo_ns *ns, uint64_t cap, int64_t ttl, int6
     struct topo_ns eff = {.default_ttl = ns->default_ttl, .max_ttl = ns->max_ttl};
     if (cap && (eff.max_ttl == 0 || eff.max_ttl > cap)) eff.max_ttl = cap;
     return policy_ttl(&eff, ttl, now, out);
+}
+
+int64_t policy_ttl_wire(int64_t left, int64_t now)
+{
+    if (left < 0) return 0;
+    if (left == 0) return 1; /* its last second */
+    return left > POLICY_REL_MAX ? now + left : left;
 }
 
 int64_t policy_ttl_left(int64_t ttl, int64_t now)

@@ -263,6 +263,7 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
     w->m.replicated_cas++;
     struct rreq *rq = rreq_create(c, RQ_CAS, req->cmd);
     struct frag *f = NULL;
+    bool answered = false; /* refused with its own error */
     if (rq == NULL) goto oom;
     rq->fcap = (uint16_t)(p->nnodes < UINT16_MAX ? p->nnodes : UINT16_MAX);
     rq->noreply = req->noreply && req->cmd < CMD_MG;
@@ -275,8 +276,13 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
     route_tag(w->topo, f, req->key, req->nkey, false);
     /* the compare's reply decides, so it is always asked for (q and noreply are applied to
      * the client's reply instead) */
-    if (ledit_copy(&f->out, line, len, req, rq->noreply, "q", cuts, ncuts) < 0 ||
-        (data && buf_append(&f->out, data, ndata) < 0) ||
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, "q", cuts, ncuts) < 0)
+        goto oom;
+    if (!route_line_fits(c, req, buf_used(&f->out))) { /* the follow-up is no longer */
+        answered = true;
+        goto oom;
+    }
+    if ((data && buf_append(&f->out, data, ndata) < 0) ||
         replica_then(&f->repl->then, req, line, len, data, ndata, cuts, ncuts) < 0)
         goto oom;
     rq->pending = 1;
@@ -286,5 +292,5 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
 oom:
     if (rq) rreq_destroy(rq); /* f, not completed, is only orphaned by it... */
     if (f) frag_destroy(f);   /* ...and was never queued: freed here */
-    client_oom(c);
+    if (!answered) client_oom(c);
 }

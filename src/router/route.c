@@ -84,6 +84,14 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
     return true;
 }
 
+bool route_line_fits(struct client *c, const struct proto_req *req, size_t nline)
+{
+    if (nline <= c->w->r->cfg.line_max + 1) return true; /* as a node counts: through the \r */
+    c->w->m.protocol_errors++;
+    if (!(req->noreply && req->cmd < CMD_MG)) client_local_str(c, "CLIENT_ERROR line too long\r\n");
+    return false;
+}
+
 /* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
  * figures): the namespace's pool, or the gutter pool when `gutter` (route_node). */
 void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
@@ -139,7 +147,7 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
         client_oom(c);
         return;
     }
-    bool gutter;
+    bool gutter, answered = false; /* answered: refused with its own error */
     struct upnode *un = w->map[route_node(w, req->key, req->nkey, &gutter)];
     if (gutter) w->m.gutter_requests++;
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
@@ -159,16 +167,20 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     if (req->cmd == CMD_MG && topo_pool_of(w->topo, req->key, req->nkey)->warm_from >= 0 &&
         warm_mg_prepare(rq, req, line, len, gutter, &cuts[n]))
         n++;
-    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts, n) < 0 ||
-        (data && buf_append(&f->out, data, ndata) < 0))
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts, n) < 0)
         goto oom;
+    if (!route_line_fits(c, req, buf_used(&f->out))) {
+        answered = true;
+        goto oom;
+    }
+    if (data && buf_append(&f->out, data, ndata) < 0) goto oom;
     client_enqueue(c, rq);
     upnode_submit(un, f);
     return;
 oom:
     if (rq) rreq_destroy(rq); /* frees f too: it is not completed, so orphaned... */
     if (f) frag_destroy(f);   /* ...and never queued, so free it here */
-    client_oom(c);
+    if (!answered) client_oom(c);
 }
 
 /* get/gets/gat/gats: one fragment when every key lives on one node (the request goes on
@@ -275,10 +287,17 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         w->scratch[dest[k].node] = -1;
         if (buf_append(&rq->frags[k]->out, "\r\n", 2) < 0) bad = true;
     }
-    if (bad) {
+    bool refused = false; /* a part over --line-max (a gat's exptime made longer): all of it */
+    for (uint16_t k = 0; !bad && !refused && k < rq->nfrags; k++)
+        refused = !route_line_fits(c, req, buf_used(&rq->frags[k]->out));
+    if (bad || refused) {
         free(dest);
         for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
         rq->nfrags = 0;
+        if (refused) {
+            rreq_destroy(rq);
+            return;
+        }
         goto oom;
     }
     rq->pending = rq->nfrags;
@@ -302,6 +321,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
                          size_t len, const char *data, size_t ndata, const uint32_t *nodes,
                          uint32_t n, const struct ledit_cut *cuts, int ncuts)
 {
+    bool answered = false; /* the request was refused with its own error */
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
     rq->noreply = req->noreply && req->cmd < CMD_MG;
@@ -316,9 +336,13 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
                         req->nkey) < 0)
             goto oom;
         if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts,
-                       ncuts) < 0 ||
-            (data && buf_append(&f->out, data, ndata) < 0))
+                       ncuts) < 0)
             goto oom;
+        if (i == 0 && !route_line_fits(c, req, buf_used(&f->out))) { /* the lines are alike */
+            answered = true;
+            goto oom;
+        }
+        if (data && buf_append(&f->out, data, ndata) < 0) goto oom;
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);
@@ -330,7 +354,7 @@ oom:
         rq->nfrags = 0;
         rreq_destroy(rq);
     }
-    client_oom(c);
+    if (!answered) client_oom(c);
 }
 
 /* flush_all goes to every node of the topology. */

@@ -31,6 +31,13 @@ void route_get(struct client *c, const struct proto_req *req, const char *line, 
 /* flush_all: to every node of the topology; OK when all say OK. */
 void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);
 
+/* Is a request line of `nline` bytes (through its \r\n) the router built for a node within
+ * --line-max? An edit (a TTL rewritten longer, a hold-off, a bare \n sent as \r\n) can
+ * lengthen a line the client was allowed; a node would refuse it and close the connection all
+ * the worker's clients share. When it is over, answers `CLIENT_ERROR line too long` (silent
+ * under text noreply) and returns false: the caller sends nothing. */
+bool route_line_fits(struct client *c, const struct proto_req *req, size_t nline);
+
 /* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
  * figures): the namespace's pool, or the gutter pool when `gutter`. */
 void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,

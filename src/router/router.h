@@ -139,8 +139,12 @@ struct rworker {
     struct router_metrics m __attribute__((aligned(64)));
 };
 
+struct opt_def;
+
 struct router {
     struct router_config cfg;
+    const struct opt_def *opts; /* the table cfg was parsed with (`stats settings`) */
+    size_t nopts;
     struct topo_registry topo;
     struct nodestats nodes;     /* per-node figures for /metrics */
     struct scopestats scopes;   /* per-pool and per-namespace figures for /metrics */

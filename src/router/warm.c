@@ -15,9 +15,6 @@
 #include "router/upstream.h"
 #include "router/worker.h"
 
-/* A warm item's TTL left as a wire TTL: -1 (never) is 0; 0 (its last second) is 1. */
-static int64_t warm_left_wire(int64_t left) { return left < 0 ? 0 : left == 0 ? 1 : left; }
-
 /* The wire TTL `ttl` after the namespace rules of `key` (the topology must be ready). */
 static int64_t warm_policy(struct rworker *w, const char *key, size_t nkey, int64_t ttl,
                            uint64_t cap, int64_t now)
@@ -130,8 +127,9 @@ void warm_reply(struct frag *f, const char *reply, size_t n, bool failed)
     /* the fill: an add (fails if the cold pool has the key, or a delete's hold-off is on) with
      * the warm item's flags and CAS, and its remaining TTL, or for gat/gats the one asked for */
     bool touch = rq->cmd == CMD_GAT || rq->cmd == CMD_GATS;
+    int64_t now = (int64_t)time(NULL);
     warm_fill(w, it.key, it.nkey, it.key, it.nkey, false, &it,
-              touch ? rq->exptime : warm_left_wire(it.ttl), "ME", (int64_t)time(NULL));
+              touch ? rq->exptime : policy_ttl_wire(it.ttl, now), "ME", now);
 }
 
 bool warm_mg_prepare(struct rreq *rq, const struct proto_req *req, const char *line, size_t len,
@@ -192,8 +190,8 @@ static void warm_mg_answer(struct rreq *rq, const char *reply, size_t n, bool fa
     int64_t now = (int64_t)time(NULL);
     bool touch = proto_meta_has(&req.meta, 'T');
     /* the item as the cold pool will hold it: the warm TTL left, or T's, after the rules */
-    int64_t fill = touch ? req.meta.ttl : warm_left_wire(it.ttl);
-    int64_t kept = warm_policy(w, req.key, req.nkey, warm_left_wire(it.ttl), 0, now);
+    int64_t fill = touch ? req.meta.ttl : policy_ttl_wire(it.ttl, now);
+    int64_t kept = warm_policy(w, req.key, req.nkey, policy_ttl_wire(it.ttl, now), 0, now);
     int64_t touched = touch ? warm_policy(w, req.key, req.nkey, req.meta.ttl,
                                           rq->warm_gutter ? w->topo->gutter_ttl : 0, now)
                             : kept;

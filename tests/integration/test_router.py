@@ -3,12 +3,14 @@ split and merged in order, text and meta commands (noreply, q, O, leases) pass t
 node's semantics, replies keep request order under pipelining, and pymemcache works unchanged.
 Skipped when SHOAL_TEST_SERVER=memcached (the nodes must be shoal-nodes)."""
 
+import re
 import socket
+import subprocess
 import threading
 
 import pytest
 
-from conftest import key_slot, topology
+from conftest import ROUTER_BIN, key_slot, topology
 from mcraw import McRaw, http
 
 pytestmark = pytest.mark.shoal_only
@@ -166,6 +168,50 @@ def test_protocol_errors_are_answered_by_the_router(cluster):
     assert r.cmd("get " + "k" * 251) == "CLIENT_ERROR bad command line format"
     assert r.store("set", "big", b"x" * (1024 * 1024 + 1)) == "SERVER_ERROR object too large for cache"
     assert r.cmd("version").startswith("VERSION"), "the connection survives and stays in sync"
+
+
+def test_stats_without_arguments_is_the_routers_own(cluster):
+    st = cluster.raw().stats()
+    assert st["version"].endswith("shoal-router-" + st["version"].split("-")[-1])
+    for name in ("pid", "uptime", "curr_connections", "topology_version", "cmd_get"):
+        assert name in st, name
+
+
+def router_option_names():
+    """Every option `shoal-router --help` lists, as the table names it (dashes as underscores),
+    but --config (the topology file) and --help/--version."""
+    out = subprocess.run([str(ROUTER_BIN), "--help"], capture_output=True, text=True).stdout
+    names = {m.replace("-", "_") for m in re.findall(r"--([a-z][a-z0-9-]*)", out)}
+    return names - {"config", "help", "version"}
+
+
+def test_stats_settings_lists_every_router_option(start_server, start_router):
+    node = start_server()
+    router, admin, _ = start_router([node], "-t", "1", "--timeout-ms", "1234", "--line-max", "2k")
+    st = router.raw().stats("settings")
+    assert set(st) == router_option_names(), "one STAT line per option, from the options table"
+    assert st["port"] == str(router.port) and st["admin_port"] == str(admin)
+    assert st["threads"] == "1" and st["timeout_ms"] == "1234"
+    assert st["line_max"] == "2048" and st["item_max"] == str(1 << 20), "sizes in bytes"
+    assert st["listen"] == "127.0.0.1" and st["verbose"] == "0"
+    assert st["port_file"] == "NULL", "a text option not given"
+
+
+def test_stats_a_node_answers_is_refused_naming_what_the_router_has(cluster):
+    r = cluster.raw()
+    for arg in ("items", "slabs", "sizes", "reset", "detail on", "detail dump", "conns",
+                "cachedump 1 10", "extstore", "namespaces"):
+        line = r.cmd(f"stats {arg}")
+        assert line.startswith("CLIENT_ERROR "), f"stats {arg}: {line}"
+        assert f"stats {arg.split()[0]}" in line, f"names what was asked: {line}"
+        assert "stats settings" in line and "node" in line, f"says where to ask: {line}"
+    assert r.cmd("stats bogus") == "ERROR", "an unknown subcommand: ERROR, as memcached 1.6.18"
+    assert r.cmd("stats settingsx") == "ERROR"
+    r.send(b"stats items\r\nstats settings\r\nstats\r\nversion\r\n")
+    assert r.read_line().startswith("CLIENT_ERROR")
+    assert r.read_until(b"END\r\n").count(b"STAT ") == len(router_option_names())
+    assert b"STAT pid " in r.read_until(b"END\r\n")
+    assert r.read_line().startswith("VERSION"), "pipelined: in order, in sync"
 
 
 def test_quit_after_pending_replies(cluster):

@@ -5,6 +5,7 @@ with T), and the gutter pool caps the same (checked on the nodes directly); max_
 ops_per_sec and bytes_per_sec refuse requests with an error naming the namespace and the limit.
 Skipped when SHOAL_TEST_SERVER=memcached."""
 
+import threading
 import time
 
 import pytest
@@ -21,6 +22,7 @@ def pcluster(start_server, start_router):
     doc = topology(nodes)
     doc["namespaces"]["catalog"] = {"pool": "main", "default_ttl": 600, "max_ttl": 3600}
     doc["namespaces"]["short"] = {"pool": "main", "max_ttl": 60}
+    doc["namespaces"]["lasting"] = {"pool": "main", "default_ttl": 600}  # no max_ttl
     router, admin, path = start_router(doc)
     return RouterCluster(nodes, router, path, admin)
 
@@ -71,6 +73,52 @@ def test_short_ttls_and_other_namespaces_stand(pcluster):
     assert near(ttl_on_node(pcluster, "catalog:e"), 100)
     assert ttl_on_node(pcluster, "plain") == -1, "default namespace has no rules here"
     assert int(r.stats()["ttl_rewrites"]) == 0
+
+
+DAY = 86400
+
+
+def about(value, want):
+    """An absolute time's TTL as the node reports it: its clock's second may differ from ours."""
+    return abs(value - want) <= 2
+
+
+def test_absolute_exptimes(pcluster):
+    """memcached reads an exptime over 30 days as a unix time. One no rule clamps reaches the
+    node as sent (it must not become a relative TTL over 30 days, read there as a 1970 time:
+    expired at once); one past max_ttl becomes max_ttl; a past one stays expired."""
+    r = pcluster.raw()
+    far = int(time.time()) + 60 * DAY
+    assert r.store("set", "lasting:a", "va", exptime=far) == "STORED"
+    assert r.get("lasting:a") == [("lasting:a", 0, b"va", None)], "60 days ahead: a hit"
+    assert about(ttl_on_node(pcluster, "lasting:a"), 60 * DAY)
+    assert r.store("set", "lasting:b", "vb") == "STORED"
+    assert r.cmd(f"touch lasting:b {far}") == "TOUCHED"
+    assert about(ttl_on_node(pcluster, "lasting:b"), 60 * DAY), "touch"
+    assert r.get(str(far), "lasting:a", "lasting:b", cmd="gat") == [
+        ("lasting:a", 0, b"va", None), ("lasting:b", 0, b"vb", None)]
+    assert about(ttl_on_node(pcluster, "lasting:b"), 60 * DAY), "gat"
+    assert r.meta(f"ms lasting:m 1 T{far}", b"m").line == "HD"
+    assert about(ttl_on_node(pcluster, "lasting:m"), 60 * DAY), "ms T"
+    assert r.meta(f"mg lasting:v N{far} v").line == "VA 0 W"
+    assert about(ttl_on_node(pcluster, "lasting:v"), 60 * DAY), "mg N"
+    assert r.meta(f"mg lasting:m T{far + DAY} v").value == b"m"
+    assert about(ttl_on_node(pcluster, "lasting:m"), 61 * DAY), "mg T"
+    assert r.meta(f"ma lasting:n N{far} J5 v").value == b"5"
+    assert about(ttl_on_node(pcluster, "lasting:n"), 60 * DAY), "ma N"
+    assert r.meta(f"ma lasting:n T{far + DAY} v").value == b"6"
+    assert about(ttl_on_node(pcluster, "lasting:n"), 61 * DAY), "ma T"
+    assert r.store("set", "lasting:z", "v", exptime=0) == "STORED"
+    assert near(ttl_on_node(pcluster, "lasting:z"), 600), "0 still becomes default_ttl"
+
+    assert r.store("set", "catalog:far", "v", exptime=far) == "STORED"
+    assert near(ttl_on_node(pcluster, "catalog:far"), 3600), "past max_ttl: clamped"
+    assert r.store("set", "catalog:near", "v", exptime=int(time.time()) + 100) == "STORED"
+    assert about(ttl_on_node(pcluster, "catalog:near"), 100), "within max_ttl: stands"
+
+    for key in ("lasting:p", "catalog:p", "plain:p"):
+        assert r.store("set", key, "v", exptime=int(time.time()) - 5) == "STORED"
+        assert r.get(key) == [], f"{key}: a time in the past is expired"
 
 
 def rewrites(r):
@@ -249,3 +297,90 @@ def test_multiget_over_the_limit_is_refused_whole(limited):
     keys = " ".join(f"slow:{i}" for i in range(30))
     assert r.cmd(f"get {keys}").startswith("SERVER_ERROR shoal-router: namespace slow")
     assert r.cmd("version").startswith("VERSION"), "no stray reply of the refused get follows"
+
+
+# --- a rewrite must not push a line past the nodes' limit ------------------------------------------
+
+LINE_MAX = 65536  # the default --line-max of shoal-router and of shoal-node
+
+
+def long_line(verb, total, ns="catalog"):
+    """`verb` and keys of namespace `ns` sharing one slot ({t}), `total` bytes up to and
+    including the \\r (the length both limits count)."""
+    line, i = verb, 0
+    while len(line) + 1 + 200 + 1 < total:
+        line += f" {ns}:{{t}}k{i}"
+        i += 1
+    pad = total - 1 - len(line) - 1 - len(f"{ns}:{{t}}z")
+    return f"{line} {ns}:{{t}}z{'p' * pad}"
+
+
+def test_rewrite_over_line_max_is_refused_locally(start_server, start_router):
+    """A gat of the longest line the router takes, whose exptime 0 becomes catalog's 600 (two
+    bytes longer), is answered CLIENT_ERROR line too long by the router and never reaches the
+    node, which would close the shared connection and fail every request on it: a bystander
+    pipelining gets to that node through the same worker sees no error."""
+    nodes = [start_server()]
+    doc = topology(nodes)
+    doc["namespaces"]["catalog"] = {"pool": "main", "default_ttl": 600}
+    doc["namespaces"]["month"] = {"pool": "main", "default_ttl": 2592000}
+    router, admin, _ = start_router(doc, "-t", "1")
+    cl = RouterCluster(nodes, router, None, admin)
+    r = cl.raw()
+    assert r.store("set", "catalog:{t}k0", "v0") == "STORED"
+    stop, errors, rounds = threading.Event(), [], [0]
+
+    def bystander():
+        with cl.raw() as b:
+            batch = b"".join(b"get catalog:{t}k0\r\n" for _ in range(50))
+            while not stop.is_set():
+                b.send(batch)
+                for _ in range(50):
+                    line = b.read_line()
+                    if line.startswith("VALUE"):
+                        b.read_value(2)
+                        line = b.read_line()
+                    if line != "END":
+                        errors.append(line)
+                rounds[0] += 1
+
+    t = threading.Thread(target=bystander)
+    t.start()
+    try:
+        wait_until(lambda: rounds[0] >= 3, message="the bystander's gets flowing")
+        connects = int(r.stats()["upstream_connects"])
+        big = long_line("gat 0", LINE_MAX)
+        assert len(big) + 1 == LINE_MAX
+        assert r.cmd(big) == "CLIENT_ERROR line too long"
+        assert r.cmd("gat 0 catalog:{t}k0") == "VALUE catalog:{t}k0 0 2", "in sync, still served"
+        assert r.read_value(2) == b"v0" and r.read_line() == "END"
+        # split by exptime (x keeps 0, month's keys get 2592000): one part is 4 bytes longer
+        split = "gat 0 x " + long_line("", LINE_MAX - len("gat 0 x"), ns="month")[1:]
+        assert len(split) + 1 == LINE_MAX
+        assert r.cmd(split) == "CLIENT_ERROR line too long"
+        assert r.cmd("version").startswith("VERSION"), "no part of it answered"
+        # a line the rules leave alone, at the limit, still goes through
+        r.send(long_line("gat 60", LINE_MAX).encode() + b"\r\n")
+        assert r.read_get_reply() == [("catalog:{t}k0", 0, b"v0", None)]
+        at = rounds[0]
+        wait_until(lambda: rounds[0] >= at + 3, message="more of the bystander's gets")
+    finally:
+        stop.set()
+        t.join()
+    assert errors == [], f"the bystander's requests failed: {errors[:3]}"
+    assert int(r.stats()["upstream_connects"]) == connects, "the node's connection stayed open"
+    with McRaw(nodes[0].host, nodes[0].port) as n:
+        assert n.stats()["conn_closed_line_too_long"] == "0", "the node never saw it"
+
+
+def test_line_ending_in_bare_newline_at_the_limit(start_server, start_router):
+    """A line ended by \\n alone is sent on with \\r\\n, one byte longer: refused the same way."""
+    node = start_server()
+    router, _, _ = start_router([node], "-t", "1")
+    r = router.raw()
+    line = long_line("get", LINE_MAX + 1)  # LINE_MAX bytes before the \n
+    r.send(line.encode() + b"\n")
+    assert r.read_line() == "CLIENT_ERROR line too long"
+    assert r.cmd("version").startswith("VERSION")
+    with McRaw(node.host, node.port) as n:
+        assert n.stats()["conn_closed_line_too_long"] == "0"

@@ -7,6 +7,7 @@ fails (the paper's §4.3). Checked on the nodes directly. Skipped when
 SHOAL_TEST_SERVER=memcached."""
 
 import base64
+import time
 
 import pytest
 
@@ -260,3 +261,14 @@ def test_deletes_hold_off_mg_and_gat_fills(warm):
     assert r.meta("md d1").code in ("HD", "NF")
     with direct(owner(cold, "d1")) as c:
         assert c.store("add", "d1", "x") == "NOT_STORED", "md carries the hold-off too"
+
+
+def test_fill_keeps_a_warm_ttl_over_30_days(warm):
+    """A warm item with more than 30 days left (stored with an absolute time) is filled with
+    that much left: a relative TTL over 30 days would be read as a 1970 time, expired at once."""
+    cold, hot, router = warm
+    far = int(time.time()) + 60 * 86400
+    put_warm(hot, "w60", "long-lived", exptime=far)
+    assert router.raw().get("w60") == [("w60", 0, b"long-lived", None)]
+    left = int(cold_item(cold, "w60").flags["t"])
+    assert abs(left - 60 * 86400) <= 3, f"the cold copy has the warm item's {left} s left"

@@ -148,6 +148,25 @@ static void test_options_config_file_and_precedence(void **state)
     unlink(path);
 }
 
+static void test_options_write_stats(void **state)
+{
+    char err[256];
+    char *argv[] = {"prog", "-p", "22122", "-I2m", "-v", "--fast", NULL};
+    assert_int_equal(parse(6, argv, err), 0);
+    struct buf b;
+    buf_init(&b);
+    assert_int_equal(options_write_stats(&b, defs, NDEFS), 0);
+    assert_int_equal(buf_append(&b, "", 1), 0);
+    assert_string_equal(buf_start(&b), "STAT port 22122\r\nSTAT item_max 2097152\r\n"
+                                       "STAT verbose 1\r\nSTAT fast yes\r\nSTAT name x\r\n");
+    o_name = NULL; /* a text option without a value */
+    buf_release(&b);
+    buf_init(&b);
+    assert_int_equal(options_write_stats(&b, &defs[4], 1), 0);
+    assert_memory_equal(buf_start(&b), "STAT name NULL\r\n", buf_used(&b));
+    buf_release(&b);
+}
+
 static void test_clock_exptime_rules(void **state)
 {
     clock_setup();
@@ -256,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_options_alias_and_ignored_memcached_flags),
         cmocka_unit_test(test_options_errors_name_the_option),
         cmocka_unit_test(test_options_config_file_and_precedence),
+        cmocka_unit_test(test_options_write_stats),
         cmocka_unit_test(test_clock_exptime_rules),
         cmocka_unit_test(test_uring_send_recv_batch),
         cmocka_unit_test(test_log_limited_keeps_a_repeating_peer_quiet),

@@ -17,6 +17,7 @@
 
 static const struct topo_ns catalog = {.default_ttl = 600, .max_ttl = 3600};
 static const struct topo_ns plain = {0};
+static const struct topo_ns dflt = {.default_ttl = 600}; /* a default and no maximum */
 
 /* The line as sent to the node after the TTL edits of `ns` (with `cap`), q stripped. */
 static void edited(const char *line, const struct topo_ns *ns, uint64_t cap, char *out,
@@ -54,8 +55,17 @@ static void test_text_exptimes(void **state)
     EXPECT("gat 99999 catalog:a catalog:b", &catalog, 0, "gat 3600 catalog:a catalog:b", 1);
     EXPECT("gats 0 catalog:a", &catalog, 0, "gats 600 catalog:a", 1);
     EXPECT("gat -1 catalog:a", &catalog, 0, "gat -1 catalog:a", 0); /* expired stays expired */
-    EXPECT("gat 1800000005 catalog:a", &catalog, 0, "gat 5 catalog:a", 1); /* absolute */
+    /* absolute times: as sent when within the rules, max_ttl (relative) when longer */
+    EXPECT("gat 1800000005 catalog:a", &catalog, 0, "gat 1800000005 catalog:a", 0);
     EXPECT("gat 1799999000 catalog:a", &catalog, 0, "gat 1799999000 catalog:a", 0); /* past */
+    EXPECT("gat 1805184000 catalog:a", &catalog, 0, "gat 3600 catalog:a", 1); /* 60 days */
+    EXPECT("set d:a 1 1805184000 5", &dflt, 0, "set d:a 1 1805184000 5", 0);
+    EXPECT("touch d:a 1805184000", &dflt, 0, "touch d:a 1805184000", 0);
+    EXPECT("gat 1805184000 d:a", &dflt, 0, "gat 1805184000 d:a", 0);
+    EXPECT("ms d:a 5 T1805184000", &dflt, 0, "ms d:a 5 T1805184000", 0);
+    EXPECT("mg d:a T1805184000 N1805184000", &dflt, 0, "mg d:a T1805184000 N1805184000", 0);
+    EXPECT("ma d:a N1805184000 T1805184000", &dflt, 0, "ma d:a N1805184000 T1805184000", 0);
+    EXPECT("mg d:a T0 N1805184000", &dflt, 0, "mg d:a T600 N1805184000", 1);
     EXPECT("append catalog:a 0 0 1", &catalog, 0, "append catalog:a 0 0 1", 0);
     EXPECT("gat 0 k", &plain, 0, "gat 0 k", 0);
 }

@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -41,12 +42,60 @@ static void test_max_clamps_long_and_never(void **state)
     assert_int_equal(out, 3600);
     assert_false(policy_ttl(&ns, 3600, NOW, &out));
     assert_false(policy_ttl(&ns, 60, NOW, &out));
-    /* absolute times: converted to relative, then clamped */
+    /* an absolute time with more than max_ttl left is clamped to it, relative */
     assert_true(policy_ttl(&ns, NOW + 100000, NOW, &out));
     assert_int_equal(out, 3600);
-    assert_true(policy_ttl(&ns, NOW + 100, NOW, &out));
-    assert_int_equal(out, 100);
-    assert_false(policy_ttl(&ns, NOW - 5, NOW, &out)); /* a past absolute time: expired */
+}
+
+#define DAYS(n) ((int64_t)(n) * 86400)
+
+/* Absolute times (over 30 days): a rule that changes one writes a value meaning what it
+ * decided; one that does not leaves it as sent, never as a relative TTL over 30 days (which
+ * the node would read as a time in 1970: expired at once). */
+static void test_absolute_times(void **state)
+{
+    const struct topo_ns rules[] = {{.default_ttl = 600}, {.max_ttl = 3600},
+                                    {.default_ttl = 600, .max_ttl = 86400},
+                                    {.max_ttl = DAYS(30)}};
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        const struct topo_ns *ns = &rules[i];
+        int64_t out = -7;
+        assert_false(policy_ttl(ns, NOW - 5, NOW, &out));           /* past: expired */
+        assert_false(policy_ttl(ns, DAYS(30) + 1, NOW, &out));     /* 1970: expired */
+        assert_false(policy_ttl(ns, NOW + 100, NOW, &out));         /* near: within any max */
+        assert_int_equal(out, -7);
+        bool clamped = policy_ttl(ns, NOW + DAYS(60), NOW, &out); /* far future */
+        if (ns->max_ttl == 0) {
+            assert_false(clamped);
+        } else {
+            assert_true(clamped);
+            assert_int_equal(out, ns->max_ttl);
+            assert_true(out <= DAYS(30)); /* relative, as the node reads it */
+        }
+    }
+    struct topo_ns wide = {.max_ttl = DAYS(30)};
+    int64_t out = 0;
+    assert_false(policy_ttl(&wide, NOW + DAYS(30), NOW, &out)); /* exactly max_ttl left */
+    assert_true(policy_ttl(&wide, NOW + DAYS(30) + 1, NOW, &out));
+    assert_int_equal(out, DAYS(30));
+    /* the gutter's cap clamps an absolute time like max_ttl */
+    struct topo_ns dflt = {.default_ttl = 600};
+    assert_true(policy_ttl_capped(&dflt, 10, NOW + DAYS(60), NOW, &out));
+    assert_int_equal(out, 10);
+    assert_false(policy_ttl_capped(&dflt, 10, NOW + 5, NOW, &out));
+}
+
+/* A rule over 30 days (topo.c refuses one; the function must still not write a relative TTL
+ * the node reads as absolute) is written as an absolute time. */
+static void test_rule_over_30_days_written_absolute(void **state)
+{
+    struct topo_ns ns = {.default_ttl = DAYS(40), .max_ttl = DAYS(45)};
+    int64_t out = 0;
+    assert_true(policy_ttl(&ns, 0, NOW, &out));
+    assert_int_equal(out, NOW + DAYS(40));
+    assert_true(policy_ttl(&ns, NOW + DAYS(60), NOW, &out));
+    assert_int_equal(out, NOW + DAYS(45));
+    assert_false(policy_ttl(&ns, NOW + DAYS(44), NOW, &out));
 }
 
 static void test_default_then_max(void **state)
@@ -57,6 +106,17 @@ static void test_default_then_max(void **state)
     assert_int_equal(out, 600);
     assert_true(policy_ttl(&ns, 2592000, NOW, &out));
     assert_int_equal(out, 86400);
+}
+
+/* A TTL left (a warm item's, for its fill) as a wire TTL: over 30 days it must be absolute. */
+static void test_ttl_left_to_wire(void **state)
+{
+    assert_int_equal(policy_ttl_wire(-1, NOW), 0); /* never */
+    assert_int_equal(policy_ttl_wire(0, NOW), 1);  /* its last second, not "never" */
+    assert_int_equal(policy_ttl_wire(500, NOW), 500);
+    assert_int_equal(policy_ttl_wire(DAYS(30), NOW), DAYS(30));
+    assert_int_equal(policy_ttl_wire(DAYS(60), NOW), NOW + DAYS(60));
+    assert_int_equal(policy_ttl_left(policy_ttl_wire(DAYS(60), NOW), NOW), DAYS(60));
 }
 
 static void test_bucket_admits_its_rate_per_second(void **state)
@@ -87,6 +147,9 @@ int main(void)
         cmocka_unit_test(test_default_applies_to_zero_only),
         cmocka_unit_test(test_max_clamps_long_and_never),
         cmocka_unit_test(test_default_then_max),
+        cmocka_unit_test(test_absolute_times),
+        cmocka_unit_test(test_rule_over_30_days_written_absolute),
+        cmocka_unit_test(test_ttl_left_to_wire),
         cmocka_unit_test(test_bucket_admits_its_rate_per_second),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
