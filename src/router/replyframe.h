@@ -1,6 +1,8 @@
 /* replyframe.h — framing of node replies: memcached answers in order on a connection, so the
  * router only needs to know where each reply ends to match it with its request. Pure
- * functions: unit-tested, and fuzzed with any bytes (tests/fuzz/fuzz_reply.c). */
+ * functions: unit-tested, and fuzzed with any bytes (tests/fuzz/fuzz_reply.c). Each reply is
+ * also checked against its request (reply_fits), so a misbehaving node cannot shift replies
+ * onto the wrong requests. */
 #ifndef SHOAL_ROUTER_REPLYFRAME_H
 #define SHOAL_ROUTER_REPLYFRAME_H
 

@@ -174,24 +174,25 @@ static const struct pair meta_bad[] = {
     {"version\r\n", "MN\r\n"},
 };
 
-static void test_text_replies_that_fit(void **state) { check(text_good, sizeof text_good / sizeof *text_good, true); }
-static void test_text_replies_that_do_not(void **state) { check(text_bad, sizeof text_bad / sizeof *text_bad, false); }
-static void test_meta_replies_that_fit(void **state) { check(meta_good, sizeof meta_good / sizeof *meta_good, true); }
-static void test_meta_replies_that_do_not(void **state) { check(meta_bad, sizeof meta_bad / sizeof *meta_bad, false); }
+#define COUNT(a) (sizeof(a) / sizeof *(a))
+
+static void test_text_replies_that_fit(void **state) { check(text_good, COUNT(text_good), true); }
+static void test_text_replies_that_do_not(void **state) { check(text_bad, COUNT(text_bad), false); }
+static void test_meta_replies_that_fit(void **state) { check(meta_good, COUNT(meta_good), true); }
+static void test_meta_replies_that_do_not(void **state) { check(meta_bad, COUNT(meta_bad), false); }
 
 /* Every prefix of a fitting reply falls short: nothing is accepted before it is whole. */
+static void check_prefixes(const struct pair *pairs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < strlen(pairs[i].reply); k++)
+            assert_false(reply_fits(pairs[i].req, strlen(pairs[i].req), pairs[i].reply, k));
+}
+
 static void test_a_partial_reply_never_fits(void **state)
 {
-    for (size_t i = 0; i < sizeof text_good / sizeof *text_good; i++) {
-        const struct pair *p = &text_good[i];
-        for (size_t n = 0; n < strlen(p->reply); n++)
-            assert_false(reply_fits(p->req, strlen(p->req), p->reply, n));
-    }
-    for (size_t i = 0; i < sizeof meta_good / sizeof *meta_good; i++) {
-        const struct pair *p = &meta_good[i];
-        for (size_t n = 0; n < strlen(p->reply); n++)
-            assert_false(reply_fits(p->req, strlen(p->req), p->reply, n));
-    }
+    check_prefixes(text_good, COUNT(text_good));
+    check_prefixes(meta_good, COUNT(meta_good));
 }
 
 int main(void)
