@@ -4,6 +4,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "protocol/protocol.h"
+#include "router/metareply.h"
+
 long reply_token_num(const char *p, const char *end, int which)
 {
     int t = 0;
@@ -71,4 +74,155 @@ uint32_t reply_value_slots(const char *req, size_t n)
         while (p < end && *p != ' ' && *p != '\r') p++;
     }
     return tokens > (uint32_t)skip ? tokens - (uint32_t)skip : 1;
+}
+
+/* The length of the line at p (n bytes) with its \r\n; 0 when it has none or ends in a bare \n. */
+static size_t reply_line(const char *p, size_t n)
+{
+    const char *nl = memchr(p, '\n', n);
+    if (nl == NULL || nl == p || nl[-1] != '\r') return 0;
+    return (size_t)(nl - p) + 1;
+}
+
+/* Is the line (ll bytes with its \r\n) exactly `word`? */
+static bool line_is(const char *p, size_t ll, const char *word)
+{
+    size_t k = strlen(word);
+    return ll == k + 2 && !memcmp(p, word, k);
+}
+
+/* Does the line's first token equal `word`? */
+static bool line_code(const char *p, size_t ll, const char *word)
+{
+    size_t k = strlen(word);
+    return ll >= k + 2 && !memcmp(p, word, k) && (p[k] == ' ' || p[k] == '\r');
+}
+
+static bool line_error(const char *p, size_t ll)
+{
+    return line_code(p, ll, "ERROR") || line_code(p, ll, "CLIENT_ERROR") ||
+           line_code(p, ll, "SERVER_ERROR");
+}
+
+/* Is the line one of the space-separated words of `words`? */
+static bool line_one_of(const char *p, size_t ll, const char *words)
+{
+    while (*words) {
+        size_t k = strcspn(words, " ");
+        if (ll == k + 2 && !memcmp(p, words, k)) return true;
+        words += k + (words[k] == ' ');
+    }
+    return false;
+}
+
+/* incr/decr's answer: the new value, 1 to 20 digits. */
+static bool line_number(const char *p, size_t ll)
+{
+    if (ll < 3 || ll > 22) return false;
+    for (size_t i = 0; i < ll - 2; i++)
+        if (p[i] < '0' || p[i] > '9') return false;
+    return true;
+}
+
+/* A get's reply: VALUE blocks for keys of the request in order, then END or an error line. */
+static bool fits_get(const struct proto_req *rq, const char *p, size_t n)
+{
+    int ntok = rq->cmd == CMD_GETS || rq->cmd == CMD_GATS ? 5 : 4;
+    const char *kp = rq->keys;
+    size_t pos = 0;
+    for (;;) {
+        const char *line = p + pos;
+        size_t ll = reply_line(line, n - pos);
+        if (ll == 0) return false;
+        if (!line_code(line, ll, "VALUE"))
+            return pos + ll == n && (line_is(line, ll, "END") || line_error(line, ll));
+        int spaces = 0;
+        for (size_t i = 0; i < ll - 2; i++) spaces += line[i] == ' ';
+        const char *key = line + 6, *kend = memchr(key, ' ', ll - 6);
+        long vlen = reply_token_num(line, line + ll, 3);
+        if (spaces + 1 != ntok || kend == NULL || vlen < 0) return false;
+        const char *want;
+        uint8_t nwant;
+        do { /* the next key asked that it can answer; the ones skipped missed */
+            if (!proto_next_key(&kp, rq->keys_end, &want, &nwant)) return false;
+        } while (nwant != (size_t)(kend - key) || memcmp(want, key, nwant));
+        pos += ll;
+        if (n - pos < (size_t)vlen + 2 || memcmp(p + pos + vlen, "\r\n", 2)) return false;
+        pos += (size_t)vlen + 2;
+    }
+}
+
+/* Does the meta reply line [p, end) carry flag `letter` with the token of the request's first
+ * such flag? True when the request has none. */
+static bool meta_echoes(const struct proto_req *rq, char letter, const char *p, const char *end)
+{
+    const struct proto_mflag *f = NULL;
+    for (int i = 0; i < rq->meta.nflags && f == NULL; i++)
+        if (rq->meta.flag[i].flag == letter) f = &rq->meta.flag[i];
+    if (f == NULL) return true;
+    size_t ntok;
+    const char *tok = mreply_flag(p, end, letter, &ntok);
+    if (tok == NULL) return false;
+    if (letter != 'k') return ntok == f->ntok && !memcmp(tok, f->tok, ntok);
+    char key[PROTO_KEY_MAX + 1];
+    int nkey = (int)ntok;
+    if (rq->meta.base64) nkey = proto_base64_decode(tok, ntok, key, sizeof key);
+    else if (ntok <= PROTO_KEY_MAX) memcpy(key, tok, ntok);
+    else return false;
+    return nkey == rq->nkey && !memcmp(key, rq->key, (size_t)nkey);
+}
+
+/* A meta reply: one of `codes` (space-separated two-letter codes) as the first token, with its
+ * value when it is VA, and the request's k and O echoed (`echo`). */
+static bool fits_meta(const struct proto_req *rq, const char *codes, bool echo, const char *p,
+                      size_t n)
+{
+    size_t ll = reply_line(p, n);
+    if (ll < 4 || (p[2] != ' ' && p[2] != '\r')) return false;
+    bool known = false;
+    for (const char *c = codes; *c && !known; c += c[2] ? 3 : 2) known = !memcmp(p, c, 2);
+    if (!known) return false;
+    if (!memcmp(p, "VA", 2)) {
+        long vlen = reply_token_num(p, p + ll, 1);
+        if (vlen < 0 || n - ll != (size_t)vlen + 2 || memcmp(p + n - 2, "\r\n", 2)) return false;
+    } else if (ll != n) {
+        return false;
+    }
+    return !echo || (meta_echoes(rq, 'k', p, p + ll - 2) && meta_echoes(rq, 'O', p, p + ll - 2));
+}
+
+bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
+{
+    size_t ll = reply_line(reply, n);
+    if (ll == 0) return false;
+    if (line_error(reply, ll)) return ll == n;
+    const char *nl = memchr(req, '\n', nreq);
+    struct proto_req rq;
+    const char *err;
+    /* any length: a value the node finds too large is refused with an error line */
+    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) != PROTO_OK)
+        return false;
+    switch (rq.cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
+        return fits_get(&rq, reply, n);
+    case CMD_MG: return fits_meta(&rq, "VA HD EN", true, reply, n);
+    case CMD_MS: return fits_meta(&rq, "HD NS EX NF", true, reply, n);
+    case CMD_MD: return fits_meta(&rq, "HD NF EX", true, reply, n);
+    case CMD_MA: return fits_meta(&rq, "VA HD NF NS EX", true, reply, n);
+    case CMD_MN: return fits_meta(&rq, "MN", false, reply, n);
+    case CMD_ME: return fits_meta(&rq, "ME EN", false, reply, n);
+    default: break;
+    }
+    if (ll != n) return false; /* the text commands below answer one line */
+    switch (rq.cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND: case CMD_CAS:
+        return line_one_of(reply, ll, "STORED NOT_STORED EXISTS NOT_FOUND");
+    case CMD_DELETE: return line_one_of(reply, ll, "DELETED NOT_FOUND");
+    case CMD_INCR: case CMD_DECR:
+        return line_number(reply, ll) || line_is(reply, ll, "NOT_FOUND");
+    case CMD_TOUCH: return line_one_of(reply, ll, "TOUCHED NOT_FOUND");
+    case CMD_VERSION: return line_code(reply, ll, "VERSION");
+    case CMD_FLUSH_ALL: case CMD_VERBOSITY: return line_is(reply, ll, "OK");
+    default: return false; /* never forwarded: only an error line could be its answer */
+    }
 }

@@ -1,9 +1,12 @@
 /* replyframe.h — framing of node replies: memcached answers in order on a connection, so the
  * router only needs to know where each reply ends to match it with its request. Pure
- * functions: unit-tested, and fuzzed with any bytes (tests/fuzz/fuzz_reply.c). */
+ * functions: unit-tested, and fuzzed with any bytes (tests/fuzz/fuzz_reply.c). Each reply is
+ * also checked against its request (reply_fits), so a misbehaving node cannot shift replies
+ * onto the wrong requests. */
 #ifndef SHOAL_ROUTER_REPLYFRAME_H
 #define SHOAL_ROUTER_REPLYFRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +37,22 @@ static inline uint64_t reply_max_bytes(uint32_t slots, uint64_t max_value)
 /* The decimal token number `which` (0-based, split on ' ') of the reply line [p, end): 0 to
  * 9,999,999,999, or -1 when absent or not a number. */
 long reply_token_num(const char *p, const char *end, int which);
+
+/* Does the whole reply at `reply` (n bytes, as reply_length framed it) answer the request whose
+ * line as sent is at `req` (nreq bytes; read up to its first \n, a storage command's data may
+ * follow)? Matching replies by framing alone would let a node's wrong or stray reply shift every
+ * later reply on the connection onto the wrong request, so each one must be of its request's
+ * kind. An error line (ERROR, CLIENT_ERROR, SERVER_ERROR) answers any request, and is the only
+ * answer to a line that does not parse or whose command the router never forwards. Otherwise:
+ * - get/gets/gat/gats: VALUE blocks (with a CAS for gets/gats) whose keys are the request's in
+ *   order, misses skipped, a key asked twice answered twice; then END (or an error line);
+ * - set/add/replace/append/prepend/cas: STORED, NOT_STORED, EXISTS or NOT_FOUND; delete:
+ *   DELETED or NOT_FOUND; incr/decr: a number or NOT_FOUND; touch: TOUCHED or NOT_FOUND;
+ *   version: VERSION ...; flush_all, verbosity: OK;
+ * - mg: VA (with its value), HD or EN; ms: HD, NS, EX or NF; md: HD, NF or EX; ma: VA, HD, NF,
+ *   NS or EX; mn: MN; me: ME or EN; where the request carries k or O, the reply carries the
+ *   same key (base64 under b, compared decoded) and the same opaque as its first k and O.
+ * Every line must end in \r\n. */
+bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n);
 
 #endif

@@ -43,7 +43,8 @@ struct frag {
     uint64_t deadline_ms;
     uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
     uint64_t max_reply;     /* the longest reply it may get (replyframe.h), set when sent */
-    struct buf out;         /* request bytes until they are handed to a connection */
+    struct buf out;         /* request bytes until they are handed to a connection; then
+                             * its line, to check the reply against (replyframe.h) */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */
     struct replica_write *repl; /* a write to a replica, or a repair (replica.h); else NULL */
 };

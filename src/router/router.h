@@ -91,7 +91,7 @@ struct router_config {
     X(upstream_errors, COUNTER, "requests answered SERVER_ERROR for a lost or refused node")     \
     X(upstream_connects, COUNTER, "connections opened to nodes")                                 \
     X(upstream_connect_failures, COUNTER, "connections to nodes that failed")                    \
-    X(upstream_protocol_errors, COUNTER, "node replies the router could not parse")             \
+    X(upstream_protocol_errors, COUNTER, "node replies that did not parse or fit their request") \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
     X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
     X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \

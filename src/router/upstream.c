@@ -19,6 +19,7 @@
 
 #define UPSTREAM_READ_CHUNK 65536
 #define UPSTREAM_BUF_KEEP (256 * 1024)
+#define FRAG_LINE_KEEP 4096 /* a sent request's buffer above this is shrunk to its line */
 
 static void upnode_pump(struct upnode *un);
 
@@ -226,6 +227,23 @@ static struct upconn *upnode_pick(struct upnode *un)
     return best;
 }
 
+/* Once f's request is handed to a connection, keep only its line: the reply is checked
+ * against it (reply_fits). A large storage value's buffer is given back meanwhile. */
+static void frag_keep_line(struct frag *f)
+{
+    const char *p = buf_start(&f->out), *nl = memchr(p, '\n', buf_used(&f->out));
+    if (nl == NULL) return;
+    size_t n = (size_t)(nl - p) + 1;
+    struct buf line;
+    buf_init(&line);
+    if (f->out.cap > FRAG_LINE_KEEP && buf_append(&line, p, n) == 0) {
+        buf_release(&f->out);
+        f->out = line;
+    } else {
+        f->out.len = f->out.off + n;
+    }
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
@@ -248,7 +266,7 @@ static void upnode_pump(struct upnode *un)
         }
         f->max_reply = reply_max_bytes(reply_value_slots(buf_start(&f->out), buf_used(&f->out)),
                                        w->r->cfg.item_max);
-        buf_release(&f->out);
+        frag_keep_line(f);
         f->next = NULL;
         if (uc->sent_tail) uc->sent_tail->next = f;
         else uc->sent = f;
@@ -285,6 +303,27 @@ void upnode_submit(struct upnode *un, struct frag *f)
     upnode_pump(un);
 }
 
+/* The first line of p (n bytes) without its \r\n, at most 80 bytes: for a log line. */
+static int upconn_loggable(const char *p, size_t n)
+{
+    const char *cr = memchr(p, '\r', n);
+    size_t k = cr ? (size_t)(cr - p) : n;
+    return (int)(k < 80 ? k : 80);
+}
+
+/* The node answered f with a reply of another kind (or for other keys): it cannot be trusted
+ * on this connection, and since a wrong or stray reply shifts every later one onto the wrong
+ * request, the requests on it fail as for a reply that does not parse. */
+static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
+{
+    struct upnode *un = uc->un;
+    const char *req = buf_start(&f->out), *reply = buf_start(&uc->rbuf);
+    un->w->m.upstream_protocol_errors++;
+    log_warn("node %s answered \"%.*s\" with \"%.*s\"; reconnecting", un->node.addr,
+             upconn_loggable(req, buf_used(&f->out)), req, upconn_loggable(reply, len), reply);
+    upconn_fail(uc, "sent a reply that does not match its request", false);
+}
+
 /* Match complete replies in rbuf to the fragments sent, oldest first. */
 static void upconn_parse(struct upconn *uc)
 {
@@ -307,6 +346,12 @@ static void upconn_parse(struct upconn *uc)
             return;
         }
         struct frag *f = uc->sent;
+        if (!reply_fits(buf_start(&f->out), buf_used(&f->out), buf_start(&uc->rbuf),
+                        (size_t)len)) {
+            upconn_mismatch(uc, f, (size_t)len);
+            return;
+        }
+        buf_release(&f->out);
         uc->sent = f->next;
         if (uc->sent == NULL) uc->sent_tail = NULL;
         uc->nsent--;

@@ -4,10 +4,11 @@
  * Requests from every client of the worker are appended to a connection's output buffer and
  * written once per event-loop batch, so a burst from many clients costs one write. memcached
  * answers in order on a connection, so each connection keeps a FIFO of the fragments it sent
- * and the next complete reply belongs to the head. A request that gets no reply within
- * timeout_ms fails with SERVER_ERROR; since later replies on that connection could no longer
- * be matched, the connection is closed and the requests behind it fail too (never
- * mismatched). Requests beyond the window wait in the router, not in the node. The window
+ * and the next complete reply belongs to the head, if it fits that request (reply_fits; else
+ * the node is not trusted on the connection, which fails as below). A request that gets no
+ * reply within timeout_ms fails with SERVER_ERROR; since later replies on that connection
+ * could no longer be matched, the connection is closed and the requests behind it fail too
+ * (never mismatched). Requests beyond the window wait in the router, not in the node. The window
  * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
  * each window's worth of replies, up to upstream_window.
  *

@@ -6,7 +6,9 @@
  * replies inside the input, or ask for more, or be refused; never a crash or an over-read.
  * Framing must not depend on how the bytes arrive: a prefix asks for more (or is refused), and
  * resuming from it finds the same end. Every framed reply is then read as a warm lookup's
- * answer and, when it is a hit, answered as a client's mg would be. */
+ * answer and, when it is a hit, answered as a client's mg would be, and checked against a
+ * request of every kind the router forwards or composes (reply_fits): a reply that fits ends
+ * in \r\n, and no prefix of it fits. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,27 @@ static void check_reply(const char *r, size_t n)
     buf_release(&out);
 }
 
+/* One request of each kind the router sends a node: clients' commands and its own (probe,
+ * warm lookup and fill, repair, flush). Keys a and b, so that replies can name them. */
+static const char *const fit_requests[] = {
+    "get a b a\r\n", "gets a\r\n", "gat 10 b a\r\n", "gats 0 a\r\n",
+    "set a 0 0 1\r\nx\r\n", "cas a 0 0 1 5\r\nx\r\n", "delete a\r\n", "incr a 1\r\n",
+    "decr a 1\r\n", "touch a 5\r\n", "version\r\n", "flush_all\r\n", "stats\r\n",
+    "mg a s v t c f k O99 T30\r\n", "mg a v f t c k\r\n", "mg YQ== b k\r\n",
+    "ms a 1 F0 T60 ME E7\r\nx\r\n", "ms a 1 k O1\r\nx\r\n", "md a\r\n", "md YQ== b\r\n",
+    "ma a v O3\r\n", "mn\r\n", "me a\r\n", "bogus\r\n",
+};
+
+static void check_fits(const char *r, size_t n)
+{
+    for (size_t i = 0; i < sizeof fit_requests / sizeof *fit_requests; i++) {
+        const char *q = fit_requests[i];
+        if (!reply_fits(q, strlen(q), r, n)) continue;
+        if (n < 2 || r[n - 2] != '\r' || r[n - 1] != '\n') __builtin_trap();
+        if (reply_fits(q, strlen(q), r, n - 1)) __builtin_trap();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data;
@@ -55,6 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (part == 0 && reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan2) != len)
             __builtin_trap();
         check_reply(p + pos, (size_t)len);
+        check_fits(p + pos, (size_t)len);
         pos += (size_t)len;
     }
     return 0;

@@ -1,16 +1,17 @@
 """shoal-router against a node that misbehaves: a reply that does not parse, or that announces
 a value larger than the router takes (-I), or more values than the request can be answered
 with, is answered SERVER_ERROR naming the node as soon as the header that shows it is read (the
-router never buffers towards a size it would refuse), the
-connection to that node is dropped, and the router keeps serving. Skipped when
-SHOAL_TEST_SERVER=memcached."""
+router never buffers towards a size it would refuse), the connection to that node is dropped,
+and the router keeps serving. So is a reply that parses but cannot be the answer to its request
+(the wrong kind, or a stray extra reply that would shift another client's request onto it).
+Skipped when SHOAL_TEST_SERVER=memcached."""
 
 import socket
 import threading
 
 import pytest
 
-from mcraw import McRaw
+from mcraw import McRaw, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -49,12 +50,17 @@ class BadNode:
                 buf += data
                 while b"\r\n" in buf:
                     line, buf = buf.split(b"\r\n", 1)
-                    if line.startswith(b"version"):
-                        conn.sendall(b"VERSION bad\r\n")
-                    elif line.startswith(b"get"):
-                        conn.sendall(self.reply)
+                    out = self.answer(line)
+                    if out:
+                        conn.sendall(out)
         except OSError:
             pass
+
+    def answer(self, line):
+        """The bytes to send for one request line (data blocks are read as lines too)."""
+        if line.startswith(b"version"):
+            return b"VERSION bad\r\n"
+        return self.reply if line.startswith(b"get") else b""
 
     def close(self):
         self.stop.set()
@@ -91,6 +97,94 @@ def test_a_bad_reply_fails_fast_and_the_router_keeps_serving(start_server, start
             assert r.store("set", "plain", "v") == "STORED"
             r.send(b"get plain\r\n")
             assert r.read_get_reply() == [("plain", 0, b"v", None)]
+        assert router.alive()
+    finally:
+        bad.close()
+
+
+class StrayReplyNode(BadNode):
+    """Holds its answer to the first `get` until a second one arrives, then answers the first
+    twice (one stray reply) and the second properly: without a check of each reply against its
+    request, the second get would be answered with the first one's value."""
+
+    def __init__(self, values):
+        super().__init__(b"")
+        self.values = values
+        self.held = []
+
+    def _value(self, line):
+        key = line.split()[1]
+        if key not in self.values:
+            return b"END\r\n"
+        v = self.values[key]
+        return b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v)
+
+    def answer(self, line):
+        if not line.startswith(b"get "):
+            return super().answer(line)
+        self.held.append(line)
+        if len(self.held) < 2:
+            return b""
+        first, second = self.held
+        self.held = []
+        return self._value(first) * 2 + self._value(second)
+
+
+def _bad_pool_router(start_server, start_router, bad):
+    """A router (one worker, so every client shares its one connection to `bad`) whose
+    namespace b: lives on `bad` and everything else on a real node."""
+    good = start_server()
+    doc = {"version": 1,
+           "pools": {"good": {"nodes": [f"{good.host}:{good.port}"]}, "bad": {"nodes": [bad.addr]}},
+           "namespaces": {"default": {"pool": "good"}, "b": {"pool": "bad"}}}
+    router, _, _ = start_router(doc, "-t", "1", "--timeout-ms", "10000")
+    return router
+
+
+def _protocol_errors(r):
+    return int(r.stats()["upstream_protocol_errors"])
+
+
+def _still_serves(r):
+    assert r.store("set", "plain", "v") == "STORED"
+    r.send(b"get plain\r\n")
+    assert r.read_get_reply() == [("plain", 0, b"v", None)]
+
+
+def test_a_reply_of_the_wrong_kind_fails_its_request(start_server, start_router):
+    bad = BadNode(b"STORED\r\n")
+    try:
+        router = _bad_pool_router(start_server, start_router, bad)
+        with McRaw(router.host, router.port, timeout=3) as r:
+            before = _protocol_errors(r)
+            r.send(b"get b:k\r\n")
+            line = r.read_line()
+            assert line.startswith("SERVER_ERROR") and bad.addr in line, line
+            assert "does not match its request" in line, line
+            assert _protocol_errors(r) == before + 1
+            _still_serves(r)
+        assert router.alive()
+    finally:
+        bad.close()
+
+
+def test_a_stray_reply_never_gives_a_client_another_keys_value(start_server, start_router):
+    bad = StrayReplyNode({b"b:alice:token": b"s3cret"})
+    try:
+        router = _bad_pool_router(start_server, start_router, bad)
+        with McRaw(router.host, router.port, timeout=3) as a, \
+                McRaw(router.host, router.port, timeout=3) as b:
+            before = _protocol_errors(a)
+            a.send(b"get b:alice:token\r\n")
+            # the node holds A's answer until B's get is on the same connection behind it
+            wait_until(lambda: len(bad.held) == 1, message="A's get reached the node")
+            b.send(b"get b:bob:x\r\n")
+            assert a.read_get_reply() == [("b:alice:token", 0, b"s3cret", None)]
+            line = b.read_line()
+            assert line.startswith("SERVER_ERROR") and bad.addr in line, line
+            assert "alice" not in line and "s3cret" not in line
+            assert _protocol_errors(a) == before + 1
+            _still_serves(b)
         assert router.alive()
     finally:
         bad.close()

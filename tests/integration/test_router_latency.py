@@ -23,7 +23,7 @@ DELAY_US = int(DELAY * 1_000_000)
 class SlowNode:
     """Just enough of the memcached text protocol for the router, each reply sent DELAY seconds
     after its request was read (requests on one connection are answered in order, one at a
-    time): get/gets -> END, mg -> EN, set/add -> STORED, version -> VERSION."""
+    time): get/gets -> END, mg -> EN (with its k and O), set/add -> STORED, version -> VERSION."""
 
     def __init__(self):
         self.lst = socket.socket()
@@ -64,8 +64,12 @@ class SlowNode:
                             break  # the data block is still arriving
                         rest = rest[need:]
                         reply = b"STORED\r\n"
+                    elif verb == b"mg":  # a miss, echoing k and O as memcached does
+                        reply = b"EN" + b"".join(b" k" + words[1] if w == b"k" else b" " + w
+                                                 for w in words[2:]
+                                                 if w == b"k" or w.startswith(b"O")) + b"\r\n"
                     else:
-                        reply = {b"get": b"END\r\n", b"gets": b"END\r\n", b"mg": b"EN\r\n",
+                        reply = {b"get": b"END\r\n", b"gets": b"END\r\n",
                                  b"version": b"VERSION slow\r\n"}.get(verb, b"ERROR\r\n")
                     buf = rest
                     time.sleep(DELAY)

@@ -1,0 +1,208 @@
+/* test_router_replyframe.c — unit tests for the check of a node's reply against the request it
+ * is matched to (reply_fits): a table of request lines and replies that must fit and that must
+ * not, among them every kind of request the router composes itself (probes, warm lookups and
+ * fills, repairs). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "router/replyframe.h"
+
+struct pair {
+    const char *req;   /* as sent, with its \r\n and any data block */
+    const char *reply; /* one whole reply */
+};
+
+/* Each reply of `pairs` must (fit) or must not fit its request, whichever way it arrives: the
+ * request with or without its data, the reply framed as reply_length frames it. */
+static void check(const struct pair *pairs, size_t n, bool fit)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct pair *p = &pairs[i];
+        size_t nreply = strlen(p->reply), scan = 0;
+        long framed = reply_length(p->reply, nreply, 1 << 20, &scan);
+        bool got = reply_fits(p->req, strlen(p->req), p->reply, nreply);
+        if (got != fit || (fit && framed != (long)nreply)) {
+            print_error("request %s reply %s: fits %d, framed %ld of %zu\n", p->req, p->reply,
+                        (int)got, framed, nreply);
+            fail();
+        }
+        const char *nl = strchr(p->req, '\n');
+        assert_int_equal(reply_fits(p->req, (size_t)(nl - p->req) + 1, p->reply, nreply), fit);
+    }
+}
+
+static const struct pair text_good[] = {
+    {"get a\r\n", "END\r\n"},
+    {"get a\r\n", "VALUE a 0 3\r\nabc\r\nEND\r\n"},
+    {"get a b c\r\n", "VALUE a 0 1\r\nx\r\nVALUE c 5 0\r\n\r\nEND\r\n"}, /* b missed */
+    {"get a b c\r\n", "VALUE c 0 1\r\nx\r\nEND\r\n"},
+    {"get a a\r\n", "VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nEND\r\n"}, /* asked twice */
+    {"get a b\r\n", "VALUE a 0 5\r\nEND\r\n\r\nEND\r\n"}, /* a value that looks like END */
+    {"gets a b\r\n", "VALUE b 0 1 12345678901234\r\nx\r\nEND\r\n"},
+    {"gat 60 a b\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},
+    {"gats 60 a\r\n", "VALUE a 0 1 7\r\nx\r\nEND\r\n"},
+    {"get a\r\n", "SERVER_ERROR out of memory writing get response\r\n"},
+    {"get a b\r\n", "VALUE a 0 1\r\nx\r\nSERVER_ERROR out of memory\r\n"},
+    {"set a 0 0 3\r\nabc\r\n", "STORED\r\n"},
+    {"add a 0 0 3\r\nabc\r\n", "NOT_STORED\r\n"},
+    {"cas a 0 0 3 9\r\nabc\r\n", "EXISTS\r\n"},
+    {"cas a 0 0 3 9\r\nabc\r\n", "NOT_FOUND\r\n"},
+    {"append a 0 0 1\r\nx\r\n", "STORED\r\n"},
+    {"set a 0 0 1\r\nx\r\n", "SERVER_ERROR out of memory storing object\r\n"},
+    {"set a 0 0 1\r\nx\r\n", "CLIENT_ERROR bad data chunk\r\n"},
+    {"delete a\r\n", "DELETED\r\n"},
+    {"delete a 2\r\n", "NOT_FOUND\r\n"},
+    {"incr a 5\r\n", "18446744073709551615\r\n"},
+    {"decr a 5\r\n", "0\r\n"},
+    {"incr a 5\r\n", "NOT_FOUND\r\n"},
+    {"incr a 5\r\n", "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
+    {"touch a 10\r\n", "TOUCHED\r\n"},
+    {"touch a 10\r\n", "NOT_FOUND\r\n"},
+    {"version\r\n", "VERSION 1.6.21\r\n"},   /* the router's probe */
+    {"flush_all\r\n", "OK\r\n"},             /* and its repair of a node that missed one */
+    {"flush_all 10\r\n", "OK\r\n"},
+    {"frobnicate\r\n", "ERROR\r\n"},
+};
+
+static const struct pair text_bad[] = {
+    {"get bob:x\r\n", "STORED\r\n"},
+    {"get bob:x\r\n", "VALUE alice:token 0 3\r\nabc\r\nEND\r\n"}, /* another request's value */
+    {"get a b\r\n", "VALUE b 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nEND\r\n"}, /* out of order */
+    {"get a\r\n", "VALUE a 0 1\r\nx\r\nVALUE a 0 1\r\nx\r\nEND\r\n"},     /* once asked */
+    {"get ab\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},                        /* a prefix */
+    {"get a\r\n", "VALUE ab 0 1\r\nx\r\nEND\r\n"},
+    {"get a\r\n", "VALUE a 0 1 5\r\nx\r\nEND\r\n"},  /* a gets reply */
+    {"gets a\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},   /* a get reply */
+    {"get a\r\n", "VALUE a 0 1\r\nx\r\nSTORED\r\n"},
+    {"get a\r\n", "VALUE a 0 1\r\nx\r\n"},           /* no END */
+    {"get a\r\n", "END\n"},                          /* not \r\n */
+    {"get a\r\n", "EN\r\n"},
+    {"get a\r\n", "VA 1\r\nx\r\n"},
+    {"get a\r\n", "END\r\nEND\r\n"},                 /* two replies given as one */
+    {"set a 0 0 1\r\nx\r\n", "END\r\n"},
+    {"set a 0 0 1\r\nx\r\n", "DELETED\r\n"},
+    {"set a 0 0 1\r\nx\r\n", "STORED \r\n"},
+    {"set a 0 0 1\r\nx\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},
+    {"delete a\r\n", "STORED\r\n"},
+    {"delete a\r\n", "HD\r\n"},
+    {"incr a 1\r\n", "STORED\r\n"},
+    {"incr a 1\r\n", "12a\r\n"},
+    {"incr a 1\r\n", "123456789012345678901\r\n"},   /* 21 digits */
+    {"incr a 1\r\n", "\r\n"},
+    {"touch a 1\r\n", "DELETED\r\n"},
+    {"version\r\n", "END\r\n"},
+    {"version\r\n", "VERSIONS\r\n"},
+    {"flush_all\r\n", "STORED\r\n"},
+    {"stats\r\n", "END\r\n"},                        /* never forwarded */
+    {"frobnicate\r\n", "OK\r\n"},                    /* does not parse: only an error fits */
+    {"get a\r\n", "ERRORS\r\n"},
+    {"get a\r\n", "SERVER_ERRORx\r\n"},
+    {"get a\r\n", "SERVER_ERROR x\r\nEND\r\n"},
+};
+
+static const struct pair meta_good[] = {
+    {"mg a v\r\n", "VA 3\r\nabc\r\n"},
+    {"mg a v\r\n", "EN\r\n"},
+    {"mg a\r\n", "HD\r\n"},
+    {"mg a s t\r\n", "HD s3 t-1\r\n"},
+    {"mg a v k O123\r\n", "VA 1 ka O123\r\nx\r\n"},
+    {"mg a k O123\r\n", "EN ka O123\r\n"},             /* echoed on a miss too */
+    {"mg a O1 k\r\n", "HD O1 ka\r\n"},
+    {"mg a O1 O2\r\n", "CLIENT_ERROR duplicate flag\r\n"},
+    {"mg YWJj b k v\r\n", "VA 1 kYWJj b\r\nx\r\n"},    /* base64: "abc" */
+    {"mg a v f t c k\r\n", "VA 2 f0 t-1 c9 ka\r\nhi\r\n"}, /* a warm lookup */
+    {"mg a v f t c k\r\n", "EN ka\r\n"},
+    {"mg a v c N30\r\n", "VA 0 c7 W\r\n\r\n"},         /* a vivified placeholder */
+    {"mg a v\r\n", "CLIENT_ERROR bad command line format\r\n"},
+    {"ms a 2 F0 T60 ME E9\r\nhi\r\n", "HD\r\n"},       /* a warm fill */
+    {"ms a 2 F0 T60 ME E9\r\nhi\r\n", "NS\r\n"},
+    {"ms a 2 F0 T60 C5 E9\r\nhi\r\n", "EX\r\n"},
+    {"ms a 2 C5\r\nhi\r\n", "NF\r\n"},
+    {"ms a 2 k O9\r\nhi\r\n", "HD ka O9\r\n"},
+    {"ms YWJj 2 b k\r\nhi\r\n", "HD kYWJj b\r\n"},
+    {"md a\r\n", "HD\r\n"},                            /* a repair */
+    {"md YWJj b\r\n", "NF\r\n"},                       /* a repair of a key not text-safe */
+    {"md a C5\r\n", "EX\r\n"},
+    {"md a q O1\r\n", "HD O1\r\n"},
+    {"ma a\r\n", "HD\r\n"},
+    {"ma a v\r\n", "VA 2\r\n12\r\n"},
+    {"ma a\r\n", "NF\r\n"},
+    {"ma a N0\r\n", "NS\r\n"},
+    {"ma a C1\r\n", "EX\r\n"},
+    {"ma a v k\r\n", "VA 1 ka\r\n3\r\n"},
+    {"mn\r\n", "MN\r\n"},
+    {"me a\r\n", "ME a exp=-1 la=0 cas=1 fetch=no cls=1 size=70\r\n"},
+    {"me a\r\n", "EN\r\n"},
+};
+
+static const struct pair meta_bad[] = {
+    {"mg a v\r\n", "STORED\r\n"},
+    {"mg a v\r\n", "END\r\n"},
+    {"mg a v\r\n", "NF\r\n"},
+    {"mg a v\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},
+    {"mg a v\r\n", "VA 1\r\nx\r\nHD\r\n"},             /* two replies given as one */
+    {"mg a v\r\n", "ENX\r\n"},
+    {"mg a\r\n", "HD\r\nHD\r\n"},
+    {"mg a v k\r\n", "VA 1 kb\r\nx\r\n"},              /* another key's value */
+    {"mg a v k\r\n", "VA 1\r\nx\r\n"},                 /* k asked, none given */
+    {"mg a k\r\n", "EN kab\r\n"},
+    {"mg a O1\r\n", "HD O2\r\n"},
+    {"mg a O1\r\n", "EN\r\n"},
+    {"mg a O1 O2\r\n", "HD O1 O2\r\n"},               /* cannot parse: only an error fits */
+    {"mg a O12\r\n", "HD O1\r\n"},
+    {"mg a v f t c k\r\n", "EN kb\r\n"},               /* a warm lookup answered for b */
+    {"mg YWJj b k\r\n", "HD kYWJk b\r\n"},             /* base64 of another key */
+    {"mg YWJj b k\r\n", "HD k!!!! b\r\n"},             /* not base64 */
+    {"ms a 2\r\nhi\r\n", "VA 1\r\nx\r\n"},
+    {"ms a 2\r\nhi\r\n", "EN\r\n"},
+    {"ms a 2\r\nhi\r\n", "STORED\r\n"},
+    {"ms a 2 k\r\nhi\r\n", "HD kb\r\n"},
+    {"md a\r\n", "NS\r\n"},
+    {"md a\r\n", "DELETED\r\n"},
+    {"md a O7\r\n", "HD O8\r\n"},
+    {"ma a\r\n", "EN\r\n"},
+    {"ma a v\r\n", "VA 2\r\n1\r\n"},                   /* the value is not the length said */
+    {"mn\r\n", "HD\r\n"},
+    {"me a\r\n", "HD\r\n"},
+    {"version\r\n", "MN\r\n"},
+};
+
+#define COUNT(a) (sizeof(a) / sizeof *(a))
+
+static void test_text_replies_that_fit(void **state) { check(text_good, COUNT(text_good), true); }
+static void test_text_replies_that_do_not(void **state) { check(text_bad, COUNT(text_bad), false); }
+static void test_meta_replies_that_fit(void **state) { check(meta_good, COUNT(meta_good), true); }
+static void test_meta_replies_that_do_not(void **state) { check(meta_bad, COUNT(meta_bad), false); }
+
+/* Every prefix of a fitting reply falls short: nothing is accepted before it is whole. */
+static void check_prefixes(const struct pair *pairs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < strlen(pairs[i].reply); k++)
+            assert_false(reply_fits(pairs[i].req, strlen(pairs[i].req), pairs[i].reply, k));
+}
+
+static void test_a_partial_reply_never_fits(void **state)
+{
+    check_prefixes(text_good, COUNT(text_good));
+    check_prefixes(meta_good, COUNT(meta_good));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_replies_that_fit),
+        cmocka_unit_test(test_text_replies_that_do_not),
+        cmocka_unit_test(test_meta_replies_that_fit),
+        cmocka_unit_test(test_meta_replies_that_do_not),
+        cmocka_unit_test(test_a_partial_reply_never_fits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
