@@ -49,8 +49,8 @@
       "consecutive failures (timeouts, lost or refused connections) that mark a node down", NULL) \
     X(probe_ms, 0, UINT, "500", 10, 600000, "how often a node marked down is probed", NULL)      \
     X(repair_log, 0, UINT, "4096", 0, 1 << 24,                                                   \
-      "keys remembered per node per worker whose replicated writes the node missed; past "     \
-      "that it is flushed when it is back", NULL)                                                 \
+      "keys remembered per node per worker whose writes the node missed (replicated, or while " \
+      "marked down); past that it is flushed when it is back", NULL)                              \
     X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
@@ -78,10 +78,10 @@ struct router_config {
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
     X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
     X(replicated_cas, COUNTER, "compare-and-swap writes to a replicated pool (compared on one)")  \
-    X(repair_keys_logged, COUNTER, "keys logged for deletion on a replica that missed a write")  \
-    X(repair_deletes, COUNTER, "deletes sent to repair a replica back from down or a failure")   \
+    X(repair_keys_logged, COUNTER, "keys logged for deletion on a node that missed a write")     \
+    X(repair_deletes, COUNTER, "deletes sent to repair a node back from down or a failure")      \
     X(repair_log_overflows, COUNTER, "repair logs that overflowed (the node is then flushed)")   \
-    X(repair_flushes, COUNTER, "flush_all sent to repair a replica whose repair log overflowed") \
+    X(repair_flushes, COUNTER, "flush_all sent to repair a node whose repair log overflowed")    \
     X(warm_lookups, COUNTER, "keys a cold pool missed that were looked up in its warm pool")    \
     X(warm_hits, COUNTER, "warm-pool lookups that found the key")                                \
     X(warm_fills, COUNTER, "adds sent into a cold pool with a warm pool's value")               \
