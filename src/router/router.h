@@ -94,8 +94,10 @@ struct router_config {
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
     X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
     X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \
-    X(gutter_requests, COUNTER, "requests sent to the gutter pool because their node is down")   \
-    X(down_node_requests, COUNTER, "requests failed at once: node down and no gutter for it")    \
+    X(gutter_requests, COUNTER, "requests sent to the gutter pool: their node is down or being " \
+      "repaired")                                                                                 \
+    X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
+      "no gutter for it")                                                                         \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
     X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
     X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \
