@@ -1,6 +1,6 @@
-/* repairlog.h — one worker's repair log for one node (replica.h): the keys of replicated
- * writes the node missed (skipped while it was marked down) or may have missed (failed on it:
- * an error or a timeout, applied or not), kept until a delete of each has been answered by it.
+/* repairlog.h — one worker's repair log for one node (replica.h, outage.h): the keys of writes
+ * the node missed (skipped while it was marked down) or may have missed (failed on it: an error
+ * or a timeout, applied or not), kept until a delete of each has been answered by it.
  *
  * Bounded: at most `cap` distinct keys (a hot key written a million times during an outage takes
  * one entry). One more distinct key overflows the log: it forgets its keys and keeps only the

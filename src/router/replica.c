@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "router/outage.h"
 #include "router/worker.h"
 
 uint32_t replica_read_node(struct rworker *w, const struct topo_pool *p, uint32_t home)
@@ -84,6 +85,7 @@ void replica_node_up(struct upnode *un)
     if (!repairlog_clean(&un->repair))
         log_notice("worker %d: node %s missed writes while down; repairing it before it is "
                    "read again", w->id, un->node.addr);
+    outage_check_mended(un); /* nothing to repair: back in use at once */
 }
 
 /* Queue one repair request for the node: a delete of `key`, or a flush_all (REPL_FLUSH).
@@ -206,6 +208,7 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
     case REPL_REPAIR:
         un->repairs_inflight--;
         if (bad) replica_log(un, rw->key, rw->nkey, true);
+        outage_check_mended(un);
         break;
     case REPL_FLUSH_ALL:
         if (bad) {
@@ -220,6 +223,7 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
             repairlog_set_overflow(&un->repair);
             un->repair_at_ms = w->now_ms + w->r->cfg.probe_ms;
         }
+        outage_check_mended(un);
         break;
     }
 }

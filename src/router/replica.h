@@ -15,7 +15,8 @@
  * deletes are sent one probe interval after the node is back (or after the failure), so that
  * requests it had received before a stall are applied first. A log that overflowed is
  * replaced by a flush_all of the node, and so is a client's flush_all that the node missed
- * (marked down, or failing), whatever its pools. */
+ * (marked down, or failing), whatever its pools. The same log and repair serve a sharded
+ * pool's node back from an outage (outage.h). */
 #ifndef SHOAL_ROUTER_REPLICA_H
 #define SHOAL_ROUTER_REPLICA_H
 

@@ -38,6 +38,8 @@ struct frag {
     bool completed;         /* answered: owned by rq now, no longer by a queue */
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
+    bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
+                             * no gutter: fails at once like one for a node marked down */
     int32_t pool, ns;       /* for per-pool/namespace figures: indices in the routing table,
                              * -1 when none (probes, flush_all) */
     uint64_t deadline_ms;

@@ -15,29 +15,39 @@
 #include <time.h>
 
 #include "router/lineedit.h"
+#include "router/outage.h"
 #include "router/policy.h"
 #include "router/replica.h"
 #include "router/upstream.h"
 #include "router/warm.h"
 #include "router/worker.h"
 
-/* The node a key's request goes to: its owner, or, while the owner is marked down, the gutter
+/* The node a key's request goes to: its owner, or, while the owner is marked down or back from
+ * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), the gutter
  * pool's node for the key (when there is one and it is up; keys never move to other regular
- * nodes). *gutter says which. In a replicated pool: this router's replica, or another one
- * while it is down or being repaired (replica.h), never the gutter. */
-static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool *gutter)
+ * nodes). *gutter says which; *held that the request goes to an owner that cannot take it and
+ * must fail at once. In a replicated pool: this router's replica, or another one while it is
+ * down or being repaired (replica.h), never the gutter. */
+static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool write,
+                           bool *gutter, bool *held)
 {
     uint32_t node = topo_route(w->topo, key, nkey);
-    *gutter = false;
-    if (replica_readable(w->map[node])) return node;
+    struct upnode *un = w->map[node];
+    *gutter = *held = false;
+    if (!un->mending && replica_readable(un)) return node;
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
     if (p->replicated) return replica_read_node(w, p, node);
-    if (upnode_up(w->map[node])) return node; /* its repairs concern replicated keys only */
+    if (write ? outage_writes(un) : outage_reads(un)) return node;
     int64_t g = topo_gutter_route(w->topo, key, nkey);
-    if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) return node; /* fails fast */
+    if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) { /* fails fast */
+        *held = !un->down;
+        return node;
+    }
     *gutter = true;
     return (uint32_t)g;
 }
+
+static bool cmd_writes(enum proto_cmd cmd);
 
 /* The TTL edits the key's namespace asks for (lineedit.h), counted in ttl_rewrites. `cap`,
  * when not 0, is a further maximum: gutter_ttl for requests sent to the gutter pool. Returns
@@ -147,12 +157,18 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
         client_oom(c);
         return;
     }
-    bool gutter, answered = false; /* answered: refused with its own error */
-    struct upnode *un = w->map[route_node(w, req->key, req->nkey, &gutter)];
+    bool gutter, held, answered = false; /* answered: refused with its own error */
+    /* writes reach here for sharded pools only (route_replicate) */
+    bool write = cmd_writes(req->cmd);
+    struct upnode *un = w->map[route_node(w, req->key, req->nkey, write, &gutter, &held)];
     if (gutter) w->m.gutter_requests++;
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
+    f->held = held;
+    if (write && outage_write(f, w->map[topo_route(w->topo, req->key, req->nkey)], un,
+                              req->key, req->nkey) < 0)
+        goto oom;
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
     rq->frags = &rq->frag1;
@@ -202,15 +218,16 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     const char *kp = req->keys, *key;
     uint8_t nk;
     uint32_t nkeys = 0, first = UINT32_MAX;
-    bool split = false, warm = false, mixed = false, rewritten = false;
+    bool split = false, warm = false, mixed = false, rewritten = false, held_any = false;
     bool gat = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
     int64_t now = (int64_t)time(NULL), ttl0 = 0;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         if (!route_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
-        bool gutter;
-        uint32_t node = route_node(w, key, nk, &gutter);
+        bool gutter, held;
+        uint32_t node = route_node(w, key, nk, false, &gutter, &held);
         if (first == UINT32_MAX) first = node;
         else if (node != first) split = true;
+        held_any |= held;
         if (gat) {
             int64_t ttl = route_gat_ttl(w, key, nk, gutter, req->exptime, now);
             if (nkeys == 0) ttl0 = ttl;
@@ -237,7 +254,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     rq->keys = malloc(rq->nkeys_bytes + 1);
     rq->keyfrag = malloc(nkeys * sizeof *rq->keyfrag);
     /* a fragment per node (per key at most), and room for a warm-pool lookup per key */
-    size_t fcap = (mixed || w->nmap > nkeys ? nkeys : w->nmap) + (warm ? nkeys : 0);
+    size_t fcap = (mixed || held_any || w->nmap > nkeys ? nkeys : w->nmap) + (warm ? nkeys : 0);
     if (fcap > UINT16_MAX) fcap = UINT16_MAX;
     rq->fcap = (uint16_t)fcap;
     rq->warmable = warm;
@@ -248,19 +265,22 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     const char *verb = req->cmd == CMD_GET ? "get" : req->cmd == CMD_GETS ? "gets"
                      : req->cmd == CMD_GAT ? "gat" : "gats";
     kp = req->keys;
-    struct { uint32_t node; int64_t ttl; } *dest = malloc(fcap * sizeof *dest); /* per fragment */
+    /* per fragment */
+    struct { uint32_t node; int64_t ttl; bool held; } *dest = malloc(fcap * sizeof *dest);
     if (dest == NULL) goto oom;
     uint32_t i = 0;
     bool bad = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        bool gutter;
-        uint32_t node = route_node(w, key, nk, &gutter);
+        bool gutter, held;
+        uint32_t node = route_node(w, key, nk, false, &gutter, &held);
         if (gutter) w->m.gutter_requests++;
         int64_t ttl = gat ? route_gat_ttl(w, key, nk, gutter, req->exptime, now) : 0;
         int32_t fi = w->scratch[node];
-        if (fi >= 0 && dest[fi].ttl != ttl) /* a gat's other exptime on this node */
+        /* a gat's other exptime on this node, or its own keys while it is a gutter too */
+        if (fi >= 0 && (dest[fi].ttl != ttl || dest[fi].held != held))
             for (fi = rq->nfrags - 1; fi >= 0; fi--)
-                if (dest[fi].node == node && dest[fi].ttl == ttl) break;
+                if (dest[fi].node == node && dest[fi].ttl == ttl && dest[fi].held == held)
+                    break;
         if (fi < 0) {
             struct frag *f = rq->nfrags < fcap ? frag_create(rq, rq->nfrags) : NULL;
             if (f == NULL || (gat ? buf_printf(&f->out, "%s %lld", verb, (long long)ttl)
@@ -270,11 +290,13 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
                 break;
             }
             route_tag(w->topo, f, key, nk, gutter); /* by the fragment's first key */
+            f->held = held;
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
             dest[fi].node = node;
             dest[fi].ttl = ttl;
+            dest[fi].held = held;
         }
         rq->keyfrag[i++] = (uint16_t)fi;
         struct buf *o = &rq->frags[fi]->out;

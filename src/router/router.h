@@ -50,8 +50,8 @@
       "consecutive failures (timeouts, lost or refused connections) that mark a node down", NULL) \
     X(probe_ms, 0, UINT, "500", 10, 600000, "how often a node marked down is probed", NULL)      \
     X(repair_log, 0, UINT, "4096", 0, 1 << 24,                                                   \
-      "keys remembered per node per worker whose replicated writes the node missed; past "     \
-      "that it is flushed when it is back", NULL)                                                 \
+      "keys remembered per node per worker whose writes the node missed (replicated, or while " \
+      "marked down); past that it is flushed when it is back", NULL)                              \
     X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
@@ -79,10 +79,10 @@ struct router_config {
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
     X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
     X(replicated_cas, COUNTER, "compare-and-swap writes to a replicated pool (compared on one)")  \
-    X(repair_keys_logged, COUNTER, "keys logged for deletion on a replica that missed a write")  \
-    X(repair_deletes, COUNTER, "deletes sent to repair a replica back from down or a failure")   \
+    X(repair_keys_logged, COUNTER, "keys logged for deletion on a node that missed a write")     \
+    X(repair_deletes, COUNTER, "deletes sent to repair a node back from down or a failure")      \
     X(repair_log_overflows, COUNTER, "repair logs that overflowed (the node is then flushed)")   \
-    X(repair_flushes, COUNTER, "flush_all sent to repair a replica whose repair log overflowed") \
+    X(repair_flushes, COUNTER, "flush_all sent to repair a node whose repair log overflowed")    \
     X(warm_lookups, COUNTER, "keys a cold pool missed that were looked up in its warm pool")    \
     X(warm_hits, COUNTER, "warm-pool lookups that found the key")                                \
     X(warm_fills, COUNTER, "adds sent into a cold pool with a warm pool's value")               \
@@ -95,8 +95,10 @@ struct router_config {
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
     X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
     X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \
-    X(gutter_requests, COUNTER, "requests sent to the gutter pool because their node is down")   \
-    X(down_node_requests, COUNTER, "requests failed at once: node down and no gutter for it")    \
+    X(gutter_requests, COUNTER, "requests sent to the gutter pool: their node is down or being " \
+      "repaired")                                                                                 \
+    X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
+      "no gutter for it")                                                                         \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
     X(protocol_errors, COUNTER, "client requests answered ERROR or CLIENT_ERROR")               \
     X(ttl_rewrites, COUNTER, "requests whose TTL a namespace's default or maximum changed")      \

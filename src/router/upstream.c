@@ -30,6 +30,7 @@ static void upnode_failure(struct upnode *un)
     if (un->destroying || un->down) return;
     if (++un->fails < w->r->cfg.down_after) return;
     un->down = true;
+    un->mending = true;
     if (un->stat) NODESTAT_ADD(un->stat->down, 1);
     un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
     w->m.nodes_marked_down++;
@@ -44,7 +45,7 @@ static void upnode_success(struct upnode *un, bool probe)
         un->down = false;
         if (un->stat) NODESTAT_ADD(un->stat->down, -1);
         un->w->m.nodes_marked_up++;
-        log_notice("worker %d: node %s answers again; back in use", un->w->id, un->node.addr);
+        log_notice("worker %d: node %s answers again", un->w->id, un->node.addr);
         replica_node_up(un);
     }
 }
@@ -287,10 +288,10 @@ void upnode_submit(struct upnode *un, struct frag *f)
     f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     w->inflight++;
     if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, -1, requests);
-    if (un->down && !f->probe) { /* never make a client wait on a node marked down */
+    if ((un->down || f->held) && !f->probe) { /* never make a client wait on a node down */
         char msg[256];
-        int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down\r\n",
-                         un->node.addr);
+        int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down%s\r\n",
+                         un->node.addr, un->down ? "" : " (back, being repaired)");
         w->m.down_node_requests++;
         frag_fail(un, f, msg, (size_t)n);
         return;

@@ -15,9 +15,9 @@
  * Health: after down_after consecutive failures (a timeout, a lost or refused connection) the
  * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
  * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
- * again. Each worker judges for itself, from its own connections. A node that missed writes to
- * a replicated pool meanwhile is repaired before this worker reads such keys from it again
- * (replica.h). */
+ * again. Each worker judges for itself, from its own connections. A node that missed writes
+ * meanwhile is repaired before this worker reads its keys from it again (replica.h for a
+ * replicated pool, outage.h for a sharded one). */
 #ifndef SHOAL_ROUTER_UPSTREAM_H
 #define SHOAL_ROUTER_UPSTREAM_H
 
@@ -62,6 +62,7 @@ struct upnode {
     uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
     uint32_t fails;                 /* consecutive failures (reset by any reply) */
     bool down;                      /* marked down: only probes are sent to it */
+    bool mending;                   /* marked down since its last repair (outage.h) */
     bool destroying;                /* failures while tearing down do not count */
     uint64_t next_probe_ms;
     struct repairlog repair;        /* keys of replicated writes it missed (replica.h) */

@@ -321,6 +321,34 @@ def restart_server(server):
     wait_until(lambda: accepts(server.port), message=f"the server listening again on {server.port}")
 
 
+def pause_server(server):
+    """SIGSTOP the server and wait until every thread of it is stopped (the signal is delivered
+    asynchronously: a thread may still answer a request meanwhile). It keeps its data, as a
+    stalled or partitioned node would (a restarted one would be empty)."""
+    from mcraw import wait_until
+    os.kill(server.proc.pid, signal.SIGSTOP)
+
+    def stopped():
+        tasks = f"/proc/{server.proc.pid}/task"
+        for t in os.listdir(tasks):
+            with open(f"{tasks}/{t}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "T":
+                    return False
+        return True
+    wait_until(stopped, interval=0.001, message="the server stopped")
+
+
+def resume_server(server):
+    os.kill(server.proc.pid, signal.SIGCONT)
+
+
+def held_value(server, key):
+    """The value `server` itself holds for key (bytes), or None."""
+    with McRaw(server.host, server.port) as c:
+        got = c.meta(f"mg {key} v")
+        return got.value if got.code == "VA" else None
+
+
 def launch_router(topo_path, *extra, tmp_dir):
     if not ROUTER_BIN.exists():
         pytest.fail(f"router binary {ROUTER_BIN} not found: build it with `make`")

@@ -6,13 +6,12 @@ SIGSTOP and resumed with SIGCONT (a restarted shoal-node would be empty). Skippe
 SHOAL_TEST_SERVER=memcached."""
 
 import itertools
-import os
-import signal
 import time
 
 import pytest
 
-from conftest import crc16_xmodem, default_owner, key_slot, topology
+from conftest import (crc16_xmodem, default_owner, key_slot, topology, pause_server as stop,
+                      resume_server as resume, held_value as direct)
 from mcraw import McRaw, wait_until
 
 pytestmark = pytest.mark.shoal_only
@@ -23,32 +22,6 @@ def client_id_reading(index, n):
     reads node CRC16-XMODEM(client id) mod n."""
     return next(cid for cid in (f"app-{i}" for i in itertools.count())
                 if crc16_xmodem(cid.encode()) % n == index)
-
-
-def stop(node):
-    """SIGSTOP the node and wait until every thread of it is stopped (the signal is delivered
-    asynchronously: a thread may still answer a request meanwhile)."""
-    os.kill(node.proc.pid, signal.SIGSTOP)
-
-    def stopped():
-        tasks = f"/proc/{node.proc.pid}/task"
-        for t in os.listdir(tasks):
-            with open(f"{tasks}/{t}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "T":
-                    return False
-        return True
-    wait_until(stopped, interval=0.001, message="the node stopped")
-
-
-def resume(node):
-    os.kill(node.proc.pid, signal.SIGCONT)
-
-
-def direct(node, key):
-    """The value `node` itself holds for key, or None."""
-    with McRaw(node.host, node.port) as c:
-        got = c.meta(f"mg {key} v")
-        return got.value if got.code == "VA" else None
 
 
 def read(r, key):
