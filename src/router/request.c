@@ -11,15 +11,40 @@
 #include "router/replica.h"
 #include "router/warm.h"
 
+/* Freed requests and fragments are kept for reuse by the thread that freed them (each worker
+ * creates and frees its own), with their small buffers: malloc and free were a fifth of the
+ * router's CPU time at pipeline depth 16. At most POOL_MAX of each, buffers up to POOL_BUF. */
+#define POOL_MAX 1024
+#define POOL_BUF 4096
+static __thread struct rreq *rreq_pool;
+static __thread struct frag *frag_pool;
+static __thread unsigned rreq_pooled, frag_pooled;
+
+/* Keep b's storage for reuse when it is small, emptied; else free it. */
+static void pool_buf(struct buf *b)
+{
+    if (b->cap <= POOL_BUF) b->off = b->len = 0;
+    else buf_release(b);
+}
+
 struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd)
 {
-    struct rreq *rq = calloc(1, sizeof *rq);
-    if (rq == NULL) return NULL;
+    struct rreq *rq = rreq_pool;
+    if (rq) {
+        rreq_pool = rq->next;
+        rreq_pooled--;
+        struct buf reply = rq->reply;
+        memset(rq, 0, sizeof *rq);
+        rq->reply = reply;
+    } else {
+        rq = calloc(1, sizeof *rq);
+        if (rq == NULL) return NULL;
+        buf_init(&rq->reply);
+    }
     rq->cl = cl;
     rq->kind = kind;
     rq->cmd = cmd;
     rq->start_us = cl->w->now_us;
-    buf_init(&rq->reply);
     buf_init(&rq->held);
     return rq;
 }
@@ -33,22 +58,38 @@ void rreq_destroy(struct rreq *rq)
         else f->rq = NULL; /* still queued upstream: its reply will be read and dropped */
     }
     if (rq->frags != &rq->frag1) free(rq->frags);
-    buf_release(&rq->reply);
     buf_release(&rq->held);
     free(rq->mgline);
     free(rq->keys);
     free(rq->keyfrag);
+    if (rreq_pooled < POOL_MAX) {
+        pool_buf(&rq->reply);
+        rq->next = rreq_pool;
+        rreq_pool = rq;
+        rreq_pooled++;
+        return;
+    }
+    buf_release(&rq->reply);
     free(rq);
 }
 
 struct frag *frag_create(struct rreq *rq, uint16_t idx)
 {
-    struct frag *f = calloc(1, sizeof *f);
-    if (f == NULL) return NULL;
+    struct frag *f = frag_pool;
+    if (f) {
+        frag_pool = f->next;
+        frag_pooled--;
+        struct buf out = f->out;
+        memset(f, 0, sizeof *f);
+        f->out = out;
+    } else {
+        f = calloc(1, sizeof *f);
+        if (f == NULL) return NULL;
+        buf_init(&f->out);
+    }
     f->rq = rq;
     f->idx = idx;
     f->pool = f->ns = -1;
-    buf_init(&f->out);
     buf_init(&f->reply);
     return f;
 }
@@ -56,9 +97,33 @@ struct frag *frag_create(struct rreq *rq, uint16_t idx)
 void frag_destroy(struct frag *f)
 {
     replica_write_free(f->repl);
-    buf_release(&f->out);
     buf_release(&f->reply);
+    if (frag_pooled < POOL_MAX) {
+        pool_buf(&f->out);
+        f->next = frag_pool;
+        frag_pool = f;
+        frag_pooled++;
+        return;
+    }
+    buf_release(&f->out);
     free(f);
+}
+
+void request_pools_drain(void)
+{
+    while (rreq_pool) {
+        struct rreq *rq = rreq_pool;
+        rreq_pool = rq->next;
+        buf_release(&rq->reply);
+        free(rq);
+    }
+    while (frag_pool) {
+        struct frag *f = frag_pool;
+        frag_pool = f->next;
+        buf_release(&f->out);
+        free(f);
+    }
+    rreq_pooled = frag_pooled = 0;
 }
 
 /* Is this the reply quiet mode hides? mg: a miss (EN); ms, md, ma: success (HD). */

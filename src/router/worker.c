@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "router/client.h"
+#include "router/request.h"
 #include "router/upstream.h"
 
 #define WORKER_EVENTS 256
@@ -231,6 +232,7 @@ out:
     free(w->map);
     free(w->scratch);
     w->map = NULL;
+    request_pools_drain();
     topo_quiescent(&w->topo_seen);
     return NULL;
 }
