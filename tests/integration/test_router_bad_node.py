@@ -6,67 +6,32 @@ and the router keeps serving. So is a reply that parses but cannot be the answer
 (the wrong kind, or a stray extra reply that would shift another client's request onto it).
 Skipped when SHOAL_TEST_SERVER=memcached."""
 
-import socket
-import threading
 
 import pytest
 
+from fakenode import FakeNode
 from mcraw import McRaw, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
 
-class BadNode:
+class BadNode(FakeNode):
     """Answers every `get` with `reply` and keeps the connection open (a node stalled in the
     middle of a reply); `version` (the router's probe) gets a proper answer."""
 
     def __init__(self, reply):
         self.reply = reply
-        self.lst = socket.socket()
-        self.lst.bind(("127.0.0.1", 0))
-        self.lst.listen(16)
-        self.lst.settimeout(0.1)
-        self.addr = f"127.0.0.1:{self.lst.getsockname()[1]}"
-        self.stop = threading.Event()
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.lst.accept()
-            except OSError:
-                continue
-            self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def answer(self, line, rest):
+        return self.answer_line(line), rest
 
-    def _serve(self, conn):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while b"\r\n" in buf:
-                    line, buf = buf.split(b"\r\n", 1)
-                    out = self.answer(line)
-                    if out:
-                        conn.sendall(out)
-        except OSError:
-            pass
-
-    def answer(self, line):
+    def answer_line(self, line):
         """The bytes to send for one request line (data blocks are read as lines too)."""
         if line.startswith(b"version"):
             return b"VERSION bad\r\n"
         return self.reply if line.startswith(b"get") else b""
 
-    def close(self):
-        self.stop.set()
-        self.lst.close()
-        for c in self.conns:
-            c.close()
 
 
 BAD_REPLIES = {
@@ -119,9 +84,9 @@ class StrayReplyNode(BadNode):
         v = self.values[key]
         return b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v)
 
-    def answer(self, line):
+    def answer_line(self, line):
         if not line.startswith(b"get "):
-            return super().answer(line)
+            return super().answer_line(line)
         self.held.append(line)
         if len(self.held) < 2:
             return b""

@@ -5,13 +5,12 @@ fast ones not; a multi-key get counts once, under its first key's namespace; war
 part of the client's latency; gutter fail-over counts under the gutter pool; a reload that keeps
 the layout keeps the series. Skipped when SHOAL_TEST_SERVER=memcached."""
 
-import socket
-import threading
 import time
 
 import pytest
 
 from conftest import topology
+from fakenode import FakeNode
 from mcraw import free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
@@ -20,69 +19,29 @@ DELAY = 0.08
 DELAY_US = int(DELAY * 1_000_000)
 
 
-class SlowNode:
+class SlowNode(FakeNode):
     """Just enough of the memcached text protocol for the router, each reply sent DELAY seconds
     after its request was read (requests on one connection are answered in order, one at a
     time): get/gets -> END, mg -> EN (with its k and O), set/add -> STORED, version -> VERSION."""
 
-    def __init__(self):
-        self.lst = socket.socket()
-        self.lst.bind(("127.0.0.1", 0))
-        self.lst.listen(16)
-        self.lst.settimeout(0.1)
-        self.port = self.lst.getsockname()[1]
-        self.addr = f"127.0.0.1:{self.port}"
-        self.stop = threading.Event()
-        self.conns = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.lst.accept()
-            except OSError:
-                continue
-            self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while b"\r\n" in buf:
-                    line, rest = buf.split(b"\r\n", 1)
-                    words = line.split()
-                    verb = words[0] if words else b""
-                    if verb in (b"set", b"add"):
-                        need = int(words[4]) + 2
-                        if len(rest) < need:
-                            break  # the data block is still arriving
-                        rest = rest[need:]
-                        reply = b"STORED\r\n"
-                    elif verb == b"mg":  # a miss, echoing k and O as memcached does
-                        reply = b"EN" + b"".join(b" k" + words[1] if w == b"k" else b" " + w
-                                                 for w in words[2:]
-                                                 if w == b"k" or w.startswith(b"O")) + b"\r\n"
-                    else:
-                        reply = {b"get": b"END\r\n", b"gets": b"END\r\n",
-                                 b"version": b"VERSION slow\r\n"}.get(verb, b"ERROR\r\n")
-                    buf = rest
-                    time.sleep(DELAY)
-                    conn.sendall(reply)
-        except OSError:
-            pass
-
-    def close(self):
-        self.stop.set()
-        self.lst.close()
-        for c in self.conns:
-            c.close()
-        self.thread.join()
+    def answer(self, line, rest):
+        words = line.split()
+        verb = words[0] if words else b""
+        if verb in (b"set", b"add"):
+            need = int(words[4]) + 2
+            if len(rest) < need:
+                return None  # the data block is still arriving
+            rest = rest[need:]
+            reply = b"STORED\r\n"
+        elif verb == b"mg":  # a miss, echoing k and O as memcached does
+            reply = b"EN" + b"".join(b" k" + words[1] if w == b"k" else b" " + w
+                                     for w in words[2:]
+                                     if w == b"k" or w.startswith(b"O")) + b"\r\n"
+        else:
+            reply = {b"get": b"END\r\n", b"gets": b"END\r\n",
+                     b"version": b"VERSION slow\r\n"}.get(verb, b"ERROR\r\n")
+        time.sleep(DELAY)
+        return reply, rest
 
 
 @pytest.fixture

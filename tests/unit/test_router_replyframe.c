@@ -26,7 +26,7 @@ static void check(const struct pair *pairs, size_t n, bool fit)
     for (size_t i = 0; i < n; i++) {
         const struct pair *p = &pairs[i];
         size_t nreply = strlen(p->reply), scan = 0;
-        long framed = reply_length(p->reply, nreply, 1 << 20, &scan);
+        long framed = reply_length(p->reply, nreply, 1 << 20, 1 << 30, &scan);
         bool got = reply_fits(p->req, strlen(p->req), p->reply, nreply);
         if (got != fit || (fit && framed != (long)nreply)) {
             print_error("request %s reply %s: fits %d, framed %ld of %zu\n", p->req, p->reply,

@@ -1,0 +1,60 @@
+"""A fake memcached node for router tests that need a node to misbehave (answer slowly, answer
+garbage, answer twice): a listener on 127.0.0.1 serving each connection on its own thread.
+Subclasses say what to send for each request line."""
+
+import socket
+import threading
+
+
+class FakeNode:
+    def __init__(self):
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.1", 0))
+        self.lst.listen(16)
+        self.lst.settimeout(0.1)
+        self.port = self.lst.getsockname()[1]
+        self.addr = f"127.0.0.1:{self.port}"
+        self.stop = threading.Event()
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def answer(self, line, rest):
+        """For one request line (without \\r\\n) and the bytes after it: (bytes to send, bytes
+        left to parse), or None while a data block the line announced is still arriving."""
+        raise NotImplementedError
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.lst.accept()
+            except OSError:
+                continue
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\r\n" in buf:
+                    line, rest = buf.split(b"\r\n", 1)
+                    done = self.answer(line, rest)
+                    if done is None:
+                        break
+                    out, buf = done
+                    if out:
+                        conn.sendall(out)
+        except OSError:
+            pass
+
+    def close(self):
+        self.stop.set()
+        self.lst.close()
+        for c in self.conns:
+            c.close()
+        self.thread.join()
