@@ -342,7 +342,9 @@ static void client_process(struct client *c)
     size_t soft = cfg->out_max / 4;
     c->paused = false;
     while (!c->closing && !c->dead) {
-        if (c->npending >= cfg->client_pending || buf_used(&c->wbuf) > soft) {
+        /* replies held behind a slower one count too, or a stalled head would let a client
+         * that does not read send requests without bound */
+        if (c->npending >= cfg->client_pending || buf_used(&c->wbuf) + c->held > soft) {
             c->paused = true;
             return;
         }
