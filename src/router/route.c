@@ -27,12 +27,14 @@
  * pool's node for the key (when there is one and it is up; keys never move to other regular
  * nodes). *gutter says which; *held that the request goes to an owner that cannot take it and
  * must fail at once. In a replicated pool: this router's replica, or another one while it is
- * down or being repaired (replica.h), never the gutter. */
+ * down or being repaired (replica.h), never the gutter. *owner (when not NULL) gets the key's
+ * owner, so a caller that needs it does not route the key twice. */
 static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool write,
-                           bool *gutter, bool *held)
+                           bool *gutter, bool *held, uint32_t *owner)
 {
     uint32_t node = topo_route(w->topo, key, nkey);
     struct upnode *un = w->map[node];
+    if (owner) *owner = node;
     *gutter = *held = false;
     if (!un->mending && replica_readable(un)) return node;
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
@@ -160,14 +162,14 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     bool gutter, held, answered = false; /* answered: refused with its own error */
     /* writes reach here for sharded pools only (route_replicate) */
     bool write = cmd_writes(req->cmd);
-    struct upnode *un = w->map[route_node(w, req->key, req->nkey, write, &gutter, &held)];
+    uint32_t owner;
+    struct upnode *un = w->map[route_node(w, req->key, req->nkey, write, &gutter, &held, &owner)];
     if (gutter) w->m.gutter_requests++;
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
     f->held = held;
-    if (write && outage_write(f, w->map[topo_route(w->topo, req->key, req->nkey)], un,
-                              req->key, req->nkey) < 0)
+    if (write && outage_write(f, w->map[owner], un, req->key, req->nkey) < 0)
         goto oom;
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
@@ -224,7 +226,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         if (!route_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
         bool gutter, held;
-        uint32_t node = route_node(w, key, nk, false, &gutter, &held);
+        uint32_t node = route_node(w, key, nk, false, &gutter, &held, NULL);
         if (first == UINT32_MAX) first = node;
         else if (node != first) split = true;
         held_any |= held;
@@ -272,7 +274,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     bool bad = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         bool gutter, held;
-        uint32_t node = route_node(w, key, nk, false, &gutter, &held);
+        uint32_t node = route_node(w, key, nk, false, &gutter, &held, NULL);
         if (gutter) w->m.gutter_requests++;
         int64_t ttl = gat ? route_gat_ttl(w, key, nk, gutter, req->exptime, now) : 0;
         int32_t fi = w->scratch[node];
