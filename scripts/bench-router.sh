@@ -10,15 +10,17 @@
 # the added p50, the CPU time the node and the proxy spent per operation (from /proc, both
 # together: the cost of serving a request by that path) and the errors the clients saw.
 # Under a closed loop at saturation a proxy's p50 mostly restates its throughput (Little's
-# law), so a second phase measures the latency a proxy adds at light load: LAT_CONNS
-# connections at depth 1, alternated the same way. Then the exact commands. Run it on an otherwise
+# law), so two more phases measure the latency a proxy adds below saturation, alternated the
+# same way: the same CONNS connections at depth 1 in an open loop (shoal-bench --rate) offered
+# RATE_PCTS percent of the direct path's depth-1 throughput, timed from when each request was
+# due; and LAT_CONNS connections at depth 1 in a closed loop. Then the exact commands. Run it on an otherwise
 # idle machine: on 2 cores the node, the proxy and the load generator already share the CPUs. Every step is bounded by `timeout`; all processes are
 # stopped on any exit.
 #
 # Settings (environment): DEPTHS ("1 16"), DURATION (5 s), ROUNDS (3), WARMUP (1 s), CONNS (50),
 # BENCH_THREADS (2), RATIO (1:9), KEYS (100000), VALUE_SIZE (100), NODE_THREADS (2),
-# ROUTER_THREADS (1: nutcracker is single-threaded), LAT_CONNS (4; 0 skips the light-load
-# phase), NODE_BIN, ROUTER_BIN, BENCH_BIN,
+# ROUTER_THREADS (1: nutcracker is single-threaded), RATE_PCTS ("50"; "" skips the open-loop
+# phase, which needs depth 1 in DEPTHS), LAT_CONNS (4; 0 skips the light-load phase), NODE_BIN, ROUTER_BIN, BENCH_BIN,
 # NUTCRACKER_BIN (/usr/sbin/nutcracker), KEEP_LOGS=1 to keep the logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
 NUTCRACKER_BIN=${NUTCRACKER_BIN:-/usr/sbin/nutcracker}
 KEEP_LOGS=${KEEP_LOGS:-0}
 LAT_CONNS=${LAT_CONNS:-4}
+RATE_PCTS=${RATE_PCTS-50}
 
 die() { echo "bench-router.sh: $*" >&2; exit 1; }
 [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
@@ -154,6 +157,22 @@ for d in $DEPTHS; do
         done
     done
 done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+if [ -n "$RATE_PCTS" ] && [ -n "${OPS[direct.1]:-}" ]; then
+    DIRECT_D1=$(echo "${OPS[direct.1]}" | median)
+    for pct in $RATE_PCTS; do
+        rate=$(awk -v o="$DIRECT_D1" -v p="$pct" 'BEGIN{printf "%d", o * p / 100}')
+        echo "== open loop: $CONNS connections at depth 1 offered $rate requests/s ($pct% of direct)" >&2
+        for r in $(seq "$ROUNDS"); do
+            for t in direct router twemproxy; do
+                measure "$t" "$t-rate$pct-r$r" "$t.rate$pct" --pipeline 1 --duration "$DURATION" \
+                    --rate "$rate"
+            done
+        done
+    done
+elif [ -n "$RATE_PCTS" ]; then
+    echo "== open-loop phase skipped: it offers a share of the depth-1 throughput, and DEPTHS has no 1" >&2
+fi
 if [ "$LAT_CONNS" != 0 ]; then
     echo "== light load: $LAT_CONNS connections at depth 1" >&2
     for r in $(seq "$ROUNDS"); do
@@ -164,23 +183,27 @@ if [ "$LAT_CONNS" != 0 ]; then
     done
 fi
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo
-printf '%-7s %-10s %10s %13s %10s %12s %10s %10s %11s %10s %7s\n' load target "ops/s" \
+printf '%-11s %-10s %10s %13s %10s %12s %10s %10s %11s %10s %7s\n' load target "ops/s" \
     "vs direct" "p50 us" "added p50" "p99 us" "mean us" "added mean" "CPU us/op" errors
 rows=""
 for d in $DEPTHS; do rows="$rows $d"; done
+[ -n "${OPS[direct.rate${RATE_PCTS%% *}]:-}" ] && for pct in $RATE_PCTS; do rows="$rows rate$pct"; done
 [ "$LAT_CONNS" != 0 ] && rows="$rows lat"
 for d in $rows; do
     dops=$(echo "${OPS[direct.$d]}" | median)
     dp50=$(echo "${P50[direct.$d]}" | median)
     dmean=$(echo "${MEAN[direct.$d]}" | median)
-    if [ "$d" = lat ]; then load="c$LAT_CONNS,d1"; else load="c$CONNS,d$d"; fi
+    case "$d" in
+    lat) load="c$LAT_CONNS,d1" ;;
+    rate*) load="c$CONNS,d1@${d#rate}%" ;;
+    *) load="c$CONNS,d$d" ;;
+    esac
     for t in direct router twemproxy; do
         ops=$(echo "${OPS[$t.$d]}" | median)
         p50=$(echo "${P50[$t.$d]}" | median)
         mean=$(echo "${MEAN[$t.$d]}" | median)
-        printf '%-7s %-10s %10.0f %12.1f%% %10.1f %9.1f us %10.1f %10.1f %8.1f us %10.2f %7s\n' \
+        printf '%-11s %-10s %10.0f %12.1f%% %10.1f %9.1f us %10.1f %10.1f %8.1f us %10.2f %7s\n' \
             "$load" "$t" "$ops" "$(awk -v a="$ops" -v b="$dops" 'BEGIN{print 100*a/b}')" "$p50" \
             "$(awk -v a="$p50" -v b="$dp50" 'BEGIN{print a-b}')" "$(echo "${P99[$t.$d]}" | median)" \
             "$mean" "$(awk -v a="$mean" -v b="$dmean" 'BEGIN{print a-b}')" \
@@ -188,7 +211,8 @@ for d in $rows; do
     done
 done
 echo
-echo "load cN,dD: N connections with D requests in flight each. CPU us/op: user+system time of the"
+echo "load cN,dD: N connections with D requests in flight each; @P%: open loop offered P% of the"
+echo "direct path's cN,d1 ops/s, latency from when each request was due. CPU us/op: user+system time of the"
 echo "node and of the proxy in front of it, per operation served (medians over rounds)."
 echo "medians over $ROUNDS alternated rounds of ${DURATION}s; machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "commands:"

@@ -36,6 +36,7 @@ enum {
     OPT_SCAN_EVERY,
     OPT_SCAN_LENGTH,
     OPT_SCAN_KEYS,
+    OPT_RATE,
 };
 
 static const struct option long_opts[] = {
@@ -63,6 +64,7 @@ static const struct option long_opts[] = {
     {"scan-every", required_argument, NULL, OPT_SCAN_EVERY},
     {"scan-length", required_argument, NULL, OPT_SCAN_LENGTH},
     {"scan-keys", required_argument, NULL, OPT_SCAN_KEYS},
+    {"rate", required_argument, NULL, OPT_RATE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -74,7 +76,8 @@ static void usage(FILE *f)
         "usage: " PROG " [options]\n"
         "Load generator for memcached-text-protocol servers (shoal-node, memcached).\n"
         "Each thread runs an epoll loop over its connections and keeps --pipeline requests\n"
-        "in flight on each; latency is measured from a batch's send to each reply.\n"
+        "in flight on each; latency is measured from a batch's send to each reply (with\n"
+        "--rate, from when each request was due).\n"
         "\n"
         "Target and concurrency:\n"
         "  -s, --server HOST:PORT   server to load (default 127.0.0.1:11211; IPv6: [::1]:PORT)\n"
@@ -84,6 +87,11 @@ static void usage(FILE *f)
         "      --refill-min N       top a connection up only once N of its --pipeline slots are\n"
         "                           free; 1 keeps exactly --pipeline in flight, more sends\n"
         "                           fewer, bigger batches (default 1; at most --pipeline)\n"
+        "      --rate N             open loop: send N requests/s in all, evenly spaced per\n"
+        "                           thread, each on a connection with a free --pipeline\n"
+        "                           slot; latency counts from when a request was due, so a\n"
+        "                           server that falls behind shows its queue (mixed mode;\n"
+        "                           default 0: closed loop, a reply frees its slot at once)\n"
         "\n"
         "Workload:\n"
         "      --mode mixed|cache-aside\n"
@@ -295,6 +303,11 @@ static int check_modes(struct bench_opts *o, bool ratio_given, bool duration_giv
                              "a get and each miss is followed by a set\n");
         return -1;
     }
+    if (o->rate) {
+        fprintf(stderr, PROG ": --rate is for --mode mixed; a cache-aside run replays its gets "
+                             "as fast as the server answers\n");
+        return -1;
+    }
     if (o->max_requests) {
         fprintf(stderr, PROG ": --max-requests is for --mode mixed; in cache-aside mode use "
                              "--requests N (exactly N measured gets)\n");
@@ -471,6 +484,9 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
         case OPT_REFILL_MIN:
             if (parse_unsigned("--refill-min", optarg, 1, BENCH_MAX_PIPELINE, &o->refill_min) < 0)
                 return -1;
+            break;
+        case OPT_RATE:
+            if (parse_u64("--rate", optarg, 0, BENCH_MAX_RATE, &o->rate) < 0) return -1;
             break;
         case OPT_MAX_REQUESTS:
             if (parse_u64("--max-requests", optarg, 1, UINT64_MAX, &o->max_requests) < 0) return -1;

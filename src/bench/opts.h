@@ -24,6 +24,7 @@ enum bench_mode { BENCH_MODE_MIXED, BENCH_MODE_CACHE_ASIDE };
 #define BENCH_MAX_KEY_LEN 250 /* memcached's limit */
 #define BENCH_MAX_VALUE_SIZE (16u << 20)
 #define BENCH_MAX_KEYS 1000000000000ULL
+#define BENCH_MAX_RATE 1000000000ULL /* requests/s: one a nanosecond */
 
 struct bench_opts {
     enum bench_mode mode;
@@ -48,6 +49,7 @@ struct bench_opts {
     bool json;
     uint64_t seed;
     uint64_t max_requests; /* 0: unbounded */
+    uint64_t rate; /* open loop: requests/s in all; 0: closed loop */
 
     /* cache-aside only */
     uint64_t requests; /* measured gets in total, replacing --duration; 0: timed run */

@@ -109,6 +109,9 @@ void bench_report_print(FILE *f, const struct bench_report *r)
             " (%s)  value %s  seed %" PRIu64 "\n",
             o->host, o->port, o->threads, o->conns, o->pipeline, mix, o->keys, dist, values,
             o->seed);
+    if (o->rate)
+        fprintf(f, "open loop: %" PRIu64 " requests/s offered; latency from when each was due\n",
+                o->rate);
     if (o->scan_every)
         fprintf(f,
                 "scans: after every %" PRIu64 " key gets a thread reads %" PRIu64
@@ -141,8 +144,10 @@ void bench_report_print(FILE *f, const struct bench_report *r)
     snprintf(server, sizeof(server), "%s:%s", o->host, o->port);
     json_string(f, server);
     fprintf(f, ",\"mode\":\"%s\"", aside ? "cache-aside" : "mixed");
-    fprintf(f, ",\"threads\":%u,\"conns\":%u,\"pipeline\":%u,\"ratio_set\":%u,\"ratio_get\":%u",
-            o->threads, o->conns, o->pipeline, o->ratio_set, o->ratio_get);
+    fprintf(f,
+            ",\"threads\":%u,\"conns\":%u,\"pipeline\":%u,\"rate\":%" PRIu64
+            ",\"ratio_set\":%u,\"ratio_get\":%u",
+            o->threads, o->conns, o->pipeline, o->rate, o->ratio_set, o->ratio_get);
     fprintf(f,
             ",\"keys\":%" PRIu64
             ",\"dist\":\"%s\",\"zipf_theta\":%g,\"value_size\":%zu,\"seed\":%" PRIu64,

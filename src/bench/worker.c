@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench/mono.h"
@@ -112,21 +114,26 @@ static bool reopen(struct bench_worker *w, struct bench_conn *c, struct bench_st
     return false;
 }
 
-static void fill_run(struct bench_worker *w, struct bench_conn *c, uint64_t now)
+/* Queue the next request of the --ratio mix on `c`, timed from `due_ns`. */
+static void push_mixed(struct bench_worker *w, struct bench_conn *c, uint64_t due_ns)
 {
     const struct bench_ctx *ctx = w->ctx;
     const struct bench_opts *o = ctx->o;
     const uint64_t mix = (uint64_t)o->ratio_set + o->ratio_get;
-    const bool zipf = o->dist == BENCH_DIST_ZIPF;
-    if (o->pipeline - c->count < o->refill_min) return;
+    enum bench_op op = bench_rng_below(&w->rng, mix) < o->ratio_set ? BENCH_OP_SET : BENCH_OP_GET;
+    uint64_t key = o->dist == BENCH_DIST_ZIPF
+                       ? bench_keys_scatter(&ctx->keys, bench_zipf_next(&ctx->zipf, &w->rng))
+                       : bench_rng_below(&w->rng, ctx->keys.n);
+    bench_conn_push(c, &ctx->keys, op, key, BENCH_REQ_MEASURED, due_ns);
+}
+
+/* Closed loop: top the connection up to --pipeline. With --rate, issue_due() sends instead. */
+static void fill_run(struct bench_worker *w, struct bench_conn *c, uint64_t now)
+{
+    const struct bench_opts *o = w->ctx->o;
+    if (o->rate || o->pipeline - c->count < o->refill_min) return;
     bench_conn_compact_wbuf(c);
-    for (unsigned n = c->count; n < o->pipeline; n++) {
-        enum bench_op op =
-            bench_rng_below(&w->rng, mix) < o->ratio_set ? BENCH_OP_SET : BENCH_OP_GET;
-        uint64_t key = zipf ? bench_keys_scatter(&ctx->keys, bench_zipf_next(&ctx->zipf, &w->rng))
-                            : bench_rng_below(&w->rng, ctx->keys.n);
-        bench_conn_push(c, &ctx->keys, op, key, BENCH_REQ_MEASURED, now);
-    }
+    for (unsigned n = c->count; n < o->pipeline; n++) push_mixed(w, c, now);
 }
 
 /* Cache-aside: first the sets loading the connection's misses (a miss's set always goes out
@@ -212,6 +219,50 @@ static uint64_t outstanding(const struct bench_worker *w)
     return n;
 }
 
+/* Open loop: the next connection, round robin from the last one used, that can take a
+ * request now (open, a --pipeline slot free); NULL if none can. */
+static struct bench_conn *free_conn(struct bench_worker *w)
+{
+    const unsigned depth = w->ctx->o->pipeline;
+    for (unsigned i = 0; i < w->nconns; i++) {
+        if (++w->rate_cursor >= w->nconns) w->rate_cursor = 0;
+        struct bench_conn *c = &w->conns[w->rate_cursor];
+        if (c->fd >= 0 && c->count < depth) return c;
+    }
+    return NULL;
+}
+
+/* Open loop: send every request due by `now`, each on a free connection and timed from when
+ * it was due, not from when it could go out: a request that waited for a free connection
+ * (the server is behind) carries that wait in its latency. Requests stay due, in order, while
+ * no connection is free. */
+static void issue_due(struct bench_worker *w, uint64_t now, struct bench_stats *st)
+{
+    while (w->rate_due_ns <= (double)now && may_issue(w, false)) {
+        struct bench_conn *c = free_conn(w);
+        if (!c) return;
+        bench_conn_compact_wbuf(c);
+        push_mixed(w, c, (uint64_t)w->rate_due_ns);
+        w->rate_due_ns += w->rate_gap_ns;
+        service(w, c, now, false, false, st);
+    }
+}
+
+/* epoll_wait with a nanosecond timeout (-1: forever), for the open loop's short gaps; falls
+ * back to whole milliseconds, rounded up, on kernels without epoll_pwait2. */
+static int wait_events(struct bench_worker *w, struct epoll_event *evs, int64_t timeout_ns)
+{
+    if (timeout_ns >= 0 && !w->no_pwait2) {
+        struct timespec ts = {.tv_sec = timeout_ns / 1000000000,
+                              .tv_nsec = timeout_ns % 1000000000};
+        int n = epoll_pwait2(w->epfd, evs, WORKER_EVENTS, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS) return n;
+        w->no_pwait2 = true;
+    }
+    int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+    return epoll_wait(w->epfd, evs, WORKER_EVENTS, ms);
+}
+
 static void loop(struct bench_worker *w, bool prefill)
 {
     const struct bench_ctx *ctx = w->ctx;
@@ -222,7 +273,16 @@ static void loop(struct bench_worker *w, bool prefill)
     uint64_t pf_done = 0;
 
     w->measuring = !prefill && atomic_load(&ctx->phase) == BENCH_PHASE_MEASURE;
+    const bool open_loop = !prefill && ctx->o->rate;
     uint64_t now = bench_now_ns();
+    if (open_loop) {
+        /* Threads share the rate evenly; each starts at a different offset into the first
+         * gap so their sends interleave rather than land together. */
+        w->rate_gap_ns = 1e9 * ctx->o->threads / (double)ctx->o->rate;
+        w->rate_due_ns = (double)now + w->rate_gap_ns * w->id / ctx->o->threads;
+        /* the default 50 us timer slack would delay every send by up to that much */
+        prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
     for (unsigned i = 0; i < w->nconns; i++)
         if (w->conns[i].fd >= 0) service(w, &w->conns[i], now, prefill, true, &w->unmeasured);
 
@@ -246,7 +306,16 @@ static void loop(struct bench_worker *w, bool prefill)
             break;
         }
 
-        int n = epoll_wait(w->epfd, evs, WORKER_EVENTS, WORKER_WAIT_MS);
+        int64_t timeout_ns = WORKER_WAIT_MS * 1000000LL;
+        if (open_loop) {
+            now = bench_now_ns();
+            issue_due(w, now, st);
+            /* Sleep to the next due request, unless one is due and waits for a connection:
+             * then only a reply can help. */
+            if (w->rate_due_ns > (double)now && w->rate_due_ns - (double)now < (double)timeout_ns)
+                timeout_ns = (int64_t)(w->rate_due_ns - (double)now);
+        }
+        int n = wait_events(w, evs, timeout_ns);
         if (n < 0) {
             if (errno == EINTR) continue;
             fprintf(stderr, "shoal-bench: thread %u: epoll_wait: %s\n", w->id, strerror(errno));

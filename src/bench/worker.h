@@ -10,7 +10,12 @@
  * not the clock, decides what is measured: its first get_warm gets are warm-up, the next ones
  * up to get_limit are measured (each request is tagged when sent, so replies are counted in
  * the phase their get was sent in), and it stops once all of them and their sets are answered.
- * The phase then only serves to stop the run early. */
+ * The phase then only serves to stop the run early.
+ *
+ * With --rate (mixed mode) the worker runs an open loop instead: its share of the rate is
+ * evenly spaced in time, each due request goes out on the next connection with a free
+ * --pipeline slot, and its latency is measured from when it was due, so time spent waiting
+ * for a free connection (a server falling behind) is counted rather than hidden. */
 #ifndef SHOAL_BENCH_WORKER_H
 #define SHOAL_BENCH_WORKER_H
 
@@ -65,6 +70,12 @@ struct bench_worker {
     uint64_t gets_issued, get_warm, get_limit;
     _Atomic uint64_t gets_progress;
     _Atomic uint64_t measure_start_ns;
+
+    /* --rate (open loop): when the thread's next request is due, the gap between its requests
+     * (fractional nanoseconds, so the rate does not drift), and the connection last used */
+    double rate_due_ns, rate_gap_ns;
+    unsigned rate_cursor;
+    bool no_pwait2; /* the kernel lacks epoll_pwait2: wait in milliseconds */
 
     unsigned msgs; /* connection messages printed, to rate-limit them */
     _Atomic bool finished; /* the run loop returned (quota, all connections lost, or stop) */
