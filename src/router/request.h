@@ -95,7 +95,8 @@ struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd 
 void rreq_destroy(struct rreq *rq);
 /* Allocate a fragment for rq at index idx (rq->frags must have room). NULL on no memory. */
 struct frag *frag_create(struct rreq *rq, uint16_t idx);
-/* Free the requests and fragments this thread keeps for reuse (at its exit). */
+/* Free the requests and fragments (and their replica tags) this thread keeps for reuse (at
+ * its exit). */
 void request_pools_drain(void);
 void frag_destroy(struct frag *f);
 

@@ -351,7 +351,9 @@ static void upconn_parse(struct upconn *uc)
             upconn_mismatch(uc, f, (size_t)len);
             return;
         }
-        buf_release(&f->out);
+        /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
+        if (f->out.cap > FRAG_LINE_KEEP) buf_release(&f->out);
+        else buf_consume(&f->out, buf_used(&f->out));
         uc->sent = f->next;
         if (uc->sent == NULL) uc->sent_tail = NULL;
         uc->nsent--;
