@@ -128,7 +128,7 @@ bool proto_keys_valid(const char *keys, const char *end)
 
 /* Command names, dispatched on length and then first byte so that a request costs at most one
  * short memcmp. */
-static enum proto_cmd lookup(const char *s, size_t n)
+enum proto_cmd proto_command(const char *s, size_t n)
 {
 #define IS(lit) (memcmp(s, lit, sizeof(lit) - 1) == 0)
     switch (n) {
@@ -351,7 +351,7 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     if (end[-1] == '\r') end--;
     const char *name = proto_skip_spaces(line, end);
     const char *p = proto_tok_end(name, end);
-    req->cmd = lookup(name, (size_t)(p - name));
+    req->cmd = proto_command(name, (size_t)(p - name));
     switch (req->cmd) {
     case CMD_GET:
     case CMD_GETS:

@@ -123,6 +123,10 @@ enum proto_status {
 enum proto_status proto_parse(const char *line, size_t len, size_t item_max, struct proto_req *req,
                               const char **errmsg);
 
+/* The command a request line's first token (n bytes) names, CMD_NONE for none: how
+ * proto_parse tells commands apart, for a caller that needs only that. */
+enum proto_cmd proto_command(const char *name, size_t n);
+
 /* Iterate the keys of a retrieval command: returns false when none are left. A key over 250
  * bytes makes the whole command fail with "CLIENT_ERROR bad command line format"; check with
  * proto_keys_valid() first. proto_parse() already does that check for get/gets/gat/gats (and

@@ -35,11 +35,24 @@ bool replica_is_compare(const struct proto_req *req)
     }
 }
 
+/* Freed replica_writes are kept for reuse by the thread that freed them, as request.c keeps
+ * fragments: every write to a sharded pool is tagged (outage.h), so this was a malloc and a free
+ * per write. Each has room for any key; at most REPL_POOL_MAX are kept. */
+#define REPL_POOL_MAX 1024
+static __thread struct replica_write *repl_pool;
+static __thread unsigned repl_pooled;
+
 int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const char *key,
                 size_t nkey)
 {
-    struct replica_write *rw = malloc(sizeof *rw + nkey);
-    if (rw == NULL) return -1;
+    struct replica_write *rw = repl_pool;
+    if (nkey > PROTO_KEY_MAX) return -1; /* never: keys are checked when parsed */
+    if (rw) {
+        repl_pool = rw->next;
+        repl_pooled--;
+    } else if ((rw = malloc(sizeof *rw + PROTO_KEY_MAX)) == NULL) {
+        return -1;
+    }
     rw->un = un;
     rw->kind = kind;
     buf_init(&rw->then);
@@ -53,7 +66,23 @@ void replica_write_free(struct replica_write *rw)
 {
     if (rw == NULL) return;
     buf_release(&rw->then);
+    if (repl_pooled < REPL_POOL_MAX) {
+        rw->next = repl_pool;
+        repl_pool = rw;
+        repl_pooled++;
+        return;
+    }
     free(rw);
+}
+
+void replica_pool_drain(void)
+{
+    while (repl_pool) {
+        struct replica_write *rw = repl_pool;
+        repl_pool = rw->next;
+        free(rw);
+    }
+    repl_pooled = 0;
 }
 
 void replica_log(struct upnode *un, const char *key, size_t nkey, bool failed)

@@ -45,8 +45,9 @@ struct replica_write {
     struct upnode *un;     /* the node it is sent to */
     enum replica_kind kind;
     struct buf then;       /* REPL_COMPARE: the request for the other replicas */
+    struct replica_write *next; /* in the thread's pool of free ones (replica.c) */
     uint8_t nkey;
-    char key[];            /* the key's bytes (decoded when sent base64) */
+    char key[];            /* the key's bytes (decoded when sent base64): room for any key */
 };
 
 /* Can this worker read replicated keys from the node: up, and nothing left to repair? */
@@ -72,6 +73,8 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
 int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const char *key,
                 size_t nkey);
 void replica_write_free(struct replica_write *rw);
+/* Free the replica_writes this thread keeps for reuse (at its exit). */
+void replica_pool_drain(void);
 
 /* Log `key` for repair on `un`: a write skipped because the node is down (`failed` false), or
  * one that failed there (`failed`: it may still be applied late, so the repair waits a probe

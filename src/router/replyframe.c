@@ -52,28 +52,71 @@ long reply_length(const char *p, size_t n, uint64_t max_value, uint64_t max_repl
     }
 }
 
-static bool starts(const char *p, size_t n, const char *s)
+/* Request lines split on runs of ' ', as proto_parse splits them. */
+static const char *skip_spaces(const char *p, const char *end)
 {
-    size_t k = strlen(s);
-    return n >= k && !memcmp(p, s, k);
+    while (p < end && *p == ' ') p++;
+    return p;
+}
+
+static const char *token_end(const char *p, const char *end)
+{
+    const char *sp = p < end ? memchr(p, ' ', (size_t)(end - p)) : NULL;
+    return sp ? sp : end;
+}
+
+void reply_want_of(struct reply_want *w, const char *req, size_t n)
+{
+    *w = (struct reply_want){.cmd = CMD_NONE, .slots = 1};
+    const char *end = memchr(req, '\n', n);
+    if (end == NULL) end = req + n;
+    if (end > req && end[-1] == '\r') end--;
+    if (end - req > (ptrdiff_t)UINT32_MAX) return;
+    const char *p = skip_spaces(req, end), *e = token_end(p, end);
+    enum proto_cmd cmd = proto_command(p, (size_t)(e - p));
+    switch (cmd) {
+    case CMD_GAT: case CMD_GATS:
+        e = token_end(skip_spaces(e, end), end); /* the exptime */
+        /* fall through */
+    case CMD_GET: case CMD_GETS: {
+        p = skip_spaces(e, end);
+        w->key = (uint32_t)(p - req);
+        w->key_end = (uint32_t)(end - req);
+        uint32_t keys = 0;
+        for (; p < end; p = skip_spaces(token_end(p, end), end)) keys++;
+        if (keys > 1) w->slots = keys;
+        break;
+    }
+    case CMD_MG: case CMD_MS: case CMD_MD: case CMD_MA:
+        p = skip_spaces(e, end);
+        e = token_end(p, end);
+        if (e == p || e - p > PROTO_KEY_MAX) return; /* does not parse */
+        w->key = (uint32_t)(p - req);
+        w->key_end = (uint32_t)(e - req);
+        if (cmd == CMD_MS) e = token_end(skip_spaces(e, end), end); /* the data length */
+        for (p = skip_spaces(e, end); p < end; p = skip_spaces(e, end)) {
+            e = token_end(p, end);
+            if (*p == 'b') w->base64 = true;
+            else if (*p == 'k') w->echo_key = true;
+            else if (*p == 'O' && !w->has_opaque) {
+                if (e - p > PROTO_OPAQUE_MAX) return; /* 'O' and its token: does not parse */
+                w->has_opaque = true;
+                w->opaque = (uint32_t)(p + 1 - req);
+                w->nopaque = (uint8_t)(e - p - 1);
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    w->cmd = cmd;
 }
 
 uint32_t reply_value_slots(const char *req, size_t n)
 {
-    const char *end = memchr(req, '\n', n), *p = req;
-    if (end == NULL) end = req + n;
-    int skip; /* tokens before the keys */
-    if (starts(req, n, "get ") || starts(req, n, "gets ")) skip = 1;
-    else if (starts(req, n, "gat ") || starts(req, n, "gats ")) skip = 2;
-    else return 1;
-    uint32_t tokens = 0;
-    while (p < end) {
-        while (p < end && (*p == ' ' || *p == '\r')) p++;
-        if (p == end) break;
-        tokens++;
-        while (p < end && *p != ' ' && *p != '\r') p++;
-    }
-    return tokens > (uint32_t)skip ? tokens - (uint32_t)skip : 1;
+    struct reply_want w;
+    reply_want_of(&w, req, n);
+    return w.slots;
 }
 
 /* The length of the line at p (n bytes) with its \r\n; 0 when it has none or ends in a bare \n. */
@@ -125,10 +168,10 @@ static bool line_number(const char *p, size_t ll)
 }
 
 /* A get's reply: VALUE blocks for keys of the request in order, then END or an error line. */
-static bool fits_get(const struct proto_req *rq, const char *p, size_t n)
+static bool fits_get(const struct reply_want *w, const char *req, const char *p, size_t n)
 {
-    int ntok = rq->cmd == CMD_GETS || rq->cmd == CMD_GATS ? 5 : 4;
-    const char *kp = rq->keys;
+    int ntok = w->cmd == CMD_GETS || w->cmd == CMD_GATS ? 5 : 4;
+    const char *kp = req + w->key, *kend_req = req + w->key_end;
     size_t pos = 0;
     for (;;) {
         const char *line = p + pos;
@@ -144,7 +187,7 @@ static bool fits_get(const struct proto_req *rq, const char *p, size_t n)
         const char *want;
         uint8_t nwant;
         do { /* the next key asked that it can answer; the ones skipped missed */
-            if (!proto_next_key(&kp, rq->keys_end, &want, &nwant)) return false;
+            if (!proto_next_key(&kp, kend_req, &want, &nwant)) return false;
         } while (nwant != (size_t)(kend - key) || memcmp(want, key, nwant));
         pos += ll;
         if (n - pos < (size_t)vlen + 2 || memcmp(p + pos + vlen, "\r\n", 2)) return false;
@@ -152,30 +195,33 @@ static bool fits_get(const struct proto_req *rq, const char *p, size_t n)
     }
 }
 
-/* Does the meta reply line [p, end) carry flag `letter` with the token of the request's first
- * such flag? True when the request has none. */
-static bool meta_echoes(const struct proto_req *rq, char letter, const char *p, const char *end)
+/* Does the meta reply line [p, end) echo the request's key (k) and opaque (O), where it asked
+ * for them? A key is compared decoded under b, as both sides may spell it differently. */
+static bool meta_echoes(const struct reply_want *w, const char *req, const char *p,
+                        const char *end)
 {
-    const struct proto_mflag *f = NULL;
-    for (int i = 0; i < rq->meta.nflags && f == NULL; i++)
-        if (rq->meta.flag[i].flag == letter) f = &rq->meta.flag[i];
-    if (f == NULL) return true;
     size_t ntok;
-    const char *tok = mreply_flag(p, end, letter, &ntok);
-    if (tok == NULL) return false;
-    if (letter != 'k') return ntok == f->ntok && !memcmp(tok, f->tok, ntok);
-    char key[PROTO_KEY_MAX + 1];
-    int nkey = (int)ntok;
-    if (rq->meta.base64) nkey = proto_base64_decode(tok, ntok, key, sizeof key);
-    else if (ntok <= PROTO_KEY_MAX) memcpy(key, tok, ntok);
-    else return false;
-    return nkey == rq->nkey && !memcmp(key, rq->key, (size_t)nkey);
+    const char *tok;
+    if (w->has_opaque) {
+        tok = mreply_flag(p, end, 'O', &ntok);
+        if (tok == NULL || ntok != w->nopaque || memcmp(tok, req + w->opaque, ntok))
+            return false;
+    }
+    if (!w->echo_key) return true;
+    if ((tok = mreply_flag(p, end, 'k', &ntok)) == NULL) return false;
+    const char *key = req + w->key;
+    size_t nkey = w->key_end - w->key;
+    if (!w->base64) return ntok == nkey && !memcmp(tok, key, nkey);
+    char want[PROTO_KEY_MAX + 1], got[PROTO_KEY_MAX + 1];
+    int nwant = proto_base64_decode(key, nkey, want, PROTO_KEY_MAX);
+    int ngot = proto_base64_decode(tok, ntok, got, sizeof got);
+    return nwant > 0 && ngot == nwant && !memcmp(got, want, (size_t)nwant);
 }
 
 /* A meta reply: one of `codes` (space-separated two-letter codes) as the first token, with its
  * value when it is VA, and the request's k and O echoed (`echo`). */
-static bool fits_meta(const struct proto_req *rq, const char *codes, bool echo, const char *p,
-                      size_t n)
+static bool fits_meta(const struct reply_want *w, const char *req, const char *codes, bool echo,
+                      const char *p, size_t n)
 {
     size_t ll = reply_line(p, n);
     if (ll < 4 || (p[2] != ' ' && p[2] != '\r')) return false;
@@ -188,33 +234,27 @@ static bool fits_meta(const struct proto_req *rq, const char *codes, bool echo, 
     } else if (ll != n) {
         return false;
     }
-    return !echo || (meta_echoes(rq, 'k', p, p + ll - 2) && meta_echoes(rq, 'O', p, p + ll - 2));
+    return !echo || meta_echoes(w, req, p, p + ll - 2);
 }
 
-bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
+bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n)
 {
     size_t ll = reply_line(reply, n);
     if (ll == 0) return false;
     if (line_error(reply, ll)) return ll == n;
-    const char *nl = memchr(req, '\n', nreq);
-    struct proto_req rq;
-    const char *err;
-    /* any length: a value the node finds too large is refused with an error line */
-    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) != PROTO_OK)
-        return false;
-    switch (rq.cmd) {
+    switch (w->cmd) {
     case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
-        return fits_get(&rq, reply, n);
-    case CMD_MG: return fits_meta(&rq, "VA HD EN", true, reply, n);
-    case CMD_MS: return fits_meta(&rq, "HD NS EX NF", true, reply, n);
-    case CMD_MD: return fits_meta(&rq, "HD NF EX", true, reply, n);
-    case CMD_MA: return fits_meta(&rq, "VA HD NF NS EX", true, reply, n);
-    case CMD_MN: return fits_meta(&rq, "MN", false, reply, n);
-    case CMD_ME: return fits_meta(&rq, "ME EN", false, reply, n);
+        return fits_get(w, req, reply, n);
+    case CMD_MG: return fits_meta(w, req, "VA HD EN", true, reply, n);
+    case CMD_MS: return fits_meta(w, req, "HD NS EX NF", true, reply, n);
+    case CMD_MD: return fits_meta(w, req, "HD NF EX", true, reply, n);
+    case CMD_MA: return fits_meta(w, req, "VA HD NF NS EX", true, reply, n);
+    case CMD_MN: return fits_meta(w, req, "MN", false, reply, n);
+    case CMD_ME: return fits_meta(w, req, "ME EN", false, reply, n);
     default: break;
     }
     if (ll != n) return false; /* the text commands below answer one line */
-    switch (rq.cmd) {
+    switch (w->cmd) {
     case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND: case CMD_CAS:
         return line_one_of(reply, ll, "STORED NOT_STORED EXISTS NOT_FOUND");
     case CMD_DELETE: return line_one_of(reply, ll, "DELETED NOT_FOUND");
@@ -225,4 +265,16 @@ bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
     case CMD_FLUSH_ALL: case CMD_VERBOSITY: return line_is(reply, ll, "OK");
     default: return false; /* never forwarded: only an error line could be its answer */
     }
+}
+
+bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
+{
+    const char *nl = memchr(req, '\n', nreq);
+    struct proto_req rq;
+    const char *err;
+    struct reply_want w = {.cmd = CMD_NONE};
+    /* any length: a value the node finds too large is refused with an error line */
+    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) == PROTO_OK)
+        reply_want_of(&w, req, nreq);
+    return reply_fits_want(&w, req, reply, n);
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/protocol.h"
+
 /* The longest reply line taken, and the most a VALUE block's header line can take (the key,
  * flags, length and CAS of a memcached VALUE line with room to spare). */
 #define REPLY_LINE_MAX (64 * 1024)
@@ -23,6 +25,27 @@
  * more than they allow (reply_max_bytes gives max_reply for a request). `scan` keeps progress
  * between calls (set 0 for a new reply). */
 long reply_length(const char *p, size_t n, uint64_t max_value, uint64_t max_reply, size_t *scan);
+
+/* What a request line lets its reply be, taken from the line once when it is sent (reply_want_of)
+ * so that the reply is checked without parsing the line again (reply_fits_want). Offsets are
+ * into the line. */
+struct reply_want {
+    enum proto_cmd cmd;      /* the line's command; CMD_NONE when it has none or its key or
+                              * O token is too long, which only an error line answers */
+    uint32_t slots;          /* VALUE blocks it may be answered with (reply_value_slots) */
+    uint32_t key, key_end;   /* get/gets/gat/gats: the keys; mg/ms/md/ma: the key as sent */
+    uint32_t opaque;         /* mg/ms/md/ma with an O flag: its token, nopaque bytes */
+    uint8_t nopaque;
+    bool has_opaque;         /* the reply must echo the O token */
+    bool echo_key;           /* k: the reply must echo the key */
+    bool base64;             /* b: the key as sent (and as echoed) is base64 */
+};
+
+/* Fill *w from the request at `req` (its line first, n bytes; read up to its first \n). The
+ * line is taken to be one proto_parse accepts, as every line the router sends is: only the
+ * command, where the keys, the O token and the k and b flags stand are looked for (a line that
+ * may not parse goes through reply_fits). Tokens are split on runs of ' ' as proto_parse does. */
+void reply_want_of(struct reply_want *w, const char *req, size_t n);
 
 /* How many VALUE blocks the request at `req` (its line first, n bytes) may be answered with:
  * one per key of get/gets (after the command) and gat/gats (after the exptime), else 1. */
@@ -54,5 +77,9 @@ long reply_token_num(const char *p, const char *end, int which);
  *   same key (base64 under b, compared decoded) and the same opaque as its first k and O.
  * Every line must end in \r\n. */
 bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n);
+
+/* reply_fits for a request whose line `req` gave *w (reply_want_of): the same check without
+ * parsing the line, for the router's own lines, which always parse. */
+bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n);
 
 #endif

@@ -111,6 +111,7 @@ void frag_destroy(struct frag *f)
 
 void request_pools_drain(void)
 {
+    replica_pool_drain();
     while (rreq_pool) {
         struct rreq *rq = rreq_pool;
         rreq_pool = rq->next;

@@ -15,6 +15,7 @@
 
 #include "common/buf.h"
 #include "protocol/protocol.h"
+#include "router/replyframe.h"
 
 struct client;
 struct upnode;
@@ -45,8 +46,10 @@ struct frag {
     uint64_t deadline_ms;
     uint64_t sent_us;       /* when it was handed to a connection (latency figures) */
     uint64_t max_reply;     /* the longest reply it may get (replyframe.h), set when sent */
+    struct reply_want want; /* what its reply may be (replyframe.h), taken from its line when
+                             * it is handed to a connection */
     struct buf out;         /* request bytes until they are handed to a connection; then
-                             * its line, to check the reply against (replyframe.h) */
+                             * its line, which `want` points into */
     struct buf reply;       /* the node's reply, when it cannot go straight to the client */
     struct replica_write *repl; /* a write to a replica, or a repair (replica.h); else NULL */
 };
@@ -92,7 +95,8 @@ struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd 
 void rreq_destroy(struct rreq *rq);
 /* Allocate a fragment for rq at index idx (rq->frags must have room). NULL on no memory. */
 struct frag *frag_create(struct rreq *rq, uint16_t idx);
-/* Free the requests and fragments this thread keeps for reuse (at its exit). */
+/* Free the requests and fragments (and their replica tags) this thread keeps for reuse (at
+ * its exit). */
 void request_pools_drain(void);
 void frag_destroy(struct frag *f);
 

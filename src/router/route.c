@@ -149,6 +149,16 @@ bool route_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue
     return false;
 }
 
+/* Where route_node sends a key's request. */
+struct route_dest {
+    uint32_t node, owner;
+    bool gutter, held;
+};
+
+static void route_forward_to(struct client *c, const struct proto_req *req, const char *line,
+                             size_t len, const char *data, size_t ndata,
+                             const struct route_dest *d);
+
 /* Send one request to the node that owns req->key. `data` is a storage command's block with
  * its \r\n (NULL otherwise). */
 void route_forward(struct client *c, const struct proto_req *req, const char *line,
@@ -159,11 +169,23 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
         client_oom(c);
         return;
     }
-    bool gutter, held, answered = false; /* answered: refused with its own error */
+    struct route_dest d;
     /* writes reach here for sharded pools only (route_replicate) */
+    d.node = route_node(w, req->key, req->nkey, cmd_writes(req->cmd), &d.gutter, &d.held,
+                        &d.owner);
+    route_forward_to(c, req, line, len, data, ndata, &d);
+}
+
+/* route_forward to `d`, route_node's answer for req->key (the topology is ready). */
+static void route_forward_to(struct client *c, const struct proto_req *req, const char *line,
+                             size_t len, const char *data, size_t ndata,
+                             const struct route_dest *d)
+{
+    struct rworker *w = c->w;
+    bool gutter = d->gutter, held = d->held, answered = false; /* refused with its own error */
     bool write = cmd_writes(req->cmd);
-    uint32_t owner;
-    struct upnode *un = w->map[route_node(w, req->key, req->nkey, write, &gutter, &held, &owner)];
+    uint32_t owner = d->owner;
+    struct upnode *un = w->map[d->node];
     if (gutter) w->m.gutter_requests++;
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
@@ -219,35 +241,52 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     }
     const char *kp = req->keys, *key;
     uint8_t nk;
-    uint32_t nkeys = 0, first = UINT32_MAX;
+    uint32_t nkeys = 0;
     bool split = false, warm = false, mixed = false, rewritten = false, held_any = false;
     bool gat = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
-    int64_t now = (int64_t)time(NULL), ttl0 = 0;
+    int64_t now = (int64_t)time(NULL);
+    /* each key's route, kept for the split (routing a key costs a CRC16 and a table walk) */
+    struct key_route { struct route_dest d; int64_t ttl; } stack[32], *kr = stack;
+    size_t krcap = sizeof stack / sizeof *stack;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        if (!route_admit(c, key, nk, 0, false)) return; /* the whole get is refused */
-        bool gutter, held;
-        uint32_t node = route_node(w, key, nk, false, &gutter, &held, NULL);
-        if (first == UINT32_MAX) first = node;
-        else if (node != first) split = true;
-        held_any |= held;
-        if (gat) {
-            int64_t ttl = route_gat_ttl(w, key, nk, gutter, req->exptime, now);
-            if (nkeys == 0) ttl0 = ttl;
-            else if (ttl != ttl0) mixed = true;
-            if (ttl != req->exptime) rewritten = true;
+        if (!route_admit(c, key, nk, 0, false)) { /* the whole get is refused */
+            if (kr != stack) free(kr);
+            return;
         }
+        if (nkeys == krcap) {
+            struct key_route *more = malloc(2 * krcap * sizeof *kr);
+            if (more == NULL) {
+                w->m.cmd_get += nkeys;
+                if (kr != stack) free(kr);
+                client_oom(c);
+                return;
+            }
+            memcpy(more, kr, krcap * sizeof *kr);
+            if (kr != stack) free(kr);
+            kr = more;
+            krcap *= 2;
+        }
+        struct key_route *r = &kr[nkeys];
+        r->d.node = route_node(w, key, nk, false, &r->d.gutter, &r->d.held, &r->d.owner);
+        if (r->d.node != kr[0].d.node) split = true;
+        held_any |= r->d.held;
+        r->ttl = gat ? route_gat_ttl(w, key, nk, r->d.gutter, req->exptime, now) : 0;
+        if (r->ttl != kr[0].ttl) mixed = true;
+        if (gat && r->ttl != req->exptime) rewritten = true;
         if (topo_pool_of(w->topo, key, nk)->warm_from >= 0) warm = true;
         nkeys++;
     }
     w->m.cmd_get += nkeys;
-    if (!split && !mixed && !warm) {
-        route_forward(c, req, line, len, NULL, 0);
+    if (!split && !mixed && !warm) { /* as the client sent it, to the first key's node */
+        route_forward_to(c, req, line, len, NULL, 0, &kr[0].d);
+        if (kr != stack) free(kr);
         return;
     }
     if (split) w->m.multiget_split++;
     if (rewritten) w->m.ttl_rewrites++;
     struct rreq *rq = rreq_create(c, RQ_MULTIGET, req->cmd);
     if (rq == NULL) {
+        if (kr != stack) free(kr);
         client_oom(c);
         return;
     }
@@ -273,10 +312,10 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     uint32_t i = 0;
     bool bad = false;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        bool gutter, held;
-        uint32_t node = route_node(w, key, nk, false, &gutter, &held, NULL);
+        uint32_t node = kr[i].d.node;
+        bool gutter = kr[i].d.gutter, held = kr[i].d.held;
+        int64_t ttl = kr[i].ttl;
         if (gutter) w->m.gutter_requests++;
-        int64_t ttl = gat ? route_gat_ttl(w, key, nk, gutter, req->exptime, now) : 0;
         int32_t fi = w->scratch[node];
         /* a gat's other exptime on this node, or its own keys while it is a gutter too */
         if (fi >= 0 && (dest[fi].ttl != ttl || dest[fi].held != held))
@@ -307,6 +346,8 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             break;
         }
     }
+    if (kr != stack) free(kr);
+    kr = stack;
     for (uint16_t k = 0; k < rq->nfrags; k++) {
         w->scratch[dest[k].node] = -1;
         if (buf_append(&rq->frags[k]->out, "\r\n", 2) < 0) bad = true;
@@ -333,6 +374,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     free(dest);
     return;
 oom:
+    if (kr != stack) free(kr);
     rreq_destroy(rq);
     client_oom(c);
 }

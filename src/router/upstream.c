@@ -229,7 +229,7 @@ static struct upconn *upnode_pick(struct upnode *un)
 }
 
 /* Once f's request is handed to a connection, keep only its line: the reply is checked
- * against it (reply_fits). A large storage value's buffer is given back meanwhile. */
+ * against it (reply_fits_want). A large storage value's buffer is given back meanwhile. */
 static void frag_keep_line(struct frag *f)
 {
     const char *p = buf_start(&f->out), *nl = memchr(p, '\n', buf_used(&f->out));
@@ -265,8 +265,8 @@ static void upnode_pump(struct upnode *un)
             frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
-        f->max_reply = reply_max_bytes(reply_value_slots(buf_start(&f->out), buf_used(&f->out)),
-                                       w->r->cfg.item_max);
+        reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
+        f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
         frag_keep_line(f);
         f->next = NULL;
         if (uc->sent_tail) uc->sent_tail->next = f;
@@ -347,12 +347,13 @@ static void upconn_parse(struct upconn *uc)
             return;
         }
         struct frag *f = uc->sent;
-        if (!reply_fits(buf_start(&f->out), buf_used(&f->out), buf_start(&uc->rbuf),
-                        (size_t)len)) {
+        if (!reply_fits_want(&f->want, buf_start(&f->out), buf_start(&uc->rbuf), (size_t)len)) {
             upconn_mismatch(uc, f, (size_t)len);
             return;
         }
-        buf_release(&f->out);
+        /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
+        if (f->out.cap > FRAG_LINE_KEEP) buf_release(&f->out);
+        else buf_consume(&f->out, buf_used(&f->out));
         uc->sent = f->next;
         if (uc->sent == NULL) uc->sent_tail = NULL;
         uc->nsent--;

@@ -8,7 +8,9 @@
  * resuming from it finds the same end. Every framed reply is then read as a warm lookup's
  * answer and, when it is a hit, answered as a client's mg would be, and checked against a
  * request of every kind the router forwards or composes (reply_fits): a reply that fits ends
- * in \r\n, and no prefix of it fits. */
+ * in \r\n, no prefix of it fits, and the router's form of the check (reply_fits_want) agrees.
+ * Read as a request line, the input must give a reply_want that agrees with proto_parse. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,13 +52,66 @@ static const char *const fit_requests[] = {
     "ma a v O3\r\n", "mn\r\n", "me a\r\n", "bogus\r\n",
 };
 
+/* Does the request line q parse (as every line the router sends does)? */
+static bool parses(const char *q, size_t n, struct proto_req *req)
+{
+    const char *err, *nl = memchr(q, '\n', n);
+    return proto_parse(q, nl ? (size_t)(nl - q) : n, SIZE_MAX, req, &err) == PROTO_OK;
+}
+
 static void check_fits(const char *r, size_t n)
 {
+    struct proto_req req;
     for (size_t i = 0; i < sizeof fit_requests / sizeof *fit_requests; i++) {
         const char *q = fit_requests[i];
-        if (!reply_fits(q, strlen(q), r, n)) continue;
+        bool fits = reply_fits(q, strlen(q), r, n);
+        struct reply_want w;
+        reply_want_of(&w, q, strlen(q));
+        /* the router's check, on what it keeps of a line it sent, is the same */
+        if (parses(q, strlen(q), &req) && reply_fits_want(&w, q, r, n) != fits) __builtin_trap();
+        if (!fits) continue;
         if (n < 2 || r[n - 2] != '\r' || r[n - 1] != '\n') __builtin_trap();
         if (reply_fits(q, strlen(q), r, n - 1)) __builtin_trap();
+    }
+}
+
+/* Read as a request line, the input gives a want that agrees with the parser wherever the
+ * parser accepts the line: the same command, keys, key, opaque and k and b flags. */
+static void check_want(const char *q, size_t n)
+{
+    struct proto_req req;
+    struct reply_want w;
+    reply_want_of(&w, q, n);
+    if (w.slots == 0) __builtin_trap();
+    if (!parses(q, n, &req)) return;
+    if (w.cmd != req.cmd) __builtin_trap();
+    const char *k = q + w.key;
+    size_t nk = w.key_end - w.key;
+    switch (req.cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS: {
+        if (k != req.keys || q + w.key_end != req.keys_end) __builtin_trap();
+        const char *kp = req.keys, *key;
+        uint8_t nkey;
+        uint32_t keys = 0;
+        while (proto_next_key(&kp, req.keys_end, &key, &nkey)) keys++;
+        if (w.slots != (keys ? keys : 1)) __builtin_trap();
+        break;
+    }
+    case CMD_MG: case CMD_MS: case CMD_MD: case CMD_MA: {
+        char dec[PROTO_KEY_MAX + 1];
+        int ndec = w.base64 ? proto_base64_decode(k, nk, dec, PROTO_KEY_MAX) : (int)nk;
+        if (!w.base64) memcpy(dec, k, nk);
+        if (w.base64 != req.meta.base64 || ndec != req.nkey || memcmp(dec, req.key, req.nkey) ||
+            w.echo_key != proto_meta_has(&req.meta, 'k') ||
+            w.has_opaque != proto_meta_has(&req.meta, 'O') ||
+            (w.has_opaque && (w.nopaque != req.meta.nopaque ||
+                              memcmp(q + w.opaque, req.meta.opaque, w.nopaque))))
+            __builtin_trap();
+        break;
+    }
+    default:
+        if (w.slots != 1) __builtin_trap();
+        break;
     }
 }
 
@@ -65,6 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *p = (const char *)data;
     size_t pos = 0;
     if (size && reply_value_slots(p, size) == 0) __builtin_trap();
+    check_want(p, size);
     while (pos < size) {
         size_t scan = 0;
         long len = reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan);

@@ -1,7 +1,8 @@
 /* test_router_replyframe.c — unit tests for the check of a node's reply against the request it
- * is matched to (reply_fits): a table of request lines and replies that must fit and that must
- * not, among them every kind of request the router composes itself (probes, warm lookups and
- * fills, repairs). */
+ * is matched to (reply_fits, and the router's form of it, reply_fits_want on what reply_want_of
+ * kept of the line): a table of request lines and replies that must fit and that must not,
+ * among them every kind of request the router composes itself (probes, warm lookups and fills,
+ * repairs). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,12 +13,28 @@
 
 #include <cmocka.h>
 
+#include "protocol/protocol.h"
 #include "router/replyframe.h"
 
 struct pair {
     const char *req;   /* as sent, with its \r\n and any data block */
     const char *reply; /* one whole reply */
 };
+
+/* The router's own check (reply_fits_want on the line's want) agrees with reply_fits for a
+ * request line that parses, as every line the router sends does. */
+static void check_want(const char *req, size_t nreq, const char *reply, size_t nreply, bool fit)
+{
+    struct proto_req rq;
+    const char *err, *nl = memchr(req, '\n', nreq);
+    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) != PROTO_OK) return;
+    struct reply_want w;
+    reply_want_of(&w, req, nreq);
+    if (reply_fits_want(&w, req, reply, nreply) != fit) {
+        print_error("request %s reply %s: reply_fits_want says %d\n", req, reply, (int)!fit);
+        fail();
+    }
+}
 
 /* Each reply of `pairs` must (fit) or must not fit its request, whichever way it arrives: the
  * request with or without its data, the reply framed as reply_length frames it. */
@@ -35,6 +52,8 @@ static void check(const struct pair *pairs, size_t n, bool fit)
         }
         const char *nl = strchr(p->req, '\n');
         assert_int_equal(reply_fits(p->req, (size_t)(nl - p->req) + 1, p->reply, nreply), fit);
+        check_want(p->req, strlen(p->req), p->reply, nreply, fit);
+        check_want(p->req, (size_t)(nl - p->req) + 1, p->reply, nreply, fit);
     }
 }
 
@@ -185,14 +204,98 @@ static void test_meta_replies_that_do_not(void **state) { check(meta_bad, COUNT(
 static void check_prefixes(const struct pair *pairs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < strlen(pairs[i].reply); k++)
+        for (size_t k = 0; k < strlen(pairs[i].reply); k++) {
             assert_false(reply_fits(pairs[i].req, strlen(pairs[i].req), pairs[i].reply, k));
+            check_want(pairs[i].req, strlen(pairs[i].req), pairs[i].reply, k, false);
+        }
 }
 
 static void test_a_partial_reply_never_fits(void **state)
 {
     check_prefixes(text_good, COUNT(text_good));
     check_prefixes(meta_good, COUNT(meta_good));
+}
+
+/* The slice [off, end) of line, as a string to compare. */
+static const char *slice(const char *line, uint32_t off, uint32_t end)
+{
+    static char out[512];
+    snprintf(out, sizeof out, "%.*s", (int)(end - off), line + off);
+    return out;
+}
+
+/* What reply_want_of keeps of a line: its command, where its keys (or meta key) and O token
+ * stand, the k and b flags, and the value slots; tokens split on runs of spaces. */
+static void test_want_of_a_line(void **state)
+{
+    struct reply_want w;
+    const char *l = "gat 30  a bb  c\r\n";
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_GAT);
+    assert_int_equal(w.slots, 3);
+    assert_string_equal(slice(l, w.key, w.key_end), "a bb  c");
+
+    l = "  gets a\r\n";
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_GETS);
+    assert_int_equal(w.slots, 1);
+    assert_string_equal(slice(l, w.key, w.key_end), "a");
+
+    l = "mg  key1  v O12 k  O9 t\r\n";
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_MG);
+    assert_string_equal(slice(l, w.key, w.key_end), "key1");
+    assert_true(w.has_opaque && w.echo_key && !w.base64);
+    assert_string_equal(slice(l, w.opaque, w.opaque + w.nopaque), "12"); /* the first O */
+
+    l = "ms YWJj 2 T0 b O k\r\nhi\r\n"; /* an empty opaque still has to be echoed */
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_MS);
+    assert_string_equal(slice(l, w.key, w.key_end), "YWJj");
+    assert_true(w.has_opaque && w.nopaque == 0 && w.echo_key && w.base64);
+
+    l = "md a q\r\n";
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_MD);
+    assert_false(w.has_opaque || w.echo_key || w.base64);
+
+    l = "ms k 5 O1\r\n"; /* a key that looks like a flag is none */
+    reply_want_of(&w, l, strlen(l));
+    assert_int_equal(w.cmd, CMD_MS);
+    assert_string_equal(slice(l, w.key, w.key_end), "k");
+    assert_true(w.has_opaque && !w.echo_key);
+
+    /* no command, or one never forwarded: only an error line answers it */
+    const char *none[] = {"stats\r\n", "bogus a\r\n", "mg\r\n", "", "GET a\r\n",
+                          "mg a O0123456789012345678901234567890123\r\n"};
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
+        reply_want_of(&w, none[i], strlen(none[i]));
+        assert_int_equal(w.cmd, i == 0 ? CMD_STATS : CMD_NONE);
+        assert_int_equal(w.slots, 1);
+        assert_false(reply_fits_want(&w, none[i], "OK\r\n", 4));
+        assert_false(reply_fits_want(&w, none[i], "END\r\n", 5));
+        assert_true(reply_fits_want(&w, none[i], "ERROR\r\n", 7));
+    }
+}
+
+/* The want holds offsets, not pointers: it checks the reply against the same line at another
+ * address (the router moves a sent line to a smaller buffer), and a key echoed under b is
+ * compared decoded. */
+static void test_want_follows_its_line(void **state)
+{
+    char a[64], b[64];
+    strcpy(a, "mg YWJj b k O5 v\r\n");
+    struct reply_want w;
+    reply_want_of(&w, a, strlen(a));
+    memcpy(b, a, sizeof a);
+    memset(a, 'x', sizeof a);
+    static const char *const fit[] = {"VA 1 kYWJj O5 b\r\nx\r\n", "EN O5 kYWJj b\r\n"};
+    static const char *const unfit[] = {"EN O5 kYWJk b\r\n", "EN O6 kYWJj b\r\n",
+                                        "EN kYWJj b\r\n", "EN O5\r\n"};
+    for (size_t i = 0; i < sizeof fit / sizeof *fit; i++)
+        assert_true(reply_fits_want(&w, b, fit[i], strlen(fit[i])));
+    for (size_t i = 0; i < sizeof unfit / sizeof *unfit; i++)
+        assert_false(reply_fits_want(&w, b, unfit[i], strlen(unfit[i])));
 }
 
 int main(void)
@@ -203,6 +306,8 @@ int main(void)
         cmocka_unit_test(test_meta_replies_that_fit),
         cmocka_unit_test(test_meta_replies_that_do_not),
         cmocka_unit_test(test_a_partial_reply_never_fits),
+        cmocka_unit_test(test_want_of_a_line),
+        cmocka_unit_test(test_want_follows_its_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
