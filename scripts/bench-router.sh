@@ -19,7 +19,7 @@
 #
 # Settings (environment): DEPTHS ("1 16"), DURATION (5 s), ROUNDS (3), WARMUP (1 s), CONNS (50),
 # BENCH_THREADS (2), RATIO (1:9), KEYS (100000), VALUE_SIZE (100), NODE_THREADS (2),
-# ROUTER_THREADS (1: nutcracker is single-threaded), RATE_PCTS ("50"; "" skips the open-loop
+# ROUTER_THREADS (1: nutcracker is single-threaded), RATE_PCTS ("5 10 25"; "" skips the open-loop
 # phase, which needs depth 1 in DEPTHS), LAT_CONNS (4; 0 skips the light-load phase), NODE_BIN, ROUTER_BIN, BENCH_BIN,
 # NUTCRACKER_BIN (/usr/sbin/nutcracker), KEEP_LOGS=1 to keep the logs.
 set -euo pipefail
@@ -42,7 +42,7 @@ BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
 NUTCRACKER_BIN=${NUTCRACKER_BIN:-/usr/sbin/nutcracker}
 KEEP_LOGS=${KEEP_LOGS:-0}
 LAT_CONNS=${LAT_CONNS:-4}
-RATE_PCTS=${RATE_PCTS-50}
+RATE_PCTS=${RATE_PCTS-"5 10 25"}
 
 die() { echo "bench-router.sh: $*" >&2; exit 1; }
 [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
@@ -209,6 +209,10 @@ for d in $rows; do
             "$mean" "$(awk -v a="$mean" -v b="$dmean" 'BEGIN{print a-b}')" \
             "$(echo "${CPU[$t.$d]}" | median)" "${ERRS[$t.$d]}"
     done
+done
+for d in $DEPTHS; do
+    echo "router/direct ops/s per round at c$CONNS,d$d: $(paste -d' ' <(echo "${OPS[direct.$d]}" | tr ' ' '\n' | grep -v '^$') \
+        <(echo "${OPS[router.$d]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $2 / $1}')"
 done
 echo
 echo "load cN,dD: N connections with D requests in flight each; @P%: open loop offered P% of the"
