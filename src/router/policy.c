@@ -69,3 +69,12 @@ bool policy_take(struct topo_bucket *b, uint64_t now_ms, uint64_t cost)
     }
     return true;
 }
+
+void policy_give(struct topo_bucket *b, uint64_t cost)
+{
+    if (b->rate == 0) return;
+    int64_t cap = (int64_t)b->rate * 1000;
+    int64_t cur = __atomic_add_fetch(&b->milli, (int64_t)cost * 1000, __ATOMIC_RELAXED);
+    /* a refill since the take may have filled it already */
+    if (cur > cap) __atomic_fetch_sub(&b->milli, cur - cap, __ATOMIC_RELAXED);
+}

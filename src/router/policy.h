@@ -37,5 +37,8 @@ int64_t policy_ttl_left(int64_t ttl, int64_t now);
  * nothing) when the bucket holds fewer: the request is over the limit. Lock-free; safe from
  * every worker at once; a bucket with rate 0 always admits. */
 bool policy_take(struct topo_bucket *b, uint64_t now_ms, uint64_t cost);
+/* Give back `cost` tokens policy_take took for a request that was then refused for another
+ * reason (a later key of its multi-get, or its bytes), so a refused request costs nothing. */
+void policy_give(struct topo_bucket *b, uint64_t cost);
 
 #endif

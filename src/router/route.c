@@ -136,10 +136,12 @@ bool route_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue
         n = snprintf(msg, sizeof msg,
                      "SERVER_ERROR shoal-router: namespace %s: over ops_per_sec %llu\r\n",
                      ns->name, (unsigned long long)ns->ops.rate);
-    else if (nvalue && !policy_take(&ns->bytes, w->now_ms, nvalue))
+    else if (nvalue && !policy_take(&ns->bytes, w->now_ms, nvalue)) {
+        policy_give(&ns->ops, 1);
         n = snprintf(msg, sizeof msg,
                      "SERVER_ERROR shoal-router: namespace %s: over bytes_per_sec %llu\r\n",
                      ns->name, (unsigned long long)ns->bytes.rate);
+    }
     int32_t nsi = (int32_t)(ns - w->topo->ns);
     SCOPESTAT_ADD(&w->r->scopes, w->id, -1, nsi, requests);
     if (n == 0) return true;
@@ -147,6 +149,16 @@ bool route_admit(struct client *c, const char *key, size_t nkey, uint64_t nvalue
     w->m.policy_refusals++;
     if (!silent) client_local(c, msg, (size_t)n);
     return false;
+}
+
+/* Give back the ops_per_sec tokens route_admit took for the first `n` keys of [keys, end) (a
+ * multi-get refused at a later key is refused whole, so none of its keys is charged). */
+static void route_refund(struct rworker *w, const char *keys, const char *end, uint32_t n)
+{
+    const char *kp = keys, *key;
+    uint8_t nk;
+    for (uint32_t i = 0; i < n && proto_next_key(&kp, end, &key, &nk); i++)
+        policy_give(&((struct topo_ns *)topo_namespace(w->topo, key, nk))->ops, 1);
 }
 
 /* Where route_node sends a key's request. */
@@ -250,6 +262,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     size_t krcap = sizeof stack / sizeof *stack;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         if (!route_admit(c, key, nk, 0, false)) { /* the whole get is refused */
+            route_refund(w, req->keys, req->keys_end, nkeys);
             if (kr != stack) free(kr);
             return;
         }

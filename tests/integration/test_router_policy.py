@@ -249,6 +249,7 @@ def limited(start_server, start_router):
     doc["namespaces"]["big"] = {"pool": "main", "max_value_bytes": 1000}
     doc["namespaces"]["slow"] = {"pool": "main", "ops_per_sec": 20}
     doc["namespaces"]["thin"] = {"pool": "main", "bytes_per_sec": 5000}
+    doc["namespaces"]["both"] = {"pool": "main", "ops_per_sec": 2, "bytes_per_sec": 1000}
     router, admin, path = start_router(doc)
     return RouterCluster(nodes, router, path, admin)
 
@@ -384,3 +385,29 @@ def test_line_ending_in_bare_newline_at_the_limit(start_server, start_router):
     assert r.cmd("version").startswith("VERSION")
     with McRaw(node.host, node.port) as n:
         assert n.stats()["conn_closed_line_too_long"] == "0"
+
+
+def test_refused_requests_cost_no_tokens(limited):
+    """A request refused whole spends none of its namespace's tokens: a multi-get refused at its
+    21st key gives back the 20 its first keys took, and a set refused for bytes_per_sec gives
+    back its ops_per_sec token. Each batch goes out in one write, so no refill (one token per
+    50 ms for slow, per 500 ms for both) can stand in for the refund."""
+    r = limited.raw()
+    keys = " ".join(f"slow:{i}" for i in range(30))
+    r.send(f"get {keys}\r\n".encode() + b"".join(f"mg slow:{i}\r\n".encode() for i in range(20))
+           + b"mn\r\n")
+    lines = []
+    while (line := r.read_line()) != "MN":
+        lines.append(line)
+    assert lines[0].startswith("SERVER_ERROR shoal-router: namespace slow: over ops_per_sec")
+    assert lines[1:].count("EN") >= 19, f"the refused get's tokens came back: {lines}"
+
+    r.send(b"set both:a 0 0 800\r\n" + b"x" * 800 + b"\r\n"
+           + b"set both:b 0 0 800\r\n" + b"x" * 800 + b"\r\n"
+           + b"mg both:c\r\nmg both:d\r\nmn\r\n")
+    lines = []
+    while (line := r.read_line()) != "MN":
+        lines.append(line)
+    assert lines == ["STORED", "SERVER_ERROR shoal-router: namespace both: over bytes_per_sec 1000",
+                     "EN", "SERVER_ERROR shoal-router: namespace both: over ops_per_sec 2"], lines
+

@@ -140,6 +140,25 @@ static void test_bucket_admits_its_rate_per_second(void **state)
     assert_true(policy_take(&bytes, t, 400));
 }
 
+static void test_bucket_takes_back_what_it_gave(void **state)
+{
+    struct topo_bucket b = {.rate = 10, .milli = 10 * 1000, .last_ms = 0};
+    uint64_t t = 5000;
+    for (int i = 0; i < 10; i++) assert_true(policy_take(&b, t, 1));
+    assert_false(policy_take(&b, t, 1));
+    policy_give(&b, 3); /* a request refused after taking them */
+    int ok = 0;
+    for (int i = 0; i < 5; i++) ok += policy_take(&b, t, 1);
+    assert_int_equal(ok, 3);
+    policy_give(&b, 50); /* never past a full bucket */
+    ok = 0;
+    for (int i = 0; i < 20; i++) ok += policy_take(&b, t, 1);
+    assert_int_equal(ok, 10);
+    struct topo_bucket none = {.rate = 0};
+    policy_give(&none, 5);
+    assert_int_equal(none.milli, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_rule_over_30_days_written_absolute),
         cmocka_unit_test(test_ttl_left_to_wire),
         cmocka_unit_test(test_bucket_admits_its_rate_per_second),
+        cmocka_unit_test(test_bucket_takes_back_what_it_gave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
