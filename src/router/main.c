@@ -34,10 +34,13 @@ static size_t build_options(struct opt_def *defs, struct router_config *cfg)
 }
 
 /* The common option parser reads --config as a file of `name = value` lines; for the router
- * --config names the JSON topology document, so it is taken out of argv first. Returns the
- * new argc; *path is the file (NULL when absent). -1 when --config lacks its argument. */
+ * --config names the JSON topology document, so it is taken out of argv first, and the
+ * options file is named by --options, handed to the parser as its --config. Returns the new
+ * argc; *path is the topology file (NULL when absent). -1 when --config or --options lacks its
+ * argument. */
 static int take_config(int argc, char **argv, const char **path)
 {
+    static char options_arg[4096 + 16];
     int out = 1;
     *path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -48,6 +51,17 @@ static int take_config(int argc, char **argv, const char **path)
         }
         if (!strncmp(argv[i], "--config=", 9)) {
             *path = argv[i] + 9;
+            continue;
+        }
+        if (!strcmp(argv[i], "--options")) {
+            if (i + 1 >= argc) return -1;
+            argv[out++] = "--config";
+            argv[out++] = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--options=", 10)) {
+            snprintf(options_arg, sizeof options_arg, "--config=%s", argv[i] + 10);
+            argv[out++] = options_arg;
             continue;
         }
         argv[out++] = argv[i];
@@ -86,7 +100,8 @@ int main(int argc, char **argv)
     log_set_name("shoal-router");
     argc = take_config(argc, argv, &router.cfg.topology);
     if (argc < 0) {
-        fprintf(stderr, "shoal-router: --config needs the topology file's name\n");
+        fprintf(stderr, "shoal-router: --config needs the topology file's name, --options the "
+                        "options file's\n");
         return 2;
     }
     if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
@@ -98,7 +113,10 @@ int main(int argc, char **argv)
                              "A memcached-protocol routing sidecar: routes each key to the node "
                              "that owns its slot.",
                              "the JSON topology document (required; re-read on SIGHUP; "
-                             "docs/router.md)");
+                             "docs/router.md)\n"
+                             "      --options FILE           read the options above from FILE: "
+                             "`name = value` lines (names with _ for -, # comments); the "
+                             "command line wins");
         return 0;
     }
     if (extra.version) {

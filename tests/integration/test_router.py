@@ -179,10 +179,10 @@ def test_stats_without_arguments_is_the_routers_own(cluster):
 
 def router_option_names():
     """Every option `shoal-router --help` lists, as the table names it (dashes as underscores),
-    but --config (the topology file) and --help/--version."""
+    but --config (the topology file), --options (the options file) and --help/--version."""
     out = subprocess.run([str(ROUTER_BIN), "--help"], capture_output=True, text=True).stdout
     names = {m.replace("-", "_") for m in re.findall(r"--([a-z][a-z0-9-]*)", out)}
-    return names - {"config", "help", "version"}
+    return names - {"config", "options", "help", "version"}
 
 
 def test_stats_settings_lists_every_router_option(start_server, start_router):
@@ -195,6 +195,26 @@ def test_stats_settings_lists_every_router_option(start_server, start_router):
     assert st["line_max"] == "2048" and st["item_max"] == str(1 << 20), "sizes in bytes"
     assert st["listen"] == "127.0.0.1" and st["verbose"] == "0"
     assert st["port_file"] == "NULL", "a text option not given"
+
+
+def test_options_file(start_server, start_router, tmp_path):
+    """--options FILE sets any option from `name = value` lines; the command line wins; a bad
+    line stops the router at start with a message naming the file, the line and the option."""
+    node = start_server()
+    opts = tmp_path / "router.conf"
+    opts.write_text("# a sidecar's settings\nupstream_conns = 2\ntimeout_ms = 777\nline_max = 2k\n")
+    router, _, path = start_router([node], "--options", str(opts), "--line-max", "4k")
+    st = router.raw().stats("settings")
+    assert st["upstream_conns"] == "2" and st["timeout_ms"] == "777", "taken from the file"
+    assert st["line_max"] == "4096", "the command line wins over the file"
+    assert router.client().set("k", b"v") and router.client().get("k") == b"v"
+
+    bad = tmp_path / "bad.conf"
+    bad.write_text("threads = 1\nthreadz = 2\n")
+    run = subprocess.run([str(ROUTER_BIN), f"--options={bad}", "--config", str(path), "-p", "0"],
+                         capture_output=True, text=True, timeout=10)
+    assert run.returncode == 2
+    assert str(bad) in run.stderr and "line 2" in run.stderr and "threadz" in run.stderr, run.stderr
 
 
 def test_stats_a_node_answers_is_refused_naming_what_the_router_has(cluster):
