@@ -205,9 +205,14 @@ static void upconn_mark_dirty(struct upconn *uc)
     uc->un->w->dirty_up = uc;
 }
 
-/* The connection to use next: a closed one is opened first (so every connection of the node
- * gets used), else the one with the fewest requests outstanding. NULL when none can be had. */
-static struct upconn *upnode_pick(struct upnode *un)
+/* The connection for a request of the client pinned to `pin` (its socket; 0 for the router's
+ * own requests): closed ones are opened first (so every connection of the node gets used), then
+ * the pin's own connection is used. A node runs the requests of one connection in order but not
+ * across connections, so a client's pipeline on a node stays on one: its get behind its set
+ * sees the set. While the pin's connection cannot be had, the one with the fewest requests
+ * outstanding stands in (the failed connection's requests were all answered with errors, so
+ * none of them can be overtaken). NULL when no connection can be had. */
+static struct upconn *upnode_pick(struct upnode *un, unsigned pin)
 {
     struct rworker *w = un->w;
     struct upconn *best = NULL;
@@ -225,7 +230,8 @@ static struct upconn *upnode_pick(struct upnode *un)
         }
         if (best == NULL || uc->nsent < best->nsent) best = uc;
     }
-    return best;
+    struct upconn *own = &un->conns[pin % un->nconns];
+    return own->state != UP_DOWN ? own : best;
 }
 
 /* Once f's request is handed to a connection, keep only its line: the reply is checked
@@ -250,7 +256,9 @@ static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
     while (un->wait && un->outstanding < un->window) {
-        struct upconn *uc = upnode_pick(un);
+        struct frag *head = un->wait;
+        struct upconn *uc =
+            upnode_pick(un, head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0);
         if (uc == NULL) {
             upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)");
             return;

@@ -493,3 +493,27 @@ def test_clients_resetting_while_their_node_is_down(start_router):
         assert data.count(b"SERVER_ERROR") == 20
     r = router.raw()
     assert r.cmd("get k").startswith("SERVER_ERROR")
+
+
+def test_a_clients_pipeline_keeps_its_order_over_several_node_connections(start_server,
+                                                                           start_router):
+    """With --upstream-conns 4 a client's requests to a node all travel on one connection: a
+    node runs a connection's requests in order but not across connections, so a get pipelined
+    behind a set of the same key must see that set. (Spread by least load, almost every get
+    overtook its set.)"""
+    node = start_server()
+    router, _, _ = start_router([node], "--upstream-conns", "4", "-t", "1")
+    stale = []
+    with McRaw(router.host, router.port) as r, McRaw(router.host, router.port) as other:
+        other.send(b"".join(f"get o{i}\r\n".encode() for i in range(200)))  # load on the others
+        for b in range(20):
+            vals = range(b * 100, b * 100 + 100)
+            r.send(b"".join(f"set k 0 0 {len(str(i))}\r\n{i}\r\nget k\r\n".encode() for i in vals))
+            for i in vals:
+                assert r.read_line() == "STORED"
+                got = r.read_get_reply()
+                if got[0][2] != str(i).encode():
+                    stale.append((i, got[0][2]))
+        for _ in range(200):
+            assert other.read_get_reply() == []
+    assert not stale, f"{len(stale)} of 2000 gets saw an older value, e.g. {stale[:3]}"
