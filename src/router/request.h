@@ -41,6 +41,8 @@ struct frag {
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */
+    uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
+                             * own one's index (upstream.c); 0 when sent on its own */
     int32_t pool, ns;       /* for per-pool/namespace figures: indices in the routing table,
                              * -1 when none (probes, flush_all) */
     uint64_t deadline_ms;

@@ -77,6 +77,14 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 
 bool upnode_idle(const struct upnode *un) { return un->wait == NULL && un->outstanding == 0; }
 
+/* f has left a connection's sent queue (answered or failed): it no longer holds its client's
+ * requests on a stand-in connection (upnode_pick). */
+static void upnode_unstray(struct upnode *un, struct frag *f)
+{
+    if (f->stray) un->strays[f->stray - 1]--;
+    f->stray = 0;
+}
+
 /* Answer a fragment with a router error line; it is no longer in any queue. */
 static void frag_fail(struct upnode *un, struct frag *f, const char *msg, size_t n)
 {
@@ -120,6 +128,7 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
         struct frag *f = uc->sent;
         uc->sent = f->next;
         un->outstanding--;
+        upnode_unstray(un, f);
         if (timeout && first) {
             w->m.upstream_timeouts++;
             if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
@@ -211,9 +220,16 @@ static void upconn_mark_dirty(struct upconn *uc)
  * across connections, so a client's pipeline on a node stays on one: its get behind its set
  * sees the set. While the pin's connection cannot be had, the one with the fewest requests
  * outstanding stands in (the failed connection's requests were all answered with errors, so
- * none of them can be overtaken). NULL when no connection can be had. */
+ * none of them can be overtaken), and as long as requests sent on it are in flight the pin's
+ * requests keep to it, even once their own connection is back: spread over several, or back on
+ * their own while earlier ones are in flight on the stand-in, a get could overtake its set.
+ * NULL when no connection can be had. */
 static struct upconn *upnode_pick(struct upnode *un, unsigned pin)
 {
+    uint32_t own_i = pin % un->nconns;
+    struct upconn *standin = &un->conns[un->standin[own_i]];
+    /* a stand-in that failed has no strays left, but for those it is failing right now */
+    if (un->strays[own_i] && standin->state != UP_DOWN) return standin;
     struct rworker *w = un->w;
     struct upconn *best = NULL;
     for (uint32_t i = 0; i < un->nconns; i++) {
@@ -230,7 +246,7 @@ static struct upconn *upnode_pick(struct upnode *un, unsigned pin)
         }
         if (best == NULL || uc->nsent < best->nsent) best = uc;
     }
-    struct upconn *own = &un->conns[pin % un->nconns];
+    struct upconn *own = &un->conns[own_i];
     return own->state != UP_DOWN ? own : best;
 }
 
@@ -257,8 +273,8 @@ static void upnode_pump(struct upnode *un)
     struct rworker *w = un->w;
     while (un->wait && un->outstanding < un->window) {
         struct frag *head = un->wait;
-        struct upconn *uc =
-            upnode_pick(un, head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0);
+        unsigned pin = head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0;
+        struct upconn *uc = upnode_pick(un, pin);
         if (uc == NULL) {
             upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)");
             return;
@@ -276,6 +292,12 @@ static void upnode_pump(struct upnode *un)
         reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
         f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
         frag_keep_line(f);
+        uint32_t own_i = pin % un->nconns, uc_i = (uint32_t)(uc - un->conns);
+        if (uc_i != own_i) { /* a stand-in: the pin's next requests follow it (upnode_pick) */
+            f->stray = (uint8_t)(own_i + 1);
+            un->strays[own_i]++;
+            un->standin[own_i] = (uint8_t)uc_i;
+        }
         f->next = NULL;
         if (uc->sent_tail) uc->sent_tail->next = f;
         else uc->sent = f;
@@ -366,6 +388,7 @@ static void upconn_parse(struct upconn *uc)
         if (uc->sent == NULL) uc->sent_tail = NULL;
         uc->nsent--;
         un->outstanding--;
+        upnode_unstray(un, f);
         w->inflight--;
         uc->rscan = 0;
         upnode_success(un, f->probe);

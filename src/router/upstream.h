@@ -70,6 +70,10 @@ struct upnode {
     uint64_t repair_at_ms;          /* no repair is sent before (replica_log) */
     uint32_t nconns;
     struct upconn conns[UPSTREAM_CONNS_MAX];
+    /* per connection i: requests of clients pinned to it that are in flight on the connection
+     * standin[i] instead (it was down when they were sent); upnode_pick */
+    uint32_t strays[UPSTREAM_CONNS_MAX];
+    uint8_t standin[UPSTREAM_CONNS_MAX];
 };
 
 struct upnode *upnode_create(struct rworker *w, const struct topo_node *node);

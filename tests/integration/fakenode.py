@@ -9,6 +9,8 @@ import threading
 class FakeNode:
     def __init__(self):
         self.lst = socket.socket()
+        # a test may close the listener and listen again on the port (stop_listening)
+        self.lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lst.bind(("127.0.0.1", 0))
         self.lst.listen(16)
         self.lst.settimeout(0.1)
@@ -29,6 +31,8 @@ class FakeNode:
             try:
                 conn, _ = self.lst.accept()
             except OSError:
+                if self.lst.fileno() < 0:  # not listening (stop_listening): connects are refused
+                    self.stop.wait(0.01)
                 continue
             self.conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
@@ -51,6 +55,18 @@ class FakeNode:
                         conn.sendall(out)
         except OSError:
             pass
+
+    def stop_listening(self):
+        """Refuse new connections; those already accepted stay open."""
+        self.lst.close()
+
+    def listen_again(self):
+        lst = socket.socket()
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind(("127.0.0.1", self.port))
+        lst.listen(16)
+        lst.settimeout(0.1)
+        self.lst = lst
 
     def close(self):
         self.stop.set()

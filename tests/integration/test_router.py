@@ -7,11 +7,13 @@ import re
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
 from conftest import ROUTER_BIN, key_slot, topology
-from mcraw import McRaw, http
+from fakenode import FakeNode
+from mcraw import McRaw, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -517,3 +519,62 @@ def test_a_clients_pipeline_keeps_its_order_over_several_node_connections(start_
         for _ in range(200):
             assert other.read_get_reply() == []
     assert not stale, f"{len(stale)} of 2000 gets saw an older value, e.g. {stale[:3]}"
+
+
+class OneKeyStoreNode(FakeNode):
+    """A node that, like shoal-node, runs each connection's requests in order but connections
+    independently: `set KEY <ms> 0 N` stores its value <ms> milliseconds (its flags) after it
+    arrives, and answers; `get` answers at once. It remembers the connection each get came on."""
+
+    def __init__(self):
+        self.data, self.conn_of, self.local = {}, {}, threading.local()
+        super().__init__()
+
+    def _serve(self, conn):
+        self.local.conn = conn
+        super()._serve(conn)
+
+    def answer(self, line, rest):
+        w = line.split()
+        if w[0] == b"set":
+            n = int(w[4])
+            if len(rest) < n + 2:
+                return None
+            time.sleep(int(w[2]) / 1000)
+            self.data[w[1]] = rest[:n]
+            return b"STORED\r\n", rest[n + 2:]
+        if w[0] == b"get":
+            self.conn_of[w[1]] = self.local.conn
+            return b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(self.data[k]), self.data[k])
+                            for k in w[1:] if k in self.data) + b"END\r\n", rest
+        return (b"VERSION one\r\n" if w[0] == b"version" else b"ERROR\r\n"), rest
+
+
+def test_a_clients_pipeline_keeps_its_order_while_its_connection_is_down(start_router):
+    """With --upstream-conns 3, while a client's own connection to a node cannot be reopened
+    (its connect was refused; --retry-ms), another connection stands in for it, and when it is
+    back the client returns to it. Neither may let a get overtake the set before it: all of the
+    client's requests in flight on the node must be on one connection."""
+    node = OneKeyStoreNode()
+    try:
+        router, _, _ = start_router([node.addr], "-t", "1", "--upstream-conns", "3",
+                                    "--retry-ms", "800", "--down-after", "1000",
+                                    "--timeout-ms", "5000")
+        with McRaw(router.host, router.port) as r:
+            assert r.get("own") == []  # opens the three connections; the client's own takes it
+            node.stop_listening()
+            node.conn_of[b"own"].shutdown(socket.SHUT_RDWR)
+            # its own connection failed and cannot be reopened (each reply is one line here)
+            wait_until(lambda: "Connection refused" in r.cmd("get x"), message="a refused connect")
+            # while another stands in: a set (stored 300 ms after it arrives), then its get; and
+            # a set still in flight on the stand-in when the client's own connection is back
+            r.send(b"set a 300 0 1\r\n1\r\nget a\r\nset b 2000 0 1\r\n1\r\n")
+            node.listen_again()
+            time.sleep(0.9)  # past --retry-ms: the next request may reopen the own connection
+            r.send(b"get b\r\n")
+            assert r.read_line() == "STORED"
+            assert r.read_get_reply() == [("a", 0, b"1", None)]
+            assert r.read_line() == "STORED"
+            assert r.read_get_reply() == [("b", 0, b"1", None)]
+    finally:
+        node.close()
