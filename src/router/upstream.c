@@ -554,6 +554,18 @@ void upstream_check_timeouts(struct rworker *w)
     }
 }
 
+uint64_t upstream_idle_ms(const struct rworker *w, uint64_t most)
+{
+    uint64_t due = w->now_ms + most;
+    for (const struct upnode *un = w->upnodes; un; un = un->next) {
+        if (un->retired) continue; /* neither probed nor repaired */
+        if (un->down && un->next_probe_ms < due) due = un->next_probe_ms;
+        if (!un->down && !repairlog_clean(&un->repair) && un->repair_at_ms < due)
+            due = un->repair_at_ms;
+    }
+    return due > w->now_ms ? due - w->now_ms : 0;
+}
+
 void upnode_destroy(struct upnode *un)
 {
     un->destroying = true;

@@ -90,5 +90,8 @@ void upconn_event(struct upconn *uc, uint32_t events);
 void upstream_flush(struct rworker *w);
 /* Fail requests past their deadline (called every few ms while requests are in flight). */
 void upstream_check_timeouts(struct rworker *w);
+/* How long a worker with nothing in flight may block, at most `most` ms: until the next probe of
+ * a node marked down or the next repair falls due (upstream_check_timeouts sends them). */
+uint64_t upstream_idle_ms(const struct rworker *w, uint64_t most);
 
 #endif

@@ -192,7 +192,11 @@ static void *worker_main(void *arg)
     uint64_t next_tick = 0;
     for (;;) {
         topo_quiescent(&w->topo_seen); /* holds no topology table while blocked */
-        int timeout = w->dirty || w->dirty_up ? 0 : w->inflight ? WORKER_TICK_MS : 1000;
+        int timeout = w->dirty || w->dirty_up ? 0 : WORKER_TICK_MS;
+        if (timeout && !w->inflight) { /* idle: until a probe or a repair is due (on a tick) */
+            uint64_t idle = upstream_idle_ms(w, 1000);
+            if (idle > WORKER_TICK_MS) timeout = (int)idle;
+        }
         int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, timeout);
         topo_online(&r->topo, &w->topo_seen);
         w->now_us = worker_now_us();

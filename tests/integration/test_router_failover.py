@@ -3,6 +3,7 @@ go to the gutter pool (TTL capped by gutter_ttl) without waiting on the dead nod
 keys are unaffected, and a probe brings the node back into use when it answers again. Skipped when
 SHOAL_TEST_SERVER=memcached."""
 
+import re
 import time
 
 import pytest
@@ -163,3 +164,29 @@ def test_multiget_over_nodes_all_down_fails_at_once(start_server, start_router):
     assert r.cmd("version").startswith("VERSION")
     for n in nodes:
         restart_server(n)
+
+
+def test_an_idle_router_probes_a_down_node_every_probe_ms(start_server, start_router):
+    """With nothing else to do, a worker still probes a node marked down every --probe-ms: it
+    must not sleep past the probe (it used to block in epoll_wait for a second when no request
+    was in flight, so the node stayed down that long after it answered again)."""
+    node = start_server()
+    router, admin, _ = start_router([node], "-t", "1", "--probe-ms", "20", "--down-after", "1")
+
+    def connect_failures():
+        status, body = http(admin, "GET", "/metrics")
+        assert status == 200, body
+        return int(re.search(r"^shoal_router_upstream_connect_failures_total (\d+)$", body, re.M)[1])
+
+    with router.raw() as r:
+        assert r.cmd("get k") == "END"
+        node.proc.kill()
+        node.proc.wait()
+        wait_until(lambda: "is down" in r.cmd("get k"), message="the node marked down")
+    # each probe of the dead node is a refused connect; none is asked for by a client
+    start = connect_failures()
+    try:
+        wait_until(lambda: connect_failures() >= start + 10, timeout=1.5, interval=0.02,
+                   message="10 probes 20 ms apart")
+    finally:
+        restart_server(node)  # the fixture expects every node alive at the end
