@@ -1,6 +1,9 @@
 /* metrics.c — render metric tables as memcached `stats` lines or Prometheus text. */
 #include "common/metrics.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 #include "common/buf.h"
 
 static uint64_t metric_value(const struct metric_desc *d, const void *vals)
@@ -20,7 +23,10 @@ void metrics_write_prom(struct buf *b, const char *prefix, const struct metric_d
 {
     for (size_t i = 0; i < n; i++) {
         const char *type = d[i].kind == METRIC_COUNTER ? "counter" : "gauge";
-        const char *suffix = d[i].kind == METRIC_COUNTER ? "_total" : "";
+        /* Prometheus counters end in _total; a name that already does keeps its one */
+        size_t len = strlen(d[i].name);
+        bool has_total = len >= 6 && !strcmp(d[i].name + len - 6, "_total");
+        const char *suffix = d[i].kind == METRIC_COUNTER && !has_total ? "_total" : "";
         buf_printf(b, "# HELP %s_%s%s %s\n# TYPE %s_%s%s %s\n", prefix, d[i].name, suffix,
                    d[i].help, prefix, d[i].name, suffix, type);
         if (labels && *labels)

@@ -316,6 +316,9 @@ def test_admin_healthz_metrics_topology(cluster):
     assert status == 200
     assert "shoal_router_topology_version 1" in body
     assert "shoal_router_upstream_requests" in body
+    assert "_total_total" not in body, "a counter named ..._total gets no second suffix"
+    assert any(line.startswith("shoal_router_conns_total ") and int(line.split()[1]) >= 1
+               for line in body.splitlines())
     assert cluster.version() == 1
     for n in cluster.nodes:  # per-node figures, for every node of the topology
         label = f'node="127.0.0.1:{n.port}"'
