@@ -31,7 +31,8 @@
       "conn-limit")                                                                              \
     X(threads, 't', UINT, "2", 1, 256, "worker threads", "threads")                              \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", "verbose")              \
-    X(item_max, 'I', SIZE, "1m", 1024, 1 << 30, "largest value accepted, in bytes",             \
+    X(item_max, 'I', SIZE, "1m", 1024, 1 << 30,                                                  \
+      "largest item accepted, in bytes: a value with its \\r\\n must fit, as on a node",          \
       "max-item-size")                                                                           \
     X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
     X(out_max, 0, SIZE, "32m", 65536, 1ull << 32,                                                \
