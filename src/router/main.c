@@ -40,7 +40,6 @@ static size_t build_options(struct opt_def *defs, struct router_config *cfg)
  * argument. */
 static int take_config(int argc, char **argv, const char **path)
 {
-    static char options_arg[4096 + 16];
     int out = 1;
     *path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -60,8 +59,9 @@ static int take_config(int argc, char **argv, const char **path)
             continue;
         }
         if (!strncmp(argv[i], "--options=", 10)) {
-            snprintf(options_arg, sizeof options_arg, "--config=%s", argv[i] + 10);
-            argv[out++] = options_arg;
+            /* "--options=F" becomes "--config=F" in place, one byte in (no copy, no length cap) */
+            memcpy(argv[i] + 1, "--config=", 9);
+            argv[out++] = argv[i] + 1;
             continue;
         }
         argv[out++] = argv[i];
