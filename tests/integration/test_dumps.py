@@ -275,3 +275,33 @@ def test_dump_beside_concurrent_writes_stays_well_formed(server, raw):
     finally:
         stop.set()
         t.join()
+
+
+# -- namespaces (shoal) -----------------------------------------------------------------------
+
+@pytest.fixture
+def ns_node(start_server, tmp_path):
+    path = tmp_path / "ns.json"
+    path.write_text('{"team": {"memory": 0, "default_ttl": 300}}')
+    return start_server("--namespaces", str(path))
+
+
+@pytest.mark.shoal_only
+def test_dumps_show_a_namespace_key_as_the_client_stored_it(ns_node):
+    raw = ns_node.raw()
+    assert raw.store("set", "team:k", "v") == "STORED"
+    assert raw.store("set", "other", "v") == "STORED"
+    lines = {l["key"]: l for l in metadump(raw)}
+    assert set(lines) == {b"team:k", b"other"}
+    assert lines[b"team:k"]["exp"] > 0, "the namespace's default_ttl applied"
+    assert sorted(k for k, _, _ in cachedump(raw, lines[b"team:k"]["cls"])) == ["other", "team:k"]
+
+
+@pytest.mark.shoal_only
+def test_detail_counts_a_namespace_under_its_name(ns_node):
+    raw = ns_node.raw()
+    assert raw.cmd("stats detail on") == "OK"
+    assert raw.store("set", "team:k", "v") == "STORED"
+    raw.get("team:k")
+    raw.send("stats detail dump\r\n")
+    assert raw.read_until(b"END\r\n") == b"PREFIX team get 1 hit 1 set 1 del 0\r\nEND\r\n"
