@@ -45,6 +45,8 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
         cmd_store_refuse(c, req, "SERVER_ERROR object too large for cache\r\n");
         return NULL;
     }
+    if (req->cmd != CMD_MS && detail_enabled(&c->node->detail))
+        detail_record(&c->node->detail, req->key, req->nkey, DETAIL_SET, false);
     uint16_t nsid = cmd_ns(c, req->key, req->nkey)->id;
     struct item *it = store_alloc(st, nsid, req->key, req->nkey, (size_t)req->nbytes, flags);
     if (it == NULL) {
@@ -66,6 +68,7 @@ void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bo
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     c->w->m.cmd_set++;
     cmd_nsm(c, ns)->sets++;
+    cmd_clsm(c, it)->cmd_set++;
     if (req->cmd == CMD_MS) cmd_meta_store(c, req, it, ns);
     else cmd_text_store(c, req, it, ns);
 }
@@ -100,6 +103,7 @@ bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, si
     store_lock(st, hv);
     struct item *old = store_find_raw(st, hv, key, nkey, now, NULL);
     bool existed = old && !(old->iflags & ITEM_HOLD);
+    if (existed) cmd_clsm(c, old)->delete_hits++;
     struct item *t = store_alloc(st, ns->id, key, nkey, 0, 0);
     if (t) {
         t->iflags |= ITEM_HOLD;
@@ -190,6 +194,8 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
             }
         }
     }
+    if (a->has_cas && res == CS_STORED) cmd_clsm(c, stored ? stored : it)->cas_hits++;
+    else if (a->has_cas && res == CS_EXISTS && old) cmd_clsm(c, old)->cas_badval++;
     if (stored && cas_out) *cas_out = item_cas(stored);
     /* a fill with a win's CAS, stored or refused, ends that win's time in flight */
     if (a->has_cas && cmd_lease_ruled(cmd_ns(c, item_key(it), it->nkey)))

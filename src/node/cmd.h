@@ -28,6 +28,12 @@ static inline bool cmd_lease_ruled(const struct ns *ns)
     return ns->cfg.lease_period != 0 || ns->cfg.lease_ttl != 0;
 }
 
+/* This worker's counters for the size class of `it`. */
+static inline struct class_metrics *cmd_clsm(const struct conn *c, const struct item *it)
+{
+    return &c->w->cls[store_item_class(c->node->store, it)];
+}
+
 /* Count a delete request's outcome, node-wide and for its namespace. */
 static inline void cmd_count_delete(struct conn *c, const struct ns *ns, bool hit)
 {

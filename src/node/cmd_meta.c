@@ -148,6 +148,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
     } else {
         m->get_hits++;
         nsm->get_hits++;
+        cmd_clsm(c, it)->get_hits++;
     }
     if (it == NULL) {
         store_unlock(st, hv);
@@ -186,6 +187,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
             it->exptime = ns_exptime(ns, mf->ttl, now);
             m->cmd_touch++;
             m->touch_hits++;
+            cmd_clsm(c, it)->touch_hits++;
             break;
         case 'N':
             if (created) {
@@ -322,6 +324,7 @@ static void meta_delete(struct conn *c, struct proto_req *req)
         code = "EX";
     } else {
         cmd_count_delete(c, ns, true);
+        cmd_clsm(c, it)->delete_hits++;
         if (proto_meta_has(mf, 'x')) {
             /* drop the value but keep the item (and its TTL) in place */
             struct item *nit = store_alloc(st, it->nsid, req->key, req->nkey, 0, 0);
@@ -399,8 +402,8 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         ttl_before = it->exptime;
         switch (cmd_delta_locked(st, hv, &it, incr, mf->delta, now, &value)) {
         case DELTA_OK:
-            if (incr) m->incr_hits++;
-            else m->decr_hits++;
+            if (incr) m->incr_hits++, cmd_clsm(c, it)->incr_hits++;
+            else m->decr_hits++, cmd_clsm(c, it)->decr_hits++;
             if (proto_meta_has(mf, 'T')) it->exptime = ns_exptime(ns, mf->ttl, now);
             if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
             break;

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "node/cmd.h"
+#include "node/cmd_dump.h"
 #include "node/cmd_store.h"
 
 static void reply_unless_noreply(struct conn *c, const struct proto_req *req, const char *s)
@@ -80,6 +81,9 @@ static void text_get(struct conn *c, struct proto_req *req)
             } else {
                 m->get_hits++;
             }
+            struct class_metrics *cm = cmd_clsm(c, it);
+            if (touch) cm->touch_hits++;
+            else cm->get_hits++;
             nsm->get_hits++;
             store_bump(st, it, now);
             overflow = !text_value(c, it, with_cas);
@@ -91,6 +95,8 @@ static void text_get(struct conn *c, struct proto_req *req)
             else if (why == STORE_MISS_FLUSHED) m->get_flushed++;
         }
         store_unlock(st, hv);
+        if (detail_enabled(&c->node->detail))
+            detail_record(&c->node->detail, key, nkey, DETAIL_GET, it != NULL);
     }
     if (overflow) {
         /* Drop this reply's partial output so the stream stays well formed. */
@@ -129,6 +135,8 @@ void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, cons
 
 static void text_delete(struct conn *c, struct proto_req *req)
 {
+    if (detail_enabled(&c->node->detail))
+        detail_record(&c->node->detail, req->key, req->nkey, DETAIL_DEL, false);
     if (req->has_arg && req->exptime < 0) {
         c->w->m.protocol_errors++;
         reply_unless_noreply(c, req,
@@ -151,7 +159,10 @@ static void text_delete(struct conn *c, struct proto_req *req)
     uint64_t hv = store_hash(req->key, req->nkey);
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, clock_now(), NULL);
-    if (it) store_unlink(st, hv, it);
+    if (it) {
+        cmd_clsm(c, it)->delete_hits++;
+        store_unlink(st, hv, it);
+    }
     store_unlock(st, hv);
     cmd_count_delete(c, ns, it != NULL);
     reply_unless_noreply(c, req, it ? "DELETED\r\n" : "NOT_FOUND\r\n");
@@ -200,7 +211,7 @@ enum delta_res cmd_delta_locked(struct store *st, uint64_t hv, struct item **itp
 }
 
 static enum delta_res text_apply_delta(struct conn *c, const struct proto_req *req, bool incr,
-                                       uint64_t *value)
+                                       uint64_t *value, struct class_metrics **cm)
 {
     struct store *st = c->node->store;
     uint32_t now = clock_now();
@@ -209,6 +220,7 @@ static enum delta_res text_apply_delta(struct conn *c, const struct proto_req *r
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     enum delta_res res =
         it ? cmd_delta_locked(st, hv, &it, incr, req->delta, now, value) : DELTA_MISS;
+    if (res == DELTA_OK) *cm = cmd_clsm(c, it);
     store_unlock(st, hv);
     return res;
 }
@@ -218,10 +230,11 @@ static void text_delta(struct conn *c, struct proto_req *req)
     bool incr = req->cmd == CMD_INCR;
     uint64_t v;
     char out[24];
-    switch (text_apply_delta(c, req, incr, &v)) {
+    struct class_metrics *cm = NULL;
+    switch (text_apply_delta(c, req, incr, &v, &cm)) {
     case DELTA_OK:
-        if (incr) c->w->m.incr_hits++;
-        else c->w->m.decr_hits++;
+        if (incr) c->w->m.incr_hits++, cm->incr_hits++;
+        else c->w->m.decr_hits++, cm->decr_hits++;
         if (!req->noreply) {
             size_t n = fmt_u64(out, v);
             out[n++] = '\r', out[n++] = '\n';
@@ -255,6 +268,7 @@ static void text_touch(struct conn *c, struct proto_req *req)
     if (it) {
         it->exptime = ns_exptime(cmd_ns(c, req->key, req->nkey), req->exptime, now);
         store_bump(st, it, now);
+        cmd_clsm(c, it)->touch_hits++;
     }
     store_unlock(st, hv);
     if (it) c->w->m.touch_hits++;
@@ -291,6 +305,7 @@ void cmd_text_run(struct conn *c, struct proto_req *req)
         break;
     case CMD_QUIT: c->state = CONN_CLOSE; break;
     case CMD_STATS: cmd_stats(c, req); break;
+    case CMD_LRU_CRAWLER: cmd_lru_crawler(c, req); break;
     case CMD_SHUTDOWN: conn_reply_str(c, "ERROR: shutdown not enabled\r\n"); break;
     case CMD_CACHE_MEMLIMIT:
         /* The memory reservation is fixed at start; say so rather than pretend. */

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "node/cmd.h"
+#include "node/cmd_dump.h"
 #include "node/cmd_store.h"
 
 #define CONN_READ_CHUNK 16384
@@ -58,6 +59,7 @@ void conn_destroy(struct conn *c)
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->it) store_free(c->node->store, c->it);
+    dump_free(&c->dump);
     if (c->prev) c->prev->next = c->next;
     else w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -220,6 +222,8 @@ static void conn_process(struct conn *c)
             }
             return;
         }
+        /* a key dump answers in slices, one per drained output, before any later request */
+        if (c->dump && !dump_continue(c)) return;
         size_t avail = buf_used(&c->rbuf);
         if (avail == 0) return;
         if (c->state == CONN_SWALLOW) {
@@ -336,6 +340,12 @@ static void conn_event_end(struct conn *c)
     }
     if (c->state == CONN_CLOSE && buf_used(&c->wbuf) == 0) goto close;
     if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CONN_BUF_KEEP);
+    if (c->dump && !c->epollout) {
+        /* the slice went out at once: come back through epoll for the next one, so other
+         * connections of this worker get their turn between slices */
+        c->epollout = true;
+        conn_update_events(c);
+    }
     return;
 close:
     conn_destroy(c);

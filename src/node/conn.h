@@ -45,6 +45,7 @@ struct conn {
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;
+    struct dump *dump; /* a key dump in progress (cmd_dump.c): runs before further requests */
 };
 
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's

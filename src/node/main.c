@@ -95,6 +95,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
     clock_setup();
+    detail_init(&node.detail);
     if (store_create(&node.store, &node.cfg.store, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
@@ -172,5 +173,6 @@ int main(int argc, char **argv)
     ns_registry_teardown(&node.ns);
     store_destroy(&node.store);
     lease_table_destroy(&node.leases);
+    detail_teardown(&node.detail);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "common/buf.h"
 #include "common/metrics.h"
 #include "common/uring.h"
+#include "node/detail.h"
 #include "node/lease.h"
 #include "node/ns.h"
 #include "node/store.h"
@@ -96,6 +97,18 @@ struct node_metrics {
     NODE_METRICS(METRIC_FIELD)
 };
 
+/* Request counters per size class, memcached's `stats slabs` <id>:<field> figures; per worker
+ * like the others, indexed by the class of the item the request found or stored. */
+#define CLASS_METRICS(X)                                                                         \
+    X(get_hits) X(cmd_set) X(delete_hits) X(incr_hits) X(decr_hits) X(cas_hits) X(cas_badval)    \
+    X(touch_hits)
+struct class_metrics {
+#define X(name) uint64_t name;
+    CLASS_METRICS(X)
+#undef X
+};
+#define NODE_CLASS_SLOTS 256 /* class ids are a uint8_t (slab.h) */
+
 struct node;
 
 struct worker {
@@ -114,6 +127,7 @@ struct worker {
     size_t nhand, handcap;
     struct node_metrics m __attribute__((aligned(64)));
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
+    struct class_metrics cls[NODE_CLASS_SLOTS]; /* per size class id */
     struct conn *conns;             /* list of this worker's connections */
     struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
     bool use_ring;
@@ -124,6 +138,7 @@ struct node {
     struct store *store;
     struct lease_table *leases; /* lease_period / lease_ttl memory per key (lease.h) */
     struct ns_registry ns;
+    struct detail detail; /* `stats detail` prefix counts (detail.h) */
     struct worker *workers;
     int listen_fd;
     unsigned bound_port;
@@ -134,6 +149,7 @@ struct node {
     uint64_t total_conns;
     uint64_t rejected_conns;
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
+    bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */

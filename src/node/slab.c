@@ -767,6 +767,33 @@ uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t m
     return end < n ? end : SLAB_NONE;
 }
 
+uint32_t slab_peek_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max, int clsid,
+                        void (*fn)(void *ctx, struct item *it, int clsid), void *ctx)
+{
+    if (page >= slab_pages_used(s)) return SLAB_NONE;
+    int cls = LOAD(&s->pages[page].clsid);
+    if (cls == 0 || (clsid != 0 && cls != clsid)) return SLAB_NONE;
+    uint16_t nsid = LOAD(&s->pages[page].nsid);
+    struct slab_pool *pl = __atomic_load_n(&s->pools[nsid], __ATOMIC_ACQUIRE);
+    if (!pl) return SLAB_NONE;
+    struct slab_class *c = &pl->cls[cls];
+    pthread_mutex_lock(&c->lock);
+    /* as slab_walk_page: the owner may have changed before we took its lock */
+    if (LOAD(&s->pages[page].clsid) != cls || LOAD(&s->pages[page].nsid) != nsid ||
+        LOAD(&s->pages[page].moving)) {
+        pthread_mutex_unlock(&c->lock);
+        return SLAB_NONE;
+    }
+    uint32_t n = s->pages[page].carved;
+    uint32_t end = from + max < n ? from + max : n;
+    for (uint32_t i = from; i < end; i++) {
+        struct item *it = slab_chunk(s, page, i, c->size);
+        if (slab_chunk_state(it) & ITEM_LINKED) fn(ctx, it, cls);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return end < n ? end : SLAB_NONE;
+}
+
 static void counters_add(struct slab_counters *out, const struct slab_counters *c)
 {
     out->evictions += c->evictions;

@@ -144,6 +144,14 @@ void slab_bump(struct slab *s, struct item *it, uint32_t now);
 uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max,
                         slab_visit_fn fn, void *ctx);
 
+/* Read-only walk for key dumps: call fn on each chunk of page `page` from index `from` (at most
+ * `max` chunks) whose ITEM_LINKED bit is set, with the page's class lock held, so the item's key
+ * and size stay put while fn reads them (its other fields may change: read them relaxed). A page
+ * of another class than `clsid` (0: any) is skipped. fn must not block or take a lock. Returns
+ * the index to continue from, or SLAB_NONE when the page is done (or skipped). */
+uint32_t slab_peek_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max, int clsid,
+                        void (*fn)(void *ctx, struct item *it, int clsid), void *ctx);
+
 /* Add every class's counters into *out. */
 void slab_sum_counters(struct slab *s, struct slab_counters *out);
 /* Figures of one class summed over pools; false if clsid is out of range. */

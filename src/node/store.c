@@ -61,6 +61,12 @@ struct store {
     uint32_t oldest_live;
     pthread_mutex_t flush_lock;
 
+    /* Linked items and their bytes per size class (`stats items` number and mem_requested):
+     * relaxed atomic adds on link and unlink, never on a hit. */
+    struct {
+        uint64_t items, bytes;
+    } cls[SLAB_CLASS_MAX + 1];
+
     /* Stale grace per namespace id, seconds (store_set_grace); read without a lock. */
     uint32_t grace[STORE_NS_MAX];
 
@@ -103,10 +109,25 @@ static inline bool store_in_grace(const struct store *st, const struct item *it,
     return exp != 0 && exp <= now && now - exp < g;
 }
 
-/* Take `it` out of the index (shard lock held); the caller frees or reuses the chunk. */
-static inline void store_unindex(struct index_shard *sh, uint64_t hv, struct item *it)
+/* Count `it` in (sign 1) or out (-1) of its size class's figures. */
+static inline void store_cls_count(struct store *st, const struct item *it, int sign)
 {
-    index_remove(sh, hv, it);
+    int c = slab_chunk_class(st->slab, it);
+    uint64_t b = index_item_bytes(it);
+    if (sign > 0) {
+        __atomic_fetch_add(&st->cls[c].items, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&st->cls[c].bytes, b, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_sub(&st->cls[c].items, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&st->cls[c].bytes, b, __ATOMIC_RELAXED);
+    }
+}
+
+/* Take `it` out of the index (shard lock held); the caller frees or reuses the chunk. */
+static inline void store_unindex(struct store *st, struct index_shard *sh, uint64_t hv,
+                                 struct item *it)
+{
+    if (index_remove(sh, hv, it)) store_cls_count(st, it, -1);
     __atomic_store_n(&it->iflags, it->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
 }
 
@@ -164,7 +185,7 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
                                                  : &sh->ns[it->nsid].evictions,
                                1, __ATOMIC_RELAXED);
             if (!(it->iflags & ITEM_FETCHED)) r |= SLAB_GONE_UNFETCHED;
-            store_unindex(sh, hv, it);
+            store_unindex(st, sh, hv, it);
         }
     }
     if (!mine) pthread_mutex_unlock(&sh->lock);
@@ -230,7 +251,7 @@ static void transient_reap(void *ctx)
                     !store_in_grace(st, it, now)) { /* kept for stale readers: the sweep's */
                     if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
                     __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
-                    store_unindex(sh, hv, it);
+                    store_unindex(st, sh, hv, it);
                     slab_free(st->slab, it);
                     t->reclaimed++;
                 }
@@ -413,7 +434,7 @@ struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_
         } else if (m != STORE_HIT) {
             if (m == STORE_MISS_EXPIRED && !(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
             __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
-            store_unindex(sh, hv, it);
+            store_unindex(st, sh, hv, it);
             slab_free(st->slab, it);
             it = NULL;
         } else if ((it->iflags & ITEM_HOLD) && !(opts & STORE_FIND_HELD)) {
@@ -429,6 +450,7 @@ bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
     if (!index_insert(sh, hv, it)) return false;
+    store_cls_count(st, it, 1);
     it->atime = now;
     if (item_cas(it) == 0) item_set_cas(it, store_next_cas(st));
     sh->total_items++;
@@ -450,6 +472,8 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
             log_warn("store_replace: item not linked and its index shard is full");
         return;
     }
+    store_cls_count(st, old, -1);
+    store_cls_count(st, it, 1);
     sh->total_items++;
     store_mark_linked(it);
     __atomic_store_n(&old->iflags, old->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
@@ -461,7 +485,7 @@ void store_unlink(struct store *st, uint64_t hv, struct item *it)
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
     if (!(it->iflags & ITEM_LINKED)) return; /* not ours to free twice */
-    store_unindex(sh, hv, it);
+    store_unindex(st, sh, hv, it);
     slab_free(st->slab, it);
 }
 
@@ -565,6 +589,7 @@ void store_stats(struct store *st, struct store_stats *out)
 }
 
 int store_class_count(const struct store *st) { return slab_class_count(st->slab); }
+uint32_t store_class_chunk_min(const struct store *st) { return slab_chunk_size(st->slab, 1); }
 
 bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out)
 {
@@ -583,8 +608,44 @@ bool store_class_stats(struct store *st, int clsid, struct store_class_stats *ou
     out->reclaimed = ci.c.reclaimed;
     uint32_t now = clock_now();
     out->oldest_age = ci.oldest_atime && now > ci.oldest_atime ? now - ci.oldest_atime : 0;
-    /* Items are not counted per class (the item does not store its class): a chunk in use is
-     * an item, but for the few a request holds between allocating and linking. */
-    out->curr_items = out->used_chunks;
+    out->curr_items = LOAD(&st->cls[clsid].items);
+    out->mem_requested = LOAD(&st->cls[clsid].bytes);
+    out->sweeper_reclaimed = ci.c.sweeper_reclaimed;
+    out->alloc_failures = ci.c.alloc_failures;
     return true;
+}
+
+struct store_dump_ctx {
+    struct store *st;
+    uint32_t now;
+    store_dump_fn fn;
+    void *ctx;
+};
+
+static void store_dump_one(void *arg, struct item *it, int clsid)
+{
+    struct store_dump_ctx *d = arg;
+    if (LOAD(&it->iflags) & ITEM_HOLD) return; /* a hold-off tombstone reads as absent */
+    if (store_dead(d->st, it, d->now) != STORE_HIT) return;
+    d->fn(d->ctx, it, clsid);
+}
+
+bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint32_t budget,
+                     store_dump_fn fn, void *ctx)
+{
+    struct store_dump_ctx d = {.st = st, .now = clock_now(), .fn = fn, .ctx = ctx};
+    uint32_t used = slab_pages_used(st->slab);
+    while (budget > 0 && cur->page < used) {
+        uint32_t batch = budget < STORE_DUMP_BATCH ? budget : STORE_DUMP_BATCH;
+        uint32_t next = slab_peek_page(st->slab, cur->page, cur->idx, batch, clsid,
+                                       store_dump_one, &d);
+        budget = budget > batch ? budget - batch : 0;
+        if (next == SLAB_NONE) {
+            cur->page++;
+            cur->idx = 0;
+        } else {
+            cur->idx = next;
+        }
+    }
+    return cur->page < used;
 }

@@ -145,6 +145,9 @@ struct store_class_stats {
     uint64_t expired_unfetched;
     uint64_t reclaimed;
     uint32_t oldest_age; /* seconds since the least recently stored linked item was accessed */
+    uint64_t mem_requested;     /* header, key, value and flags bytes of its linked items */
+    uint64_t sweeper_reclaimed; /* expired items the sweeper freed (memcached's crawler_reclaimed) */
+    uint64_t alloc_failures;    /* allocations that found nothing to evict (outofmemory) */
 };
 
 struct store;
@@ -250,10 +253,31 @@ uint32_t store_page_size(const struct store *st);
 uint64_t store_memory(const struct store *st);
 /* Figures of the items tagged with namespace `nsid` (item->nsid). Lock-free reads. */
 void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out);
+/* Chunk size of the smallest class. */
+uint32_t store_class_chunk_min(const struct store *st);
 /* Number of size classes; class ids run from 1 to the returned value. */
 int store_class_count(const struct store *st);
 /* Figures of one class; returns false for an id out of range. No shard lock held (as above).
  * oldest_age is sampled near the class's CLOCK hand, so it is an estimate. */
 bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out);
+
+/* Key dumps (`lru_crawler metadump`, `stats cachedump`): a walk over item memory in page order,
+ * in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored or moved during
+ * the walk may be missed or (replaced into a later chunk) seen twice, as with memcached's
+ * crawler. */
+struct store_cursor {
+    uint32_t page, idx; /* next chunk to look at; start both at 0 */
+};
+/* Chunks looked at per class-lock hold. */
+#define STORE_DUMP_BATCH 256
+/* Called for each live item (not expired, flushed or a hold-off tombstone) with a class lock
+ * held: copy what is needed, do not block or lock. Fields other than key, nkey and nbytes may
+ * change meanwhile; read them relaxed. */
+typedef void (*store_dump_fn)(void *ctx, const struct item *it, int clsid);
+/* Look at up to `budget` chunks (a page of another class costs a batch) from the cursor and
+ * advance it, calling fn on the live items of class `clsid` (0: all). Returns false when the walk
+ * has finished. No shard lock may be held. */
+bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint32_t budget,
+                     store_dump_fn fn, void *ctx);
 
 #endif

@@ -185,6 +185,7 @@ enum proto_cmd proto_command(const char *s, size_t n)
         case 'v': return IS("verbosity") ? CMD_VERBOSITY : CMD_NONE;
         }
         return CMD_NONE;
+    case 11: return IS("lru_crawler") ? CMD_LRU_CRAWLER : CMD_NONE;
     case 14: return IS("cache_memlimit") ? CMD_CACHE_MEMLIMIT : CMD_NONE;
     }
     return CMD_NONE;
@@ -329,7 +330,7 @@ static enum proto_status parse_one_num(struct proto_req *req, const char *p, con
     return PROTO_OK;
 }
 
-/* stats and shutdown: the rest of the line, trimmed, is the node's to judge. */
+/* stats, lru_crawler and shutdown: the rest of the line, trimmed, is the node's to judge. */
 static void rest_as_arg(struct proto_req *req, const char *p, const char *end)
 {
     p = proto_skip_spaces(p, end);
@@ -373,6 +374,7 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     case CMD_VERSION:
     case CMD_QUIT: return PROTO_OK; /* memcached ignores anything after these */
     case CMD_STATS:
+    case CMD_LRU_CRAWLER:
     case CMD_SHUTDOWN: rest_as_arg(req, p, end); return PROTO_OK;
     case CMD_MG:
     case CMD_MS:

@@ -28,6 +28,7 @@ enum proto_cmd {
     CMD_DELETE, CMD_INCR, CMD_DECR, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_SHUTDOWN, CMD_CACHE_MEMLIMIT,
+    CMD_LRU_CRAWLER, /* its arguments in req->arg, as stats */
     /* meta */
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
 };
@@ -93,7 +94,7 @@ struct proto_req {
     bool has_arg;         /* flush_all/verbosity/shutdown/cache_memlimit/delete had an argument */
     const char *keys;     /* retrieval commands: the rest of the line, keys separated by spaces */
     const char *keys_end;
-    const char *arg;      /* stats: argument text (may be NULL); shutdown: its argument text,
+    const char *arg;      /* stats, lru_crawler: argument text (may be NULL); shutdown: its argument text,
                              unchecked: memcached refuses a disabled shutdown before it looks at
                              the mode, so the node checks "graceful" (else "CLIENT_ERROR invalid
                              shutdown mode"). Both trimmed of surrounding spaces */

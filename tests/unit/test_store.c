@@ -330,6 +330,89 @@ static void test_cas_increasing(void **state)
     store_destroy(&st);
 }
 
+struct dump_seen {
+    int n, big, bad;
+    int only_cls;
+};
+
+static void dump_count(void *ctx, const struct item *it, int clsid)
+{
+    struct dump_seen *d = ctx;
+    d->n++;
+    if (it->nbytes == 1000) d->big++;
+    if (it->nkey < 2 || (d->only_cls && clsid != d->only_cls)) d->bad++;
+}
+
+/* Walk the whole store in steps of `budget` chunks; returns what was seen. */
+static struct dump_seen dump_all(struct store *st, int clsid, uint32_t budget)
+{
+    struct dump_seen d = {.only_cls = clsid};
+    struct store_cursor cur = {0};
+    int steps = 0;
+    while (store_dump_step(st, &cur, clsid, budget, dump_count, &d)) steps++;
+    assert_true(steps < 1000000);
+    return d;
+}
+
+static void test_dump_walk_visits_each_live_item_once(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(16);
+    uint32_t now = clock_now();
+    char key[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        assert_true(put(st, key, i % 3 == 0 ? 1000 : 10, 'v', 0, now));
+    }
+    assert_true(put(st, "expired", 10, 'e', 1, now)); /* 1: already expired */
+    assert_true(del(st, "k1", now));
+    for (uint32_t budget = 1; budget <= 4096; budget *= 16) {
+        struct dump_seen d = dump_all(st, 0, budget);
+        assert_int_equal(d.n, 2999);
+        assert_int_equal(d.big, 1000);
+        assert_int_equal(d.bad, 0);
+    }
+    /* one class: only its items */
+    size_t nkey = strlen("k0");
+    uint64_t hv = store_hash("k0", nkey);
+    store_lock(st, hv);
+    int big_cls = store_item_class(st, store_find(st, hv, "k0", nkey, now, NULL));
+    store_unlock(st, hv);
+    struct dump_seen d = dump_all(st, big_cls, 256);
+    assert_int_equal(d.n, 1000);
+    assert_int_equal(d.big, 1000);
+    assert_int_equal(d.bad, 0);
+    store_destroy(&st);
+}
+
+static void test_class_figures_follow_links(void **state)
+{
+    (void)state;
+    struct store *st = mk_quiet(8);
+    uint32_t now = clock_now();
+    assert_true(put(st, "a", 100, 'a', 0, now));
+    size_t nkey = 1;
+    uint64_t hv = store_hash("a", nkey);
+    store_lock(st, hv);
+    int cls = store_item_class(st, store_find(st, hv, "a", nkey, now, NULL));
+    store_unlock(st, hv);
+    struct store_class_stats cs;
+    assert_true(store_class_stats(st, cls, &cs));
+    assert_int_equal(cs.curr_items, 1);
+    assert_int_equal(cs.mem_requested, 24 + 1 + 100);
+    assert_true(put(st, "b", 100, 'b', 0, now));
+    assert_true(put(st, "a", 100, 'A', 0, now)); /* a replace counts once */
+    assert_true(store_class_stats(st, cls, &cs));
+    assert_int_equal(cs.curr_items, 2);
+    assert_int_equal(cs.mem_requested, 2 * (24 + 1 + 100));
+    assert_true(del(st, "a", now));
+    assert_true(del(st, "b", now));
+    assert_true(store_class_stats(st, cls, &cs));
+    assert_int_equal(cs.curr_items, 0);
+    assert_int_equal(cs.mem_requested, 0);
+    store_destroy(&st);
+}
+
 static void test_expiry_lazy(void **state)
 {
     (void)state;
@@ -959,6 +1042,8 @@ int main(void)
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_sweeper_keeps_items_in_grace),
         cmocka_unit_test(test_destroy_prompt),
+        cmocka_unit_test(test_dump_walk_visits_each_live_item_once),
+        cmocka_unit_test(test_class_figures_follow_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
