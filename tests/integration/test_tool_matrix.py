@@ -376,3 +376,109 @@ def test_memccp_memccat_memcrm_round_trip_files(kind, make_target, tmp_path):
                      "ping": 0, "exist": [0, 1], "touch": [0, 1], "rm": 0, "cat_removed": True,
                      "blob_kept": True, "flush": 0, "cat_flushed": True}, o
     check_matrix(kind, make_target, file_tools, check, tmp_path=tmp_path)
+
+
+# --- memcached-tool -------------------------------------------------------------------------------
+
+def memcached_tool(target, mode, *extra):
+    return run(["perl", need(MEMCACHED_TOOL), target.addr, mode, *extra], timeout=5)
+
+
+def tool_display(target):
+    items = sample_items(30)
+    seed_items(target, items)
+    rc, out, err = memcached_tool(target, "display")
+    lines = out.decode(errors="replace").splitlines()
+    rows = [l.split() for l in lines[1:] if re.match(r"^\s*\d+\s", l)]
+    return {"rc": rc, "header": lines[0].split() if lines else [],
+            "count": sum(int(r[4]) for r in rows if len(r) >= 9), "rows_parse": all(len(r) >= 9 for r in rows)}
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(3, "shoal-router does not answer stats items / stats slabs: memcached-tool waits")))
+def test_memcached_tool_display_counts_every_item(kind, make_target):
+    def check(o):
+        assert o == {"rc": 0, "header": ["#", "Item_Size", "Max_age", "Pages", "Count", "Full?",
+                                         "Evicted", "Evict_Time", "OOM"],
+                     "count": 30, "rows_parse": True}, o
+    check_matrix(kind, make_target, tool_display, check)
+
+
+def tool_stats(target):
+    seed_items(target, sample_items(5))
+    with target.raw() as c:
+        c.get("item_1", "item_2", "absent")
+    rc, out, err = memcached_tool(target, "stats")
+    lines = out.decode(errors="replace").splitlines()
+    fields = dict(l.split() for l in lines[1:] if len(l.split()) == 2)
+    return {"rc": rc, "title": bool(lines) and lines[0].startswith(f"#{target.addr}"),
+            "missing": sorted(set(LIBMEMCACHED_STATS) - set(fields)),
+            "figures": [fields.get(k) for k in ("curr_items", "get_hits", "get_misses", "cmd_set")]}
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats lack memcached's counters summed over its nodes")))
+def test_memcached_tool_stats_lists_the_counters(kind, make_target):
+    def check(o):
+        assert o == {"rc": 0, "title": True, "missing": [], "figures": ["5", "2", "1", "5"]}, o
+    check_matrix(kind, make_target, tool_stats, check)
+
+
+def tool_settings(target):
+    rc, out, err = memcached_tool(target, "settings")
+    lines = out.decode(errors="replace").splitlines()
+    fields = dict(l.split(None, 1) for l in lines[1:] if l.strip())
+    return {"rc": rc, "title": bool(lines) and lines[0].startswith(f"#{target.addr}"),
+            "figures": {k: fields.get(k) for k in ("maxbytes", "item_size_max", "cas_enabled")}}
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats settings lack maxbytes and item_size_max")))
+def test_memcached_tool_settings_lists_the_limits(kind, make_target):
+    def check(o):
+        assert o == {"rc": 0, "title": True, "figures": {"maxbytes": str(64 << 20),
+                     "item_size_max": str(1 << 20), "cas_enabled": "yes"}}, o
+    check_matrix(kind, make_target, tool_settings, check)
+
+
+def tool_dump(target):
+    items = sample_items(20)
+    seed_items(target, items)
+    rc, out, err = memcached_tool(target, "dump")
+    got, data = {}, out
+    while data:  # "add <key> <flags> <exptime> <len>\r\n<value>\r\n" per item
+        m = re.match(rb"add (\S+) (\d+) (\d+) (\d+)\r\n", data)
+        if not m:
+            break
+        n = int(m.group(4))
+        value = data[m.end():m.end() + n]
+        got[m.group(1).decode()] = (int(m.group(2)), int(m.group(3)), value)
+        data = data[m.end() + n + 2:]
+    return {"rc": rc, "items": got == {k: (f, 0, v) for k, (f, v) in items.items()},
+            "count": len(got), "rest": data[:200]}
+
+
+DUMP = xf(5, "lru_crawler metadump: memcached-tool waits for an END that never comes")
+
+
+@pytest.mark.parametrize("kind", targets(node=DUMP, router=DUMP))
+def test_memcached_tool_dump_prints_every_item(kind, make_target):
+    def check(o):
+        assert o == {"rc": 0, "items": True, "count": 20, "rest": b""}, o
+    check_matrix(kind, make_target, tool_dump, check)
+
+
+def tool_keys(target):
+    items = sample_items(20)
+    seed_items(target, items)
+    rc, out, err = memcached_tool(target, "keys")
+    keys = re.findall(r"^key=(\S+) exp=-1 la=\d+ cas=\d+ fetch=no cls=\d+ size=\d+$",
+                      out.decode(errors="replace"), re.M)
+    return {"rc": rc, "keys": sorted(keys)}
+
+
+@pytest.mark.parametrize("kind", targets(node=DUMP, router=DUMP))
+def test_memcached_tool_keys_lists_every_key(kind, make_target):
+    def check(o):
+        assert o == {"rc": 0, "keys": sorted(sample_items(20))}, o
+    check_matrix(kind, make_target, tool_keys, check)
