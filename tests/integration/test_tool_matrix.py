@@ -62,6 +62,12 @@ def targets(node=None, router=None):
             pytest.param("router", id="router", marks=[router] if router else [])]
 
 
+def target_cases(name, values, xfails):
+    """(kind, value) parameters for every target and value; xfails maps (kind, value) to a mark."""
+    return [pytest.param(k, v, id=f"{k}-{v}", marks=[xfails[(k, v)]] if (k, v) in xfails else [])
+            for k in ("memcached", "node", "router") for v in values]
+
+
 def need(tool):
     """The tool's path; skips the test when it is missing (fails it in CI)."""
     path = tool if os.path.isabs(tool) and os.path.exists(tool) else shutil.which(tool)
@@ -482,3 +488,131 @@ def test_memcached_tool_keys_lists_every_key(kind, make_target):
     def check(o):
         assert o == {"rc": 0, "keys": sorted(sample_items(20))}, o
     check_matrix(kind, make_target, tool_keys, check)
+
+
+# --- python3-memcache -----------------------------------------------------------------------------
+
+MIXED_SIZES = (1, 100, 1023, 1024, 4096, 65_535, 65_536, 100_000, 300_000, 500_000)
+
+
+def pymemcache_client(target, timeout=5):
+    memcache = need_module("memcache")
+    return memcache.Client([target.addr], socket_timeout=timeout, dead_retry=0, cache_cas=True)
+
+
+def pm_multi(target):
+    c = pymemcache_client(target)
+    rnd = random.Random(3)
+    values = {f"mixed_{n}": bytes(rnd.randrange(256) for _ in range(n)) for n in MIXED_SIZES}
+    values["text"] = "unicode text ünïcödé"
+    values["number"] = 12345
+    values["structure"] = {"a": [1, 2, 3]}
+    failed = c.set_multi(values)
+    got = c.get_multi(list(values) + ["absent_1", "absent_2"])
+    o = {"failed": sorted(failed), "same": got == values, "keys": sorted(got),
+         "single": [c.get(k) == v for k, v in values.items()]}
+    c.disconnect_all()
+    return o
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_python_memcache_set_multi_get_multi_mixed_sizes(kind, make_target):
+    def check(o):
+        assert o["failed"] == [] and o["same"] and all(o["single"]), o
+        assert o["keys"] == sorted([f"mixed_{n}" for n in MIXED_SIZES] + ["text", "number",
+                                                                          "structure"]), o
+    check_matrix(kind, make_target, pm_multi, check)
+
+
+def pm_arith_cas(target):
+    c = pymemcache_client(target)
+    o = {"set": c.set("n", 10), "incr": c.incr("n", 5), "decr": c.decr("n", 20),
+         "incr_absent": c.incr("absent"), "decr_absent": c.decr("absent"),
+         "big": (c.set("big", str(2**64 - 1)), c.incr("big", 1))}
+    o["get_n"] = c.get("n")
+    c.set("c", "one")
+    o["gets"] = c.gets("c")
+    o["cas"] = c.cas("c", "two")
+    c2 = pymemcache_client(target)
+    o["gets2"] = c2.gets("c")
+    o["stale_cas"] = (c.set("c", "three"), c2.cas("c", "four"))
+    o["final"] = c.get("c")
+    o["add"] = (c.add("c", "x"), c.add("fresh", "y"))
+    o["replace"] = (c.replace("absent", "x"), c.replace("fresh", "z"))
+    o["append"] = (c.append("fresh", "!"), c.prepend("fresh", "<"), c.get("fresh"))
+    o["touch"] = c.touch("fresh", 100)
+    o["delete"] = (c.delete("fresh"), c.get("fresh"), c.delete("fresh"))
+    c.disconnect_all()
+    c2.disconnect_all()
+    return o
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_python_memcache_incr_decr_and_cas_via_gets(kind, make_target):
+    def check(o):
+        assert o["incr"] == 15 and o["decr"] == 0 and o["get_n"] == 0, o
+        assert o["incr_absent"] is None and o["decr_absent"] is None, o
+        assert o["big"] == (True, 0), o  # wraps at 2^64
+        assert o["gets"] == "one" and o["cas"] is True and o["gets2"] == "two", o
+        assert o["stale_cas"] == (True, False) and o["final"] == "three", o
+        assert o["append"] == (True, True, "<z!") and o["touch"], o
+    check_matrix(kind, make_target, pm_arith_cas, check)
+
+
+def pm_stats(target):
+    c = pymemcache_client(target)
+    c.set("s1", "v")
+    c.get("s1")
+    stats = c.get_stats()
+    o = {"servers": len(stats)}
+    if stats:
+        name, fields = stats[0]
+        o["name"] = name.split(" ")[0] == target.addr
+        o["missing"] = sorted(set(LIBMEMCACHED_STATS) - set(fields))
+    c.disconnect_all()
+    return o
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats lack memcached's counters summed over its nodes")))
+def test_python_memcache_get_stats(kind, make_target):
+    def check(o):
+        assert o == {"servers": 1, "name": True, "missing": []}, o
+    check_matrix(kind, make_target, pm_stats, check)
+
+
+def pm_stats_arg(target, arg):
+    """get_stats(arg), which sends `stats <arg>`, after storing one 100-byte value: whether the
+    server answered, and the part of the answer every server must agree on. (get_slabs and
+    get_slab_stats fail on str/bytes in python3-memcache 1.59, against any server.)"""
+    c = pymemcache_client(target, timeout=2)
+    c.set("s1", "x" * 100)
+    stats = c.get_stats(arg)
+    c.disconnect_all()
+    if len(stats) != 1:
+        return {"answered": False}
+    f = stats[0][1]
+    view = {"items": lambda: sum(int(v) for k, v in f.items() if re.fullmatch(r"items:\d+:number", k)),
+            "slabs": lambda: sorted({k.split(":")[-1] for k in f} & {"chunk_size", "used_chunks",
+                                                                    "total_pages", "active_slabs"}),
+            "sizes": lambda: sorted(f),
+            "conns": lambda: any(k.endswith(":state") for k in f),
+            "settings": lambda: [f.get(k) for k in ("maxbytes", "item_size_max", "cas_enabled")]}
+    return {"answered": True, "view": view[arg]()}
+
+
+STATS_ARG_VIEWS = {"items": 1, "slabs": ["active_slabs", "chunk_size", "total_pages", "used_chunks"],
+                   "sizes": ["sizes_status"], "conns": True,
+                   "settings": [str(64 << 20), str(1 << 20), "yes"]}
+ROUTER_STATS = xf(3, "shoal-router answers CLIENT_ERROR without END to stats items|slabs|sizes|conns")
+
+
+@pytest.mark.parametrize("kind,arg", target_cases("arg", list(STATS_ARG_VIEWS), {
+    ("node", "conns"): xf(3, "shoal-node answers ERROR to stats conns"),
+    ("router", "items"): ROUTER_STATS, ("router", "slabs"): ROUTER_STATS,
+    ("router", "sizes"): ROUTER_STATS, ("router", "conns"): ROUTER_STATS,
+    ("router", "settings"): xf(4, "shoal-router's stats settings lack maxbytes, item_size_max")}))
+def test_python_memcache_get_stats_with_argument(kind, make_target, arg):
+    def check(o):
+        assert o == {"answered": True, "view": STATS_ARG_VIEWS[arg]}, o
+    check_matrix(kind, make_target, pm_stats_arg, check, arg=arg)
