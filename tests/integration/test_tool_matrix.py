@@ -616,3 +616,53 @@ def test_python_memcache_get_stats_with_argument(kind, make_target, arg):
     def check(o):
         assert o == {"answered": True, "view": STATS_ARG_VIEWS[arg]}, o
     check_matrix(kind, make_target, pm_stats_arg, check, arg=arg)
+
+
+# --- python3-pylibmc (text protocol), in a child process: see tools/matrix_pylibmc.py --------------
+
+def pylibmc_case(target, case):
+    need_module("pylibmc")
+    rc, out, err = run(["/usr/bin/python3", str(SCRIPTS / "matrix_pylibmc.py"), target.addr, case])
+    if rc != 0:
+        return {"rc": rc, "error": (err.strip().splitlines() or [""])[-1]}
+    return json.loads(out)
+
+
+MULTIGET = xf(2, "a 3,000-key get line (~93 KB) resets the connection: get_multi returns {}")
+CONTROL = xf(1, "a key with a control byte is refused (CLIENT_ERROR bad command line format), and "
+                "the refused set's data block runs as a command (flush_all)")
+
+
+@pytest.mark.parametrize("kind", targets(node=MULTIGET, router=MULTIGET))
+def test_pylibmc_get_multi_of_3000_keys(kind, make_target):
+    def check(o):
+        assert o == {"failed": [], "got": 3000, "same": True}, o
+    check_matrix(kind, make_target, pylibmc_case, check, case="multi3000")
+
+
+@pytest.mark.parametrize("kind", targets(node=CONTROL, router=CONTROL))
+def test_pylibmc_key_with_control_byte_is_stored_as_data(kind, make_target):
+    def check(o):
+        assert o == {"stored": True, "value": "flush_all", "other": "kept"}, o
+    check_matrix(kind, make_target, pylibmc_case, check, case="control_key")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_pylibmc_behaviors_read_back_and_requests_work_under_them(kind, make_target):
+    def check(o):
+        assert o["readback"] == {"tcp_nodelay": 1, "ketama": 1, "hash": "md5",
+                                 "distribution": "consistent", "cas": 1, "no_block": 1,
+                                 "verify_keys": 1, "retry_timeout": 1}, o
+        assert o["cas"] == ["one", True, False, "two"] and o["noreply"] == ["quiet", "quiet"], o
+    check_matrix(kind, make_target, pylibmc_case, check, case="behaviors")
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats lack curr_items and get_hits summed over its nodes")))
+def test_pylibmc_storage_arithmetic_and_stats(kind, make_target):
+    def check(o):
+        assert o == {"add": [True, False], "replace": [True, False], "incr": [13, 0],
+                     "incr_absent": "NotFound", "append": [True, True, "<mid>"],
+                     "touch": [True, False], "delete": [True, False, None],
+                     "delete_multi": [False, {}], "stats": [1, "1", "1", "9"]}, o
+    check_matrix(kind, make_target, pylibmc_case, check, case="operations")
