@@ -258,7 +258,7 @@ def test_memcstat_analyze_reports_the_hit_ratio(kind, make_target):
 
 def memcdump_keys(target):
     """The keys memcdump lists once it lists every stored one (memcached's `stats cachedump` shows
-    a fresh item only once its LRU maintainer has moved it; hence the wait), or after 10 s."""
+    a fresh item only once its LRU maintainer has moved it; hence the wait), or after 5 s."""
     items = sample_items(25)
     seed_items(target, items)
     tool = need("memcdump")
@@ -269,7 +269,7 @@ def memcdump_keys(target):
         listed.update(rc=rc, keys=sorted(set(out.decode(errors="replace").split())), err=err)
         return rc == 0 and set(items) <= set(listed["keys"])
     try:
-        wait_until(complete, timeout=10, interval=0.2, message="memcdump listing every key")
+        wait_until(complete, timeout=5, interval=0.2, message="memcdump listing every key")
     except AssertionError:
         pass
     return {"rc": listed["rc"], "keys": listed["keys"]}
@@ -666,3 +666,68 @@ def test_pylibmc_storage_arithmetic_and_stats(kind, make_target):
                      "touch": [True, False], "delete": [True, False, None],
                      "delete_multi": [False, {}], "stats": [1, "1", "1", "9"]}, o
     check_matrix(kind, make_target, pylibmc_case, check, case="operations")
+
+
+# --- php-memcached: tools/matrix.php --------------------------------------------------------------
+
+def need_php_extension(php, name):
+    rc, out, err = run([php, "-m"])
+    if name not in out.decode(errors="replace").split():
+        message = f"php extension {name} not loaded (scripts/deps.sh installs php-{name})"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def php_case(target, case):
+    php = need("php")
+    need_php_extension(php, "memcached")
+    rc, out, err = run([php, "-d", "display_errors=stderr", str(SCRIPTS / "matrix.php"),
+                        target.host, str(target.port), case])
+    if rc != 0:
+        return {"rc": rc, "error": err.strip()[-300:]}
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_php_memcached_set_get_getmulti_delete(kind, make_target):
+    def check(o):
+        assert o == {"set": [True, 0], "set_int": [True, 0], "set_array": [True, 0],
+                     "get": ["alpha", 42, {"x": [1, 2]}], "miss": [False, True],
+                     "setMulti": [True, 0], "getMulti": [["php_m1", "php_m2", "php_a"], 200000, 0],
+                     "delete": [True, False, True, False]}, o
+    check_matrix(kind, make_target, php_case, check, case="basic")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_php_memcached_cas(kind, make_target):
+    def check(o):
+        assert o == {"extended": ["one", True], "cas": [True, 0], "stale": [False, True],
+                     "absent": [False, True], "final": "two"}, o
+    check_matrix(kind, make_target, php_case, check, case="cas")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_php_memcached_increment_append_touch(kind, make_target):
+    def check(o):  # a decr keeps the value's length, as memcached pads it with spaces
+        assert o == {"inc": [15, 0, "0 "], "absent": [False, True],
+                     "append": [True, True, "10 7"], "touch": [True, False, True, "y"]}, o
+    check_matrix(kind, make_target, php_case, check, case="increment")
+
+
+@pytest.mark.parametrize("kind", targets(
+    node=xf(5, "stats cachedump on shoal-node: getAllKeys() returns false (code 11)"),
+    router=xf(5, "shoal-router does not fan the key dump out: getAllKeys() returns [] (code 0)")))
+def test_php_memcached_get_all_keys(kind, make_target):
+    def check(o):
+        assert o == {"keys": sorted(f"php_key_{i}" for i in range(20)), "code": 0}, o
+    check_matrix(kind, make_target, php_case, check, case="getAllKeys")
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats lack curr_items, get_hits, get_misses, limit_maxbytes")))
+def test_php_memcached_get_stats(kind, make_target):
+    def check(o):
+        assert o == {"servers": 1, "named": True, "figures": [1, 1, 1, 1, 64 << 20],
+                     "version": 1}, o
+    check_matrix(kind, make_target, php_case, check, case="getStats")
