@@ -731,3 +731,55 @@ def test_php_memcached_get_stats(kind, make_target):
         assert o == {"servers": 1, "named": True, "figures": [1, 1, 1, 1, 64 << 20],
                      "version": 1}, o
     check_matrix(kind, make_target, php_case, check, case="getStats")
+
+
+# --- Perl Cache::Memcached: tools/matrix.pl -------------------------------------------------------
+
+def perl_case(target, case):
+    perl = need("perl")
+    if run([perl, "-MCache::Memcached", "-e", "1"])[0] != 0:
+        message = "Cache::Memcached not installed (scripts/deps.sh installs libcache-memcached-perl)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    rc, out, err = run([perl, str(SCRIPTS / "matrix.pl"), target.addr, case])
+    if rc != 0:
+        return {"rc": rc, "error": err.strip()[-300:]}
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_perl_cache_memcached_set_get(kind, make_target):
+    def check(o):
+        assert o == {"set": [True, True, True], "get": ["alpha", 300000, {"list": [1, 2]}, None],
+                     "add": [False, False, True, "beta"], "delete": [True, False, None]}, o
+    check_matrix(kind, make_target, perl_case, check, case="set_get")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_perl_cache_memcached_get_multi(kind, make_target):
+    def check(o):
+        assert o == {"count": 200, "same": True}, o
+    check_matrix(kind, make_target, perl_case, check, case="get_multi")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_perl_cache_memcached_incr_decr(kind, make_target):
+    def check(o):
+        assert o == {"arith": ["11", "20", "0", "0 ", None]}, o
+    check_matrix(kind, make_target, perl_case, check, case="incr_decr")
+
+
+@pytest.mark.parametrize("kind", targets(
+    router=xf(4, "shoal-router's stats lack curr_items, get_hits, limit_maxbytes")))
+def test_perl_cache_memcached_stats(kind, make_target):
+    def check(o):
+        assert o == {"misc": ["1", "1", "1", str(64 << 20)], "total": [1, 1]}, o
+    check_matrix(kind, make_target, perl_case, check, case="stats")
+
+
+@pytest.mark.parametrize("kind", targets())
+def test_perl_cache_memcached_default_stats_keep_the_connection(kind, make_target):
+    def check(o):  # `stats malloc` answers ERROR: no wait, and the connection stays usable
+        assert o == {"types": ["misc"], "misc_pid": True, "after": "v"}, o
+    check_matrix(kind, make_target, perl_case, check, case="stats_default")
