@@ -5,6 +5,7 @@ Usage: matrix_pylibmc.py HOST:PORT CASE   prints the case's outcome as one JSON 
 """
 
 import json
+import re
 import socket
 import sys
 
@@ -24,13 +25,13 @@ def raw_get(addr, key):
     with socket.create_connection((host, int(port)), timeout=3) as s:
         s.sendall(b"get " + key + b"\r\n")
         buf = b""
-        while not buf.endswith(b"END\r\n") and not buf.endswith(b"ERROR\r\n"):
+        while not (buf.endswith(b"END\r\n") or (b"\r\n" in buf and not buf.startswith(b"VALUE "))):
             chunk = s.recv(65536)
             if not chunk:
                 break
             buf += chunk
     if not buf.startswith(b"VALUE "):
-        return None if buf == b"END\r\n" else buf.decode("latin-1")
+        return None if buf == b"END\r\n" else buf.decode("latin-1").strip()
     head, rest = buf.split(b"\r\n", 1)
     return rest[:int(head.split(b" ")[3])].decode("latin-1")
 
@@ -50,7 +51,10 @@ def control_key(addr):
     returns b'' even from memcached, so it is read back with a plain get.)"""
     c = client(addr)
     c.set("other", "kept")
-    stored = c.set("ctl\x01key", "flush_all")
+    try:
+        stored = c.set("ctl\x01key", "flush_all")
+    except pylibmc.Error as e:
+        stored = f"{type(e).__name__}: {re.sub(r'[(]0x[0-9a-f]+[)] |,  host.*', '', str(e))}"
     return {"stored": stored, "value": raw_get(addr, b"ctl\x01key"), "other": raw_get(addr, b"other")}
 
 
