@@ -355,6 +355,33 @@ static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
     upconn_fail(uc, "sent a reply that does not match its request", false);
 }
 
+/* The head fragment f is answered with a list of lines (reply_want.list: stats, dumps): pass
+ * each whole line of the list on as it arrives (frag_part), so a dump of any size goes through
+ * without being held, and each line pushes the fragment's deadline back (a long dump is not a
+ * slow node). Returns the length of the reply's last line (END, or the one line that is the whole
+ * reply), left at the start of rbuf for the caller to complete f with; 0 when it has not
+ * arrived; -1 when the connection failed (a line that cannot be in the reply). uc->rscan counts
+ * the lines passed on. */
+static long upconn_list(struct upconn *uc, struct frag *f)
+{
+    struct rworker *w = uc->un->w;
+    for (;;) {
+        size_t ll = 0;
+        enum reply_lline k = reply_list_line(&f->want, buf_start(&uc->rbuf), buf_used(&uc->rbuf),
+                                             uc->rscan == 0, &ll);
+        if (k == RLL_MORE) return 0;
+        if (k == RLL_END || k == RLL_ONE) return (long)ll;
+        if (k == RLL_BAD) {
+            upconn_mismatch(uc, f, ll ? ll : buf_used(&uc->rbuf));
+            return -1;
+        }
+        frag_part(f, buf_start(&uc->rbuf), ll);
+        buf_consume(&uc->rbuf, ll);
+        uc->rscan++;
+        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+    }
+}
+
 /* Match complete replies in rbuf to the fragments sent, oldest first. */
 static void upconn_parse(struct upconn *uc)
 {
@@ -367,9 +394,12 @@ static void upconn_parse(struct upconn *uc)
             upconn_fail(uc, "sent an unexpected reply", false);
             return;
         }
-        long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), w->r->cfg.item_max,
-                                uc->sent->max_reply, &uc->rscan);
+        long len = uc->sent->want.list != RLIST_NONE
+                       ? upconn_list(uc, uc->sent)
+                       : reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf),
+                                      w->r->cfg.item_max, uc->sent->max_reply, &uc->rscan);
         if (len == 0) break;
+        if (len < 0 && uc->state == UP_DOWN) return; /* upconn_list failed it */
         if (len < 0) {
             w->m.upstream_protocol_errors++;
             log_warn_limited("node %s sent a reply that does not parse; reconnecting", un->node.addr);
