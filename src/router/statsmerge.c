@@ -171,9 +171,10 @@ static const char *const sm_max[] = {
     "malloc_fails_running",
 };
 
-/* The router's own figures that memcached's `stats` also has, with another meaning: shown
+/* The router's own figures that memcached's (or shoal-node's) `stats` also has, with another meaning: shown
  * with a router_ prefix, the name itself carrying the nodes' sum. */
-static const char *const sm_renamed[] = {"cmd_get", "cmd_set", "bytes_read", "bytes_written"};
+static const char *const sm_renamed[] = {"cmd_get", "cmd_set", "bytes_read", "bytes_written",
+                                          "protocol_errors"};
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
