@@ -420,6 +420,13 @@ static void upconn_parse(struct upconn *uc)
         un->outstanding--;
         upnode_unstray(un, f);
         w->inflight--;
+        if (f->want.list != RLIST_NONE && uc->rscan > 0) {
+            /* the requests behind a dump waited for it, not for a slow node: their time starts
+             * now (the dump's own deadline moved with each line) */
+            for (struct frag *g = uc->sent; g; g = g->next)
+                if (g->deadline_ms < w->now_ms + w->r->cfg.timeout_ms)
+                    g->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+        }
         uc->rscan = 0;
         upnode_success(un, f->probe);
         if (!f->probe) {
