@@ -41,6 +41,7 @@ struct frag {
     bool completed;         /* answered: owned by rq now, no longer by a queue */
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
+    bool exclusive;         /* a metadump: alone on its connection (upstream.h) */
     bool overflow;          /* RQ_STATS: its reply grew past STATSMERGE_REPLY_MAX; failed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */

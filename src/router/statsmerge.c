@@ -27,9 +27,10 @@
 
 /* ---- asking every node ---- */
 
-/* Send `line` (with its \r\n) to every node of the topology as one request of `kind`. */
-static void sm_fanout(struct client *c, enum rreq_kind kind, uint8_t merge, const char *line,
-                      size_t n)
+/* Send `line` (with its \r\n) to every node of the topology as one request of `kind`;
+ * `exclusive`: alone on each node's dump connection (upstream.h), as a metadump must go. */
+static void sm_fanout_x(struct client *c, enum rreq_kind kind, uint8_t merge, const char *line,
+                        size_t n, bool exclusive)
 {
     struct rworker *w = c->w;
     struct rreq *rq = NULL;
@@ -41,6 +42,7 @@ static void sm_fanout(struct client *c, enum rreq_kind kind, uint8_t merge, cons
         struct frag *f = frag_create(rq, (uint16_t)i);
         if (f == NULL) goto oom;
         rq->frags[rq->nfrags++] = f;
+        f->exclusive = exclusive;
         if (buf_append(&f->out, line, n) < 0) goto oom;
     }
     rq->pending = rq->nfrags;
@@ -59,6 +61,12 @@ oom:
         rreq_destroy(rq);
     }
     client_oom(c);
+}
+
+static void sm_fanout(struct client *c, enum rreq_kind kind, uint8_t merge, const char *line,
+                      size_t n)
+{
+    sm_fanout_x(c, kind, merge, line, n, false);
 }
 
 /* ---- merging ---- */
@@ -391,10 +399,8 @@ int statsmerge_dump_end(struct rreq *rq)
         if (!rq->frags[i]->failed) answered++;
         else if (first_err == NULL) first_err = rq->frags[i];
     }
-    if (rq->over) {
-        rq->cl->w->m.replies_dropped++;
+    if (rq->over) /* counted in replies_dropped when the first line was dropped */
         return buf_append(&rq->reply, over, sizeof over - 1);
-    }
     if (answered == 0 && first_err)
         return buf_append(&rq->reply, buf_start(&first_err->reply), buf_used(&first_err->reply));
     return buf_append(&rq->reply, "END\r\n", 5);
@@ -528,5 +534,5 @@ void statsmerge_lru_crawler(struct client *c, const char *line, size_t len)
     }
     char out[64];
     int m = snprintf(out, sizeof out, "lru_crawler metadump %.*s\r\n", (int)ntok[2], tok[2]);
-    sm_fanout(c, RQ_DUMP, 0, out, (size_t)m);
+    sm_fanout_x(c, RQ_DUMP, 0, out, (size_t)m, true);
 }

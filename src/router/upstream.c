@@ -61,7 +61,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
     repairlog_init(&un->repair, (uint32_t)w->r->cfg.repair_log);
-    for (uint32_t i = 0; i < un->nconns; i++) {
+    for (uint32_t i = 0; i <= un->nconns; i++) { /* and the dump connection */
         struct upconn *uc = &un->conns[i];
         uc->evkind = EV_UPCONN;
         uc->un = un;
@@ -75,7 +75,10 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     return un;
 }
 
-bool upnode_idle(const struct upnode *un) { return un->wait == NULL && un->outstanding == 0; }
+bool upnode_idle(const struct upnode *un)
+{
+    return un->wait == NULL && un->dwait == NULL && un->outstanding == 0;
+}
 
 /* f has left a connection's sent queue (answered or failed): it no longer holds its client's
  * requests on a stand-in connection (upnode_pick). */
@@ -173,6 +176,13 @@ static void upnode_fail_waiting(struct upnode *un, const char *why)
         frag_fail(un, f, msg, (size_t)n);
     }
     un->wait_tail = NULL;
+    while (un->dwait) {
+        struct frag *f = un->dwait;
+        un->dwait = f->next;
+        w->m.upstream_errors++;
+        frag_fail(un, f, msg, (size_t)n);
+    }
+    un->dwait_tail = NULL;
 }
 
 /* Start a non-blocking connect. 0 (connecting or connected), or -1 with errno. */
@@ -267,10 +277,59 @@ static void frag_keep_line(struct frag *f)
     }
 }
 
+/* Hand f's request to connection uc: it joins uc's sent queue. */
+static void upconn_take(struct upconn *uc, struct frag *f)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
+    f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
+    frag_keep_line(f);
+    f->next = NULL;
+    if (uc->sent_tail) uc->sent_tail->next = f;
+    else uc->sent = f;
+    uc->sent_tail = f;
+    uc->nsent++;
+    un->outstanding++;
+    w->m.upstream_requests++;
+    f->sent_us = w->now_us;
+    if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
+    upconn_mark_dirty(uc);
+}
+
+/* Send the next waiting dump when the dump connection is free (nothing in flight on it). */
+static void upnode_pump_dump(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    struct upconn *uc = &un->conns[un->nconns];
+    while (un->dwait && uc->sent == NULL) {
+        if (uc->state == UP_DOWN && upconn_connect(uc) < 0) {
+            w->m.upstream_connect_failures++;
+            upnode_failure(un);
+            char why[160];
+            snprintf(why, sizeof why, "is unavailable: %s", strerror(errno));
+            upnode_fail_waiting(un, why); /* the dumps; the others fail as they would */
+            return;
+        }
+        struct frag *f = un->dwait;
+        un->dwait = f->next;
+        if (un->dwait == NULL) un->dwait_tail = NULL;
+        if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
+            static const char oom[] = "SERVER_ERROR out of memory\r\n";
+            w->m.out_of_memory++;
+            frag_fail(un, f, oom, sizeof oom - 1);
+            continue;
+        }
+        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms; /* from when it is sent */
+        upconn_take(uc, f);
+    }
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
+    upnode_pump_dump(un);
     while (un->wait && un->outstanding < un->window) {
         struct frag *head = un->wait;
         unsigned pin = head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0;
@@ -289,25 +348,13 @@ static void upnode_pump(struct upnode *un)
             frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
-        reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
-        f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
-        frag_keep_line(f);
         uint32_t own_i = pin % un->nconns, uc_i = (uint32_t)(uc - un->conns);
         if (uc_i != own_i) { /* a stand-in: the pin's next requests follow it (upnode_pick) */
             f->stray = (uint8_t)(own_i + 1);
             un->strays[own_i]++;
             un->standin[own_i] = (uint8_t)uc_i;
         }
-        f->next = NULL;
-        if (uc->sent_tail) uc->sent_tail->next = f;
-        else uc->sent = f;
-        uc->sent_tail = f;
-        uc->nsent++;
-        un->outstanding++;
-        w->m.upstream_requests++;
-        f->sent_us = w->now_us;
-        if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
-        upconn_mark_dirty(uc);
+        upconn_take(uc, f);
     }
 }
 
@@ -324,6 +371,13 @@ void upnode_submit(struct upnode *un, struct frag *f)
                          un->node.addr, un->down ? "" : " (back, being repaired)");
         w->m.down_node_requests++;
         frag_fail(un, f, msg, (size_t)n);
+        return;
+    }
+    if (f->exclusive) {
+        if (un->dwait_tail) un->dwait_tail->next = f;
+        else un->dwait = f;
+        un->dwait_tail = f;
+        upnode_pump_dump(un);
         return;
     }
     if (un->wait_tail) un->wait_tail->next = f;
@@ -569,7 +623,7 @@ void upstream_check_timeouts(struct rworker *w)
                              "window full)\r\n", un->node.addr);
             frag_fail(un, f, msg, (size_t)n);
         }
-        for (uint32_t i = 0; i < un->nconns; i++) {
+        for (uint32_t i = 0; i <= un->nconns; i++) { /* and the dump connection */
             struct upconn *uc = &un->conns[i];
             if (uc->sent && uc->sent->deadline_ms <= w->now_ms) {
                 log_info_limited("node %s: request timed out; reconnecting", un->node.addr);
@@ -606,7 +660,7 @@ uint64_t upstream_idle_ms(const struct rworker *w, uint64_t most)
 void upnode_destroy(struct upnode *un)
 {
     un->destroying = true;
-    for (uint32_t i = 0; i < un->nconns; i++) {
+    for (uint32_t i = 0; i <= un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         if (uc->in_dirty) { /* unlink from the worker's dirty list */
             for (struct upconn **pp = &un->w->dirty_up; *pp; pp = &(*pp)->dirty_next)
