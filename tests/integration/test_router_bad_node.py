@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+import conftest
 from fakenode import FakeNode
 from mcraw import McRaw, http, wait_until
 
@@ -156,6 +157,42 @@ def test_a_stray_reply_never_gives_a_client_another_keys_value(start_server, sta
             assert "alice" not in line and "s3cret" not in line
             assert _protocol_errors(router) == before + 1
             _still_serves(b)
+        assert router.alive()
+    finally:
+        bad.close()
+
+
+class BadStatsNode(BadNode):
+    """Answers `stats` with a STAT line and then a line no stats reply has, and a metadump with
+    a key line and then a STAT line; everything else as BadNode."""
+
+    def answer_line(self, line):
+        if line == b"stats":
+            return b"STAT curr_items 5\r\nSTORED\r\n"
+        if line.startswith(b"lru_crawler metadump"):
+            return b"key=a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nSTAT a 1\r\nEND\r\n"
+        return super().answer_line(line)
+
+
+def test_a_stats_or_dump_reply_of_the_wrong_kind_leaves_the_node_out(start_server, start_router,
+                                                                      monkeypatch):
+    monkeypatch.setattr(conftest, "SERVER_KIND", "memcached")  # a good node that dumps
+    bad = BadStatsNode(b"END\r\n")
+    try:
+        router = _bad_pool_router(start_server, start_router, bad)
+        with McRaw(router.host, router.port, timeout=3) as r:
+            assert r.store("set", "plain", "v") == "STORED"
+            before = _protocol_errors(router)
+            st = r.stats()
+            assert st["nodes_answered"] == "1" and st["nodes_total"] == "2"
+            assert st["curr_items"] == "1", "the good node's figure only"
+            assert _protocol_errors(router) == before + 1
+            r.send(b"lru_crawler metadump all\r\n")
+            dump = r.read_until(b"END\r\n")
+            assert b"key=plain " in dump and b"key=a " in dump, dump  # a's line came before
+            assert b"STAT" not in dump
+            assert _protocol_errors(router) == before + 2
+            _still_serves(r)
         assert router.alive()
     finally:
         bad.close()
