@@ -3,8 +3,8 @@
  *
  * Requests are parsed with src/protocol exactly as shoal-node parses them, so malformed input
  * gets the node's (memcached's) error lines without a round trip. Commands about keys go to
- * route.c; the rest (version, mn, stats, quit, ...) are answered here, in order behind the
- * replies still awaited from nodes. */
+ * route.c, stats and dumps to statsmerge.c; the rest (version, mn, quit, ...) are answered
+ * here, in order behind the replies still awaited from nodes. */
 #include "router/client.h"
 
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "router/route.h"
+#include "router/statsmerge.h"
 #include "router/upstream.h"
 #include "router/worker.h"
 
@@ -176,70 +177,6 @@ void client_oom(struct client *c)
     client_local(c, oom_reply, sizeof oom_reply - 1);
 }
 
-static void client_stats_general(struct client *c)
-{
-    struct router *r = c->w->r;
-    struct router_metrics m;
-    router_metrics_sum(r, &m);
-    struct buf b;
-    buf_init(&b);
-    time_t now = time(NULL);
-    buf_printf(&b, "STAT pid %d\r\nSTAT uptime %lld\r\nSTAT time %lld\r\nSTAT version %s\r\n",
-               (int)getpid(), (long long)(now - r->started), (long long)now, ROUTER_WIRE_VERSION);
-    buf_printf(&b, "STAT threads %llu\r\nSTAT curr_connections %llu\r\n",
-               (unsigned long long)r->cfg.threads,
-               (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
-    buf_printf(&b, "STAT topology_version %llu\r\n",
-               (unsigned long long)(c->w->topo ? c->w->topo->version : 0));
-    metrics_write_stats(&b, router_metric_descs, ROUTER_NMETRICS, &m);
-    buf_append_str(&b, "END\r\n");
-    if (b.data == NULL) client_oom(c);
-    else client_local(c, buf_start(&b), buf_used(&b));
-    buf_release(&b);
-}
-
-/* `stats <arg>` subcommands that memcached 1.6.18 or shoal-node answer about their items,
- * memory or connections: a node's to answer. */
-static const char *const client_node_stats[] = {
-    "items", "slabs", "sizes", "sizes_enable", "sizes_disable", "reset", "detail", "cachedump",
-    "conns", "extstore", "namespaces",
-};
-
-/* `stats`: the router's figures; `stats settings`: its options (from ROUTER_OPTIONS); a
- * subcommand about a node's store: a CLIENT_ERROR saying to ask a node; anything else: ERROR,
- * as memcached answers an unknown one. */
-static void client_stats(struct client *c, const struct proto_req *req)
-{
-    size_t n = req->arg ? req->narg : 0, word = 0;
-    if (n == 0) {
-        client_stats_general(c);
-        return;
-    }
-    if (n == 8 && !memcmp(req->arg, "settings", 8)) {
-        struct buf b;
-        buf_init(&b);
-        if (options_write_stats(&b, c->w->r->opts, c->w->r->nopts) < 0 ||
-            buf_append_str(&b, "END\r\n") < 0)
-            client_oom(c);
-        else
-            client_local(c, buf_start(&b), buf_used(&b));
-        buf_release(&b);
-        return;
-    }
-    while (word < n && req->arg[word] != ' ') word++;
-    for (size_t i = 0; i < sizeof client_node_stats / sizeof client_node_stats[0]; i++) {
-        if (strlen(client_node_stats[i]) != word || memcmp(client_node_stats[i], req->arg, word))
-            continue;
-        char msg[160];
-        int k = snprintf(msg, sizeof msg,
-                         "CLIENT_ERROR shoal-router answers only stats and stats settings; "
-                         "ask a node directly for stats %s\r\n", client_node_stats[i]);
-        client_local(c, msg, (size_t)k);
-        return;
-    }
-    client_local_str(c, "ERROR\r\n");
-}
-
 /* Parse and route one request line. `avail` counts the bytes buffered from the line's start.
  * Returns the bytes consumed, or 0 when a storage command's data block is not all here. */
 static size_t client_run_line(struct client *c, char *line, size_t len, size_t avail)
@@ -249,6 +186,10 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
     struct proto_req req;
     const char *err = NULL;
     size_t used = len + 1;
+    if (len >= 12 && !memcmp(line, "lru_crawler ", 12)) { /* no command src/protocol knows */
+        statsmerge_lru_crawler(c, line, len);
+        return used;
+    }
     enum proto_status st = proto_parse(line, len, cfg->item_max, &req, &err);
     if (st == PROTO_ERR_TOO_LARGE) {
         if (req.cmd == CMD_MS || !req.noreply)
@@ -307,7 +248,7 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         if (!req.noreply) client_local(c, "OK\r\n", 4);
         break;
     case CMD_STATS:
-        client_stats(c, &req);
+        statsmerge_stats(c, &req);
         break;
     case CMD_SHUTDOWN:
         client_local_str(c, "ERROR: shutdown not enabled\r\n");

@@ -65,6 +65,30 @@ static const char *token_end(const char *p, const char *end)
     return sp ? sp : end;
 }
 
+/* Is the token [p, e) exactly `word`? */
+static bool token_is(const char *p, const char *e, const char *word)
+{
+    size_t k = strlen(word);
+    return (size_t)(e - p) == k && !memcmp(p, word, k);
+}
+
+/* The list a `stats` line with arguments [p, end) is answered with. */
+static uint8_t stats_list(const char *p, const char *end)
+{
+    static const char *const stat_lists[] = {"items", "slabs", "sizes", "settings", "conns",
+                                             "extstore"};
+    const char *e = token_end(p, end);
+    if (p == end) return RLIST_STAT;
+    for (size_t i = 0; i < sizeof stat_lists / sizeof stat_lists[0]; i++)
+        if (token_is(p, e, stat_lists[i])) return RLIST_STAT;
+    if (token_is(p, e, "cachedump")) return RLIST_ITEM;
+    if (token_is(p, e, "detail")) {
+        p = skip_spaces(e, end);
+        if (token_is(p, token_end(p, end), "dump")) return RLIST_PREFIX;
+    }
+    return RLIST_NONE;
+}
+
 void reply_want_of(struct reply_want *w, const char *req, size_t n)
 {
     *w = (struct reply_want){.cmd = CMD_NONE, .slots = 1};
@@ -74,7 +98,15 @@ void reply_want_of(struct reply_want *w, const char *req, size_t n)
     if (end - req > (ptrdiff_t)UINT32_MAX) return;
     const char *p = skip_spaces(req, end), *e = token_end(p, end);
     enum proto_cmd cmd = proto_command(p, (size_t)(e - p));
+    if (cmd == CMD_NONE && token_is(p, e, "lru_crawler")) {
+        p = skip_spaces(e, end);
+        if (token_is(p, token_end(p, end), "metadump")) w->list = RLIST_KEY;
+        return; /* cmd stays CMD_NONE: any other lru_crawler line only an error answers */
+    }
     switch (cmd) {
+    case CMD_STATS:
+        w->list = stats_list(skip_spaces(e, end), end);
+        break;
     case CMD_GAT: case CMD_GATS:
         e = token_end(skip_spaces(e, end), end); /* the exptime */
         /* fall through */
@@ -237,8 +269,45 @@ static bool fits_meta(const struct reply_want *w, const char *req, const char *c
     return !echo || meta_echoes(w, req, p, p + ll - 2);
 }
 
+enum reply_lline reply_list_line(const struct reply_want *w, const char *p, size_t n, bool first,
+                                 size_t *len)
+{
+    static const char *const item[] = {[RLIST_STAT] = "STAT ", [RLIST_ITEM] = "ITEM ",
+                                       [RLIST_KEY] = "key=", [RLIST_PREFIX] = "PREFIX "};
+    const char *nl = memchr(p, '\n', n < REPLY_LINE_MAX ? n : REPLY_LINE_MAX);
+    if (nl == NULL) return n < REPLY_LINE_MAX ? RLL_MORE : RLL_BAD;
+    size_t ll = (size_t)(nl - p) + 1;
+    bool crlf = ll >= 2 && nl[-1] == '\r';
+    *len = ll;
+    if (w->list == RLIST_NONE || w->list > RLIST_PREFIX) return RLL_BAD;
+    const char *want = item[w->list];
+    size_t k = strlen(want);
+    /* memcached ends metadump's lines with a bare \n, the rest with \r\n */
+    if (ll > k && !memcmp(p, want, k) && (crlf || w->list == RLIST_KEY)) return RLL_ITEM;
+    if (!crlf) return RLL_BAD;
+    if (line_is(p, ll, "END")) return RLL_END;
+    if (first && (line_error(p, ll) || (w->list == RLIST_KEY && (line_code(p, ll, "BUSY") ||
+                                                                 line_code(p, ll, "BADCLASS")))))
+        return RLL_ONE;
+    return RLL_BAD;
+}
+
+/* A list reply: its lines (reply_list_line) then END, or one line that is the whole reply. */
+static bool fits_list(const struct reply_want *w, const char *p, size_t n)
+{
+    size_t pos = 0, ll;
+    for (bool first = true;; first = false) {
+        switch (reply_list_line(w, p + pos, n - pos, first, &ll)) {
+        case RLL_ITEM: pos += ll; break;
+        case RLL_END: case RLL_ONE: return pos + ll == n;
+        default: return false;
+        }
+    }
+}
+
 bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n)
 {
+    if (w->list != RLIST_NONE) return fits_list(w, reply, n);
     size_t ll = reply_line(reply, n);
     if (ll == 0) return false;
     if (line_error(reply, ll)) return ll == n;
@@ -262,7 +331,8 @@ bool reply_fits_want(const struct reply_want *w, const char *req, const char *re
         return line_number(reply, ll) || line_is(reply, ll, "NOT_FOUND");
     case CMD_TOUCH: return line_one_of(reply, ll, "TOUCHED NOT_FOUND");
     case CMD_VERSION: return line_code(reply, ll, "VERSION");
-    case CMD_FLUSH_ALL: case CMD_VERBOSITY: return line_is(reply, ll, "OK");
+    case CMD_FLUSH_ALL: case CMD_VERBOSITY: case CMD_STATS: /* stats detail on|off */
+        return line_is(reply, ll, "OK");
     default: return false; /* never forwarded: only an error line could be its answer */
     }
 }
@@ -274,7 +344,11 @@ bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
     const char *err;
     struct reply_want w = {.cmd = CMD_NONE};
     /* any length: a value the node finds too large is refused with an error line */
-    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) == PROTO_OK)
+    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) == PROTO_OK) {
         reply_want_of(&w, req, nreq);
+    } else { /* lru_crawler is no command proto_parse knows; the router sends its metadump */
+        reply_want_of(&w, req, nreq);
+        if (w.list != RLIST_KEY) w = (struct reply_want){.cmd = CMD_NONE};
+    }
     return reply_fits_want(&w, req, reply, n);
 }

@@ -29,6 +29,23 @@ long reply_length(const char *p, size_t n, uint64_t max_value, uint64_t max_repl
 /* What a request line lets its reply be, taken from the line once when it is sent (reply_want_of)
  * so that the reply is checked without parsing the line again (reply_fits_want). Offsets are
  * into the line. */
+/* Replies that are a list of lines ended by END: stats and its subcommands (STAT lines),
+ * `stats cachedump` (ITEM lines), `lru_crawler metadump` (key= lines, ended by a bare \n as
+ * memcached sends them), `stats detail dump` (PREFIX lines). The router takes them line by
+ * line (reply_list_line), so a dump of any size never has to be held whole. */
+enum reply_list { RLIST_NONE, RLIST_STAT, RLIST_ITEM, RLIST_KEY, RLIST_PREFIX };
+
+/* What reply_list_line found at the start of a list reply's remaining bytes. */
+enum reply_lline {
+    RLL_MORE, /* no whole line yet */
+    RLL_ITEM, /* a line of the list: more follow */
+    RLL_END,  /* END: the reply is complete */
+    RLL_ONE,  /* as the reply's first line, a line that is the whole reply (an error line, or
+               * memcached's BUSY / BADCLASS to a metadump) */
+    RLL_BAD,  /* cannot be part of the reply: a line of another kind, a line over
+               * REPLY_LINE_MAX, a missing \r */
+};
+
 struct reply_want {
     enum proto_cmd cmd;      /* the line's command; CMD_NONE when it has none or its key or
                               * O token is too long, which only an error line answers */
@@ -39,6 +56,7 @@ struct reply_want {
     bool has_opaque;         /* the reply must echo the O token */
     bool echo_key;           /* k: the reply must echo the key */
     bool base64;             /* b: the key as sent (and as echoed) is base64 */
+    uint8_t list;            /* enum reply_list: the reply is a list of lines ending in END */
 };
 
 /* Fill *w from the request at `req` (its line first, n bytes; read up to its first \n). The
@@ -46,6 +64,12 @@ struct reply_want {
  * command, where the keys, the O token and the k and b flags stand are looked for (a line that
  * may not parse goes through reply_fits). Tokens are split on runs of ' ' as proto_parse does. */
 void reply_want_of(struct reply_want *w, const char *req, size_t n);
+
+/* The next line of a list reply (w->list is not RLIST_NONE) at p, n bytes available; `first`
+ * when it is the reply's first line. *len gets the line's length with its line end (RLL_ITEM,
+ * RLL_END, RLL_ONE). */
+enum reply_lline reply_list_line(const struct reply_want *w, const char *p, size_t n, bool first,
+                                 size_t *len);
 
 /* How many VALUE blocks the request at `req` (its line first, n bytes) may be answered with:
  * one per key of get/gets (after the command) and gat/gats (after the exptime), else 1. */
@@ -74,7 +98,11 @@ long reply_token_num(const char *p, const char *end, int which);
  *   version: VERSION ...; flush_all, verbosity: OK;
  * - mg: VA (with its value), HD or EN; ms: HD, NS, EX or NF; md: HD, NF or EX; ma: VA, HD, NF,
  *   NS or EX; mn: MN; me: ME or EN; where the request carries k or O, the reply carries the
- *   same key (base64 under b, compared decoded) and the same opaque as its first k and O.
+ *   same key (base64 under b, compared decoded) and the same opaque as its first k and O;
+ * - stats (bare, items, slabs, sizes, settings, conns, extstore): STAT lines then END;
+ *   stats cachedump: ITEM lines then END; stats detail dump: PREFIX lines then END; lru_crawler
+ *   metadump: key= lines (ended by \n or \r\n) then END, or BUSY ... / BADCLASS ... alone;
+ *   stats detail on|off: OK.
  * Every line must end in \r\n. */
 bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n);
 

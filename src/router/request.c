@@ -9,6 +9,7 @@
 
 #include "router/client.h"
 #include "router/replica.h"
+#include "router/statsmerge.h"
 #include "router/warm.h"
 
 /* Freed requests and fragments are kept for reuse by the thread that freed them (each worker
@@ -275,6 +276,87 @@ static bool client_reply_room(struct rworker *w, const struct client *c, size_t 
     return false;
 }
 
+void frag_part(struct frag *f, const char *line, size_t n)
+{
+    struct rreq *rq = f->rq;
+    if (rq == NULL || f->overflow) return; /* the client has gone: read and dropped */
+    struct client *c = rq->cl;
+    if (rq->kind == RQ_DUMP) {
+        if (rq->over) return;
+        if (!client_reply_room(c->w, c, n)) {
+            rq->over = true; /* the rest is read and dropped; the reply ends in an error */
+            return;
+        }
+        struct buf *to = &rq->reply;
+        if (c->head == rq) { /* its turn: what was held goes out first, then the lines */
+            if (buf_used(&rq->reply) &&
+                buf_append(&c->wbuf, buf_start(&rq->reply), buf_used(&rq->reply)) < 0)
+                goto oom;
+            c->held -= rq->held_bytes;
+            rq->held_bytes = 0;
+            buf_consume(&rq->reply, buf_used(&rq->reply));
+            to = &c->wbuf;
+        } else {
+            c->held += n;
+            rq->held_bytes += n;
+        }
+        if (buf_append(to, line, n) < 0) goto oom;
+        client_mark_dirty(c);
+        return;
+    oom:
+        c->w->m.out_of_memory++;
+        rq->over = true;
+        return;
+    }
+    /* RQ_STATS: kept until every node answered */
+    if (buf_used(&f->reply) + n > STATSMERGE_REPLY_MAX || !client_reply_room(c->w, c, n) ||
+        buf_append(&f->reply, line, n) < 0) {
+        f->overflow = true;
+        return;
+    }
+    c->held += n;
+    rq->held_bytes += n;
+}
+
+/* The last line of a stats or dump fragment's reply (`failed`: the router's error). The
+ * request completes with the merge (stats) or the closing END (dumps) when it was the last. */
+static void frag_list_done(struct rreq *rq, struct frag *f, const char *reply, size_t n,
+                           bool failed)
+{
+    struct client *c = rq->cl;
+    bool end = !failed && n == 5 && !memcmp(reply, "END\r\n", 5);
+    bool one_ok = !failed && rq->kind == RQ_STATS && rq->merge == STATSMERGE_FIRST &&
+                  !(n >= 5 && (!memcmp(reply, "ERROR", 5) || !memcmp(reply, "CLIENT_", 7) ||
+                               !memcmp(reply, "SERVER_", 7)));
+    f->failed = f->overflow || !(end || one_ok);
+    if (f->failed) { /* its error, for when no node answers */
+        c->held -= buf_used(&f->reply);
+        rq->held_bytes -= buf_used(&f->reply);
+        buf_release(&f->reply);
+        if (f->overflow) {
+            static const char big[] = "SERVER_ERROR shoal-router: a node's stats reply is too "
+                                      "large\r\n";
+            reply = big;
+            n = sizeof big - 1;
+        }
+    } else if (!one_ok) {
+        n = 0; /* the lines are in f->reply (stats) or gone on (dumps); END is the router's */
+    }
+    if (n && buf_append(&f->reply, reply, n) < 0) {
+        c->w->m.out_of_memory++;
+        f->failed = true;
+    }
+    if (rq->pending > 0) return;
+    rreq_latency(rq, -1);
+    int rc = rq->kind == RQ_STATS ? statsmerge_reply(rq) : statsmerge_dump_end(rq);
+    if (rc < 0) {
+        c->w->m.out_of_memory++;
+        buf_release(&rq->reply);
+        buf_append(&rq->reply, oom_reply, sizeof oom_reply - 1);
+    }
+    rq->done = true;
+}
+
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
 {
     if (f->repl) replica_frag_done(f, reply, n, failed); /* even when the client has gone */
@@ -286,7 +368,9 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
     struct client *c = rq->cl;
     f->completed = true;
     rq->pending--;
-    if (rq->kind == RQ_FORWARD) {
+    if (rq->kind == RQ_STATS || rq->kind == RQ_DUMP) {
+        frag_list_done(rq, f, reply, n, failed);
+    } else if (rq->kind == RQ_FORWARD) {
         rreq_latency(rq, f->ns);
         rq->frags[f->idx] = NULL;
         /* an mg's miss in a cold pool is looked up in its warm pool; that answer ends it */

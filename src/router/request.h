@@ -29,6 +29,8 @@ enum rreq_kind {
     RQ_CAS,      /* a compare on one replica, then the write to the others (replica.h); the
                   * compare's reply is the client's */
     RQ_QUIT,     /* close the connection once earlier replies are out */
+    RQ_STATS,    /* stats to every node; the STAT lines merged (statsmerge.h) */
+    RQ_DUMP,     /* a key dump from every node; the lines passed on as they come, one END */
 };
 
 struct frag {
@@ -39,6 +41,8 @@ struct frag {
     bool completed;         /* answered: owned by rq now, no longer by a queue */
     bool probe;             /* a health probe of a node marked down (rq is NULL) */
     bool warm;              /* a lookup in the warm pool for a key its cold pool missed */
+    bool exclusive;         /* a metadump: alone on its connection (upstream.h) */
+    bool overflow;          /* RQ_STATS: its reply grew past STATSMERGE_REPLY_MAX; failed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */
     uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
@@ -67,6 +71,8 @@ struct rreq {
     bool direct;            /* the reply went straight to the client's output */
     bool warmable;          /* RQ_MULTIGET with keys in a pool that warms from another */
     bool warmed;            /* warm-pool lookups were issued (or none were needed) */
+    bool over;              /* RQ_DUMP: lines were dropped (--out-max); ends in an error */
+    uint8_t merge;          /* RQ_STATS: how the nodes' lists are merged (statsmerge.h) */
     uint16_t nfrags, pending;
     uint64_t start_us;      /* the worker's clock when it was parsed (namespace latency) */
     uint64_t held_bytes;    /* reply bytes it counts in its client's `held` */
@@ -106,6 +112,11 @@ void frag_destroy(struct frag *f);
  * failed it (`failed`, reply is an error line with \r\n). Completes the request when it was
  * the last fragment; may write straight to the client. Frees f. */
 void frag_complete(struct frag *f, const char *reply, size_t n, bool failed);
+
+/* One line (n bytes with its line end) of a list reply (stats, dumps) to fragment f, before
+ * the reply's last line completes f: a dump's line goes on towards the client at once (or is
+ * dropped, past --out-max), a stats line is kept in f->reply for the merge. */
+void frag_part(struct frag *f, const char *line, size_t n);
 
 /* RQ_MULTIGET whose fragments all answered: set miss[i] for each key the replies lack.
  * Returns the number of misses. */

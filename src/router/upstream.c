@@ -61,7 +61,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
     repairlog_init(&un->repair, (uint32_t)w->r->cfg.repair_log);
-    for (uint32_t i = 0; i < un->nconns; i++) {
+    for (uint32_t i = 0; i <= un->nconns; i++) { /* and the dump connection */
         struct upconn *uc = &un->conns[i];
         uc->evkind = EV_UPCONN;
         uc->un = un;
@@ -75,7 +75,10 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     return un;
 }
 
-bool upnode_idle(const struct upnode *un) { return un->wait == NULL && un->outstanding == 0; }
+bool upnode_idle(const struct upnode *un)
+{
+    return un->wait == NULL && un->dwait == NULL && un->outstanding == 0;
+}
 
 /* f has left a connection's sent queue (answered or failed): it no longer holds its client's
  * requests on a stand-in connection (upnode_pick). */
@@ -173,6 +176,13 @@ static void upnode_fail_waiting(struct upnode *un, const char *why)
         frag_fail(un, f, msg, (size_t)n);
     }
     un->wait_tail = NULL;
+    while (un->dwait) {
+        struct frag *f = un->dwait;
+        un->dwait = f->next;
+        w->m.upstream_errors++;
+        frag_fail(un, f, msg, (size_t)n);
+    }
+    un->dwait_tail = NULL;
 }
 
 /* Start a non-blocking connect. 0 (connecting or connected), or -1 with errno. */
@@ -267,10 +277,59 @@ static void frag_keep_line(struct frag *f)
     }
 }
 
+/* Hand f's request to connection uc: it joins uc's sent queue. */
+static void upconn_take(struct upconn *uc, struct frag *f)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
+    f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
+    frag_keep_line(f);
+    f->next = NULL;
+    if (uc->sent_tail) uc->sent_tail->next = f;
+    else uc->sent = f;
+    uc->sent_tail = f;
+    uc->nsent++;
+    un->outstanding++;
+    w->m.upstream_requests++;
+    f->sent_us = w->now_us;
+    if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
+    upconn_mark_dirty(uc);
+}
+
+/* Send the next waiting dump when the dump connection is free (nothing in flight on it). */
+static void upnode_pump_dump(struct upnode *un)
+{
+    struct rworker *w = un->w;
+    struct upconn *uc = &un->conns[un->nconns];
+    while (un->dwait && uc->sent == NULL) {
+        if (uc->state == UP_DOWN && upconn_connect(uc) < 0) {
+            w->m.upstream_connect_failures++;
+            upnode_failure(un);
+            char why[160];
+            snprintf(why, sizeof why, "is unavailable: %s", strerror(errno));
+            upnode_fail_waiting(un, why); /* the dumps; the others fail as they would */
+            return;
+        }
+        struct frag *f = un->dwait;
+        un->dwait = f->next;
+        if (un->dwait == NULL) un->dwait_tail = NULL;
+        if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
+            static const char oom[] = "SERVER_ERROR out of memory\r\n";
+            w->m.out_of_memory++;
+            frag_fail(un, f, oom, sizeof oom - 1);
+            continue;
+        }
+        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms; /* from when it is sent */
+        upconn_take(uc, f);
+    }
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
+    upnode_pump_dump(un);
     while (un->wait && un->outstanding < un->window) {
         struct frag *head = un->wait;
         unsigned pin = head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0;
@@ -289,25 +348,13 @@ static void upnode_pump(struct upnode *un)
             frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
-        reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
-        f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
-        frag_keep_line(f);
         uint32_t own_i = pin % un->nconns, uc_i = (uint32_t)(uc - un->conns);
         if (uc_i != own_i) { /* a stand-in: the pin's next requests follow it (upnode_pick) */
             f->stray = (uint8_t)(own_i + 1);
             un->strays[own_i]++;
             un->standin[own_i] = (uint8_t)uc_i;
         }
-        f->next = NULL;
-        if (uc->sent_tail) uc->sent_tail->next = f;
-        else uc->sent = f;
-        uc->sent_tail = f;
-        uc->nsent++;
-        un->outstanding++;
-        w->m.upstream_requests++;
-        f->sent_us = w->now_us;
-        if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
-        upconn_mark_dirty(uc);
+        upconn_take(uc, f);
     }
 }
 
@@ -324,6 +371,13 @@ void upnode_submit(struct upnode *un, struct frag *f)
                          un->node.addr, un->down ? "" : " (back, being repaired)");
         w->m.down_node_requests++;
         frag_fail(un, f, msg, (size_t)n);
+        return;
+    }
+    if (f->exclusive) {
+        if (un->dwait_tail) un->dwait_tail->next = f;
+        else un->dwait = f;
+        un->dwait_tail = f;
+        upnode_pump_dump(un);
         return;
     }
     if (un->wait_tail) un->wait_tail->next = f;
@@ -355,6 +409,33 @@ static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
     upconn_fail(uc, "sent a reply that does not match its request", false);
 }
 
+/* The head fragment f is answered with a list of lines (reply_want.list: stats, dumps): pass
+ * each whole line of the list on as it arrives (frag_part), so a dump of any size goes through
+ * without being held, and each line pushes the fragment's deadline back (a long dump is not a
+ * slow node). Returns the length of the reply's last line (END, or the one line that is the whole
+ * reply), left at the start of rbuf for the caller to complete f with; 0 when it has not
+ * arrived; -1 when the connection failed (a line that cannot be in the reply). uc->rscan counts
+ * the lines passed on. */
+static long upconn_list(struct upconn *uc, struct frag *f)
+{
+    struct rworker *w = uc->un->w;
+    for (;;) {
+        size_t ll = 0;
+        enum reply_lline k = reply_list_line(&f->want, buf_start(&uc->rbuf), buf_used(&uc->rbuf),
+                                             uc->rscan == 0, &ll);
+        if (k == RLL_MORE) return 0;
+        if (k == RLL_END || k == RLL_ONE) return (long)ll;
+        if (k == RLL_BAD) {
+            upconn_mismatch(uc, f, ll ? ll : buf_used(&uc->rbuf));
+            return -1;
+        }
+        frag_part(f, buf_start(&uc->rbuf), ll);
+        buf_consume(&uc->rbuf, ll);
+        uc->rscan++;
+        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+    }
+}
+
 /* Match complete replies in rbuf to the fragments sent, oldest first. */
 static void upconn_parse(struct upconn *uc)
 {
@@ -367,9 +448,12 @@ static void upconn_parse(struct upconn *uc)
             upconn_fail(uc, "sent an unexpected reply", false);
             return;
         }
-        long len = reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf), w->r->cfg.item_max,
-                                uc->sent->max_reply, &uc->rscan);
+        long len = uc->sent->want.list != RLIST_NONE
+                       ? upconn_list(uc, uc->sent)
+                       : reply_length(buf_start(&uc->rbuf), buf_used(&uc->rbuf),
+                                      w->r->cfg.item_max, uc->sent->max_reply, &uc->rscan);
         if (len == 0) break;
+        if (len < 0 && uc->state == UP_DOWN) return; /* upconn_list failed it */
         if (len < 0) {
             w->m.upstream_protocol_errors++;
             log_warn_limited("node %s sent a reply that does not parse; reconnecting", un->node.addr);
@@ -390,6 +474,13 @@ static void upconn_parse(struct upconn *uc)
         un->outstanding--;
         upnode_unstray(un, f);
         w->inflight--;
+        if (f->want.list != RLIST_NONE && uc->rscan > 0) {
+            /* the requests behind a dump waited for it, not for a slow node: their time starts
+             * now (the dump's own deadline moved with each line) */
+            for (struct frag *g = uc->sent; g; g = g->next)
+                if (g->deadline_ms < w->now_ms + w->r->cfg.timeout_ms)
+                    g->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+        }
         uc->rscan = 0;
         upnode_success(un, f->probe);
         if (!f->probe) {
@@ -532,7 +623,7 @@ void upstream_check_timeouts(struct rworker *w)
                              "window full)\r\n", un->node.addr);
             frag_fail(un, f, msg, (size_t)n);
         }
-        for (uint32_t i = 0; i < un->nconns; i++) {
+        for (uint32_t i = 0; i <= un->nconns; i++) { /* and the dump connection */
             struct upconn *uc = &un->conns[i];
             if (uc->sent && uc->sent->deadline_ms <= w->now_ms) {
                 log_info_limited("node %s: request timed out; reconnecting", un->node.addr);
@@ -569,7 +660,7 @@ uint64_t upstream_idle_ms(const struct rworker *w, uint64_t most)
 void upnode_destroy(struct upnode *un)
 {
     un->destroying = true;
-    for (uint32_t i = 0; i < un->nconns; i++) {
+    for (uint32_t i = 0; i <= un->nconns; i++) {
         struct upconn *uc = &un->conns[i];
         if (uc->in_dirty) { /* unlink from the worker's dirty list */
             for (struct upconn **pp = &un->w->dirty_up; *pp; pp = &(*pp)->dirty_next)

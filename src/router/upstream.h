@@ -69,7 +69,12 @@ struct upnode {
     uint32_t repairs_inflight;      /* repair requests sent, not yet answered */
     uint64_t repair_at_ms;          /* no repair is sent before (replica_log) */
     uint32_t nconns;
-    struct upconn conns[UPSTREAM_CONNS_MAX];
+    /* conns[nconns] is the node's dump connection: memcached refuses an `lru_crawler metadump`
+     * pipelined behind other requests on its connection and hands the connection to its
+     * crawler until the dump ends, so a dump (frag.exclusive) goes alone on a connection of
+     * its own, one at a time, while the others carry on */
+    struct upconn conns[UPSTREAM_CONNS_MAX + 1];
+    struct frag *dwait, *dwait_tail; /* dumps waiting for the dump connection */
     /* per connection i: requests of clients pinned to it that are in flight on the connection
      * standin[i] instead (it was down when they were sent); upnode_pick */
     uint32_t strays[UPSTREAM_CONNS_MAX];
@@ -82,7 +87,8 @@ void upnode_destroy(struct upnode *un);
 bool upnode_idle(const struct upnode *un);
 /* Is the node usable for requests (not marked down)? */
 static inline bool upnode_up(const struct upnode *un) { return !un->down; }
-/* Queue a fragment whose request bytes are in f->out, and send what the window allows. */
+/* Queue a fragment whose request bytes are in f->out, and send what the window allows (a
+ * fragment marked exclusive: alone on the node's dump connection, when it is free). */
 void upnode_submit(struct upnode *un, struct frag *f);
 /* epoll readiness on an upstream connection. */
 void upconn_event(struct upconn *uc, uint32_t events);

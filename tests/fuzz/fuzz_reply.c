@@ -9,7 +9,8 @@
  * answer and, when it is a hit, answered as a client's mg would be, and checked against a
  * request of every kind the router forwards or composes (reply_fits): a reply that fits ends
  * in \r\n, no prefix of it fits, and the router's form of the check (reply_fits_want) agrees.
- * Read as a request line, the input must give a reply_want that agrees with proto_parse. */
+ * Read as a request line, the input must give a reply_want that agrees with proto_parse. Read
+ * as a list reply (stats, dumps), it must frame line by line the same however it arrives. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,8 +50,46 @@ static const char *const fit_requests[] = {
     "decr a 1\r\n", "touch a 5\r\n", "version\r\n", "flush_all\r\n", "stats\r\n",
     "mg a s v t c f k O99 T30\r\n", "mg a v f t c k\r\n", "mg YQ== b k\r\n",
     "ms a 1 F0 T60 ME E7\r\nx\r\n", "ms a 1 k O1\r\nx\r\n", "md a\r\n", "md YQ== b\r\n",
-    "ma a v O3\r\n", "mn\r\n", "me a\r\n", "bogus\r\n",
+    "ma a v O3\r\n", "mn\r\n", "me a\r\n", "bogus\r\n", "stats items\r\n",
+    "stats cachedump 1 10\r\n", "stats detail dump\r\n", "stats detail on\r\n",
+    "lru_crawler metadump all\r\n",
 };
+
+/* Requests answered with a list of lines (stats, dumps), which the router takes a line at a
+ * time. */
+static const char *const list_requests[] = {
+    "stats\r\n", "stats slabs\r\n", "stats cachedump 1 10\r\n", "stats detail dump\r\n",
+    "lru_crawler metadump hash\r\n",
+};
+
+/* The input read as a list reply to each list request, line by line as the router reads it
+ * (reply_list_line): every line is whole, inside the input and within REPLY_LINE_MAX, any part
+ * of it asks for more, and where the walk ends the reply, the check of the whole reply
+ * (reply_fits) agrees. */
+static void check_lists(const char *p, size_t n)
+{
+    for (size_t i = 0; i < sizeof list_requests / sizeof *list_requests; i++) {
+        const char *q = list_requests[i];
+        struct reply_want w;
+        reply_want_of(&w, q, strlen(q));
+        if (w.list == RLIST_NONE) __builtin_trap();
+        size_t pos = 0;
+        for (bool first = true;; first = false) {
+            size_t ll = 0;
+            enum reply_lline k = reply_list_line(&w, p + pos, n - pos, first, &ll);
+            if (k == RLL_MORE || k == RLL_BAD) break;
+            if (ll == 0 || ll > n - pos || ll > REPLY_LINE_MAX || p[pos + ll - 1] != '\n')
+                __builtin_trap();
+            size_t cut = (size_t)(p[pos] & 0x7f) % ll, ll2;
+            if (reply_list_line(&w, p + pos, cut, first, &ll2) != RLL_MORE) __builtin_trap();
+            pos += ll;
+            if (k == RLL_ITEM) continue;
+            if (!reply_fits(q, strlen(q), p, pos) || !reply_fits_want(&w, q, p, pos))
+                __builtin_trap();
+            break;
+        }
+    }
+}
 
 /* Does the request line q parse (as every line the router sends does)? */
 static bool parses(const char *q, size_t n, struct proto_req *req)
@@ -121,6 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t pos = 0;
     if (size && reply_value_slots(p, size) == 0) __builtin_trap();
     check_want(p, size);
+    check_lists(p, size);
     while (pos < size) {
         size_t scan = 0;
         long len = reply_length(p + pos, size - pos, FUZZ_MAX_VALUE, FUZZ_MAX_REPLY, &scan);

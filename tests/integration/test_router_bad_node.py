@@ -7,10 +7,13 @@ and the router keeps serving. So is a reply that parses but cannot be the answer
 Skipped when SHOAL_TEST_SERVER=memcached."""
 
 
+import re
+
 import pytest
 
+import conftest
 from fakenode import FakeNode
-from mcraw import McRaw, wait_until
+from mcraw import McRaw, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -102,12 +105,16 @@ def _bad_pool_router(start_server, start_router, bad):
     doc = {"version": 1,
            "pools": {"good": {"nodes": [f"{good.host}:{good.port}"]}, "bad": {"nodes": [bad.addr]}},
            "namespaces": {"default": {"pool": "good"}, "b": {"pool": "bad"}}}
-    router, _, _ = start_router(doc, "-t", "1", "--timeout-ms", "10000")
+    router, admin, _ = start_router(doc, "-t", "1", "--timeout-ms", "10000")
+    router.admin = admin
     return router
 
 
-def _protocol_errors(r):
-    return int(r.stats()["upstream_protocol_errors"])
+def _protocol_errors(router):
+    """The router's count, from /metrics: its `stats` would ask the bad node too."""
+    status, body = http(router.admin, "GET", "/metrics")
+    assert status == 200, body
+    return int(re.search(r"^shoal_router_upstream_protocol_errors\S* (\d+)$", body, re.M).group(1))
 
 
 def _still_serves(r):
@@ -121,12 +128,12 @@ def test_a_reply_of_the_wrong_kind_fails_its_request(start_server, start_router)
     try:
         router = _bad_pool_router(start_server, start_router, bad)
         with McRaw(router.host, router.port, timeout=3) as r:
-            before = _protocol_errors(r)
+            before = _protocol_errors(router)
             r.send(b"get b:k\r\n")
             line = r.read_line()
             assert line.startswith("SERVER_ERROR") and bad.addr in line, line
             assert "does not match its request" in line, line
-            assert _protocol_errors(r) == before + 1
+            assert _protocol_errors(router) == before + 1
             _still_serves(r)
         assert router.alive()
     finally:
@@ -139,7 +146,7 @@ def test_a_stray_reply_never_gives_a_client_another_keys_value(start_server, sta
         router = _bad_pool_router(start_server, start_router, bad)
         with McRaw(router.host, router.port, timeout=3) as a, \
                 McRaw(router.host, router.port, timeout=3) as b:
-            before = _protocol_errors(a)
+            before = _protocol_errors(router)
             a.send(b"get b:alice:token\r\n")
             # the node holds A's answer until B's get is on the same connection behind it
             wait_until(lambda: len(bad.held) == 1, message="A's get reached the node")
@@ -148,8 +155,44 @@ def test_a_stray_reply_never_gives_a_client_another_keys_value(start_server, sta
             line = b.read_line()
             assert line.startswith("SERVER_ERROR") and bad.addr in line, line
             assert "alice" not in line and "s3cret" not in line
-            assert _protocol_errors(a) == before + 1
+            assert _protocol_errors(router) == before + 1
             _still_serves(b)
+        assert router.alive()
+    finally:
+        bad.close()
+
+
+class BadStatsNode(BadNode):
+    """Answers `stats` with a STAT line and then a line no stats reply has, and a metadump with
+    a key line and then a STAT line; everything else as BadNode."""
+
+    def answer_line(self, line):
+        if line == b"stats":
+            return b"STAT curr_items 5\r\nSTORED\r\n"
+        if line.startswith(b"lru_crawler metadump"):
+            return b"key=a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nSTAT a 1\r\nEND\r\n"
+        return super().answer_line(line)
+
+
+def test_a_stats_or_dump_reply_of_the_wrong_kind_leaves_the_node_out(start_server, start_router,
+                                                                      monkeypatch):
+    monkeypatch.setattr(conftest, "SERVER_KIND", "memcached")  # a good node that dumps
+    bad = BadStatsNode(b"END\r\n")
+    try:
+        router = _bad_pool_router(start_server, start_router, bad)
+        with McRaw(router.host, router.port, timeout=3) as r:
+            assert r.store("set", "plain", "v") == "STORED"
+            before = _protocol_errors(router)
+            st = r.stats()
+            assert st["nodes_answered"] == "1" and st["nodes_total"] == "2"
+            assert st["curr_items"] == "1", "the good node's figure only"
+            assert _protocol_errors(router) == before + 1
+            r.send(b"lru_crawler metadump all\r\n")
+            dump = r.read_until(b"END\r\n")
+            assert b"key=plain " in dump and b"key=a " in dump, dump  # a's line came before
+            assert b"STAT" not in dump
+            assert _protocol_errors(router) == before + 2
+            _still_serves(r)
         assert router.alive()
     finally:
         bad.close()

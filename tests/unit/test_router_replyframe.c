@@ -119,7 +119,7 @@ static const struct pair text_bad[] = {
     {"version\r\n", "END\r\n"},
     {"version\r\n", "VERSIONS\r\n"},
     {"flush_all\r\n", "STORED\r\n"},
-    {"stats\r\n", "END\r\n"},                        /* never forwarded */
+    {"stats reset\r\n", "RESET\r\n"},                  /* never forwarded */
     {"frobnicate\r\n", "OK\r\n"},                    /* does not parse: only an error fits */
     {"get a\r\n", "ERRORS\r\n"},
     {"get a\r\n", "SERVER_ERRORx\r\n"},
@@ -266,16 +266,118 @@ static void test_want_of_a_line(void **state)
     assert_true(w.has_opaque && !w.echo_key);
 
     /* no command, or one never forwarded: only an error line answers it */
-    const char *none[] = {"stats\r\n", "bogus a\r\n", "mg\r\n", "", "GET a\r\n",
-                          "mg a O0123456789012345678901234567890123\r\n"};
+    const char *none[] = {"lru_crawler crawl all\r\n", "bogus a\r\n", "mg\r\n", "",
+                          "GET a\r\n", "mg a O0123456789012345678901234567890123\r\n"};
     for (size_t i = 0; i < sizeof none / sizeof *none; i++) {
         reply_want_of(&w, none[i], strlen(none[i]));
-        assert_int_equal(w.cmd, i == 0 ? CMD_STATS : CMD_NONE);
+        assert_int_equal(w.cmd, CMD_NONE);
+        assert_int_equal(w.list, RLIST_NONE);
         assert_int_equal(w.slots, 1);
         assert_false(reply_fits_want(&w, none[i], "OK\r\n", 4));
         assert_false(reply_fits_want(&w, none[i], "END\r\n", 5));
         assert_true(reply_fits_want(&w, none[i], "ERROR\r\n", 7));
     }
+}
+
+/* Lists (stats and dumps): their lines then END, or one line that is the whole reply. */
+static const struct pair list_good[] = {
+    {"stats\r\n", "STAT pid 1\r\nSTAT version 1.6.18\r\nEND\r\n"},
+    {"stats\r\n", "END\r\n"},
+    {"stats items\r\n", "STAT items:1:number 3\r\nEND\r\n"},
+    {"stats slabs\r\n", "STAT 1:chunk_size 96\r\nSTAT active_slabs 1\r\nEND\r\n"},
+    {"stats sizes\r\n", "STAT sizes_status disabled\r\nEND\r\n"},
+    {"stats settings\r\n", "STAT maxbytes 67108864\r\nEND\r\n"},
+    {"stats items\r\n", "SERVER_ERROR out of memory\r\n"},
+    {"stats cachedump 1 10\r\n", "ITEM a [1 b; 0 s]\r\nITEM b [3 b; 0 s]\r\nEND\r\n"},
+    {"stats cachedump 1 10\r\n", "CLIENT_ERROR bad command line format\r\n"},
+    {"stats detail dump\r\n", "PREFIX a get 1 hit 1 set 1 del 0\r\nEND\r\n"},
+    {"stats detail on\r\n", "OK\r\n"},
+    {"lru_crawler metadump all\r\n", "key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=63\n"
+                                       "key=b%3A1 exp=-1 la=1 cas=3 fetch=yes cls=1 size=64\n"
+                                       "END\r\n"},
+    {"lru_crawler metadump hash\r\n", "key=a exp=-1\r\nEND\r\n"},
+    {"lru_crawler metadump all\r\n", "END\r\n"},
+    {"lru_crawler metadump 99\r\n", "BADCLASS invalid class id\r\n"},
+    {"lru_crawler metadump all\r\n", "BUSY currently processing crawler request\r\n"},
+    {"lru_crawler metadump all\r\n", "ERROR\r\n"},
+};
+
+static const struct pair list_bad[] = {
+    {"stats\r\n", "STAT pid 1\r\n"},                         /* no END */
+    {"stats\r\n", "STAT pid 1\nEND\r\n"},                     /* a bare \n */
+    {"stats\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n"},             /* another kind */
+    {"stats\r\n", "STAT pid 1\r\nERROR\r\n"},                /* an error after lines */
+    {"stats\r\n", "END\r\nEND\r\n"},                         /* a stray END */
+    {"stats\r\n", "OK\r\n"},
+    {"stats items\r\n", "ITEM a [1 b; 0 s]\r\nEND\r\n"},
+    {"stats cachedump 1 1\r\n", "STAT a 1\r\nEND\r\n"},
+    {"stats cachedump 1 1\r\n", "key=a exp=-1\nEND\r\n"},
+    {"stats detail dump\r\n", "STAT a 1\r\nEND\r\n"},
+    {"stats detail on\r\n", "END\r\n"},
+    {"lru_crawler metadump all\r\n", "STAT a 1\r\nEND\r\n"},
+    {"lru_crawler metadump all\r\n", "key=a\nBUSY currently processing crawler request\r\n"},
+    {"lru_crawler metadump all\r\n", "STORED\r\n"},
+    {"lru_crawler crawl all\r\n", "OK\r\n"},                 /* the router never sends it */
+};
+
+/* A list's lines one at a time, as the router takes them (reply_list_line): whole lines, the
+ * last one END or the reply's only line. Returns the bytes framed, -1 when refused. */
+static long walk_list(const char *req, const char *reply, size_t n)
+{
+    struct reply_want w;
+    reply_want_of(&w, req, strlen(req));
+    size_t pos = 0, ll;
+    for (bool first = true;; first = false) {
+        switch (reply_list_line(&w, reply + pos, n - pos, first, &ll)) {
+        case RLL_ITEM: pos += ll; break;
+        case RLL_END: case RLL_ONE: return (long)(pos + ll);
+        case RLL_MORE: return 0;
+        default: return -1;
+        }
+    }
+}
+
+static void check_list(const struct pair *pairs, size_t n, bool fit)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct pair *p = &pairs[i];
+        size_t nreply = strlen(p->reply);
+        bool got = reply_fits(p->req, strlen(p->req), p->reply, nreply);
+        if (got != fit) {
+            print_error("request %s reply %s: fits %d\n", p->req, p->reply, (int)got);
+            fail();
+        }
+        struct reply_want w;
+        reply_want_of(&w, p->req, strlen(p->req));
+        assert_int_equal(reply_fits_want(&w, p->req, p->reply, nreply), fit);
+        if (!fit || w.list == RLIST_NONE) continue;
+        assert_int_equal(walk_list(p->req, p->reply, nreply), (long)nreply);
+        for (size_t k = 0; k < nreply; k++) { /* a part is never the whole */
+            assert_false(reply_fits(p->req, strlen(p->req), p->reply, k));
+            assert_true(walk_list(p->req, p->reply, k) <= 0);
+        }
+    }
+}
+
+static void test_list_replies_that_fit(void **state) { check_list(list_good, COUNT(list_good), true); }
+static void test_list_replies_that_do_not(void **state)
+{
+    check_list(list_bad, COUNT(list_bad), false);
+}
+
+/* A list line longer than REPLY_LINE_MAX is refused before it is all there. */
+static void test_a_list_line_is_bounded(void **state)
+{
+    static char big[REPLY_LINE_MAX + 16];
+    memcpy(big, "key=", 4);
+    memset(big + 4, 'a', sizeof big - 4);
+    struct reply_want w;
+    const char *req = "lru_crawler metadump all\r\n";
+    reply_want_of(&w, req, strlen(req));
+    assert_int_equal(w.list, RLIST_KEY);
+    size_t ll;
+    assert_int_equal(reply_list_line(&w, big, REPLY_LINE_MAX - 1, true, &ll), RLL_MORE);
+    assert_int_equal(reply_list_line(&w, big, sizeof big, true, &ll), RLL_BAD);
 }
 
 /* The want holds offsets, not pointers: it checks the reply against the same line at another
@@ -308,6 +410,9 @@ int main(void)
         cmocka_unit_test(test_a_partial_reply_never_fits),
         cmocka_unit_test(test_want_of_a_line),
         cmocka_unit_test(test_want_follows_its_line),
+        cmocka_unit_test(test_list_replies_that_fit),
+        cmocka_unit_test(test_list_replies_that_do_not),
+        cmocka_unit_test(test_a_list_line_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
