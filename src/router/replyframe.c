@@ -98,7 +98,7 @@ void reply_want_of(struct reply_want *w, const char *req, size_t n)
     if (end - req > (ptrdiff_t)UINT32_MAX) return;
     const char *p = skip_spaces(req, end), *e = token_end(p, end);
     enum proto_cmd cmd = proto_command(p, (size_t)(e - p));
-    if (cmd == CMD_NONE && token_is(p, e, "lru_crawler")) {
+    if (cmd == CMD_LRU_CRAWLER) {
         p = skip_spaces(e, end);
         if (token_is(p, token_end(p, end), "metadump")) w->list = RLIST_KEY;
         return; /* cmd stays CMD_NONE: any other lru_crawler line only an error answers */
