@@ -256,6 +256,11 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         c->swallow = (uint64_t)req.nbytes + 2;
         return used;
     }
+    if (st == PROTO_ERR_CLOSE) { /* an HTTP request: closed with no reply, as memcached does */
+        w->m.protocol_errors++;
+        c->closing = true;
+        return used;
+    }
     if (st != PROTO_OK) {
         w->m.protocol_errors++;
         /* as the node: a text command's errors are silent under noreply, meta's never */
@@ -357,6 +362,12 @@ static void client_process(struct client *c)
             continue;
         }
         char *start = buf_start(&c->rbuf);
+        if ((unsigned char)start[0] == 0x80) { /* binary protocol: as shoal-node (conn.c) */
+            c->w->m.protocol_errors++;
+            client_local_str(c, "ERROR\r\n");
+            c->closing = true;
+            return;
+        }
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > cfg->line_max) {
             if (nl == NULL && avail <= cfg->line_max) return; /* wait for the rest */
