@@ -249,6 +249,10 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
     struct proto_req req;
     const char *err = NULL;
     size_t used = len + 1;
+    /* a NUL ends the line for the node as for memcached: forward only what it will read, so
+     * replies are matched against the request the node answers */
+    const char *nul = memchr(line, '\0', len);
+    if (nul != NULL) len = (size_t)(nul - line);
     enum proto_status st = proto_parse(line, len, cfg->item_max, &req, &err);
     if (st == PROTO_ERR_TOO_LARGE) {
         if (req.cmd == CMD_MS || !req.noreply)

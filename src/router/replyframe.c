@@ -9,10 +9,13 @@
 
 long reply_token_num(const char *p, const char *end, int which)
 {
+    /* tokens split on ' ' only: a key may hold any other byte, \r included (memcached) */
+    if (end > p && end[-1] == '\n') end--;
+    if (end > p && end[-1] == '\r') end--;
     int t = 0;
     while (p < end) {
         const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
+        while (p < end && *p != ' ') p++;
         if (t == which) {
             if (p == s || p - s > 10) return -1;
             long v = 0;
@@ -23,8 +26,7 @@ long reply_token_num(const char *p, const char *end, int which)
             return v;
         }
         t++;
-        if (p < end && *p == ' ') p++;
-        else break;
+        if (p < end) p++;
     }
     return -1;
 }
