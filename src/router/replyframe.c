@@ -211,13 +211,22 @@ static bool meta_echoes(const struct reply_want *w, const char *req, const char 
     }
     if (!w->echo_key) return true;
     if ((tok = mreply_flag(p, end, 'k', &ntok)) == NULL) return false;
-    const char *key = req + w->key;
-    size_t nkey = w->key_end - w->key;
-    if (!w->base64) return ntok == nkey && !memcmp(tok, key, nkey);
+    /* each side may be in base64: the request under b, the reply when it carries b (a hit
+     * echoes the key in the form it was stored in, as memcached does) */
+    size_t nb;
+    bool got_b64 = mreply_flag(p, end, 'b', &nb) != NULL;
     char want[PROTO_KEY_MAX + 1], got[PROTO_KEY_MAX + 1];
-    int nwant = proto_base64_decode(key, nkey, want, PROTO_KEY_MAX);
-    int ngot = proto_base64_decode(tok, ntok, got, sizeof got);
-    return nwant > 0 && ngot == nwant && !memcmp(got, want, (size_t)nwant);
+    const char *wk = req + w->key, *gk = tok;
+    int nwant = (int)(w->key_end - w->key), ngot = (int)ntok;
+    if (w->base64) {
+        nwant = proto_base64_decode(wk, (size_t)nwant, want, PROTO_KEY_MAX);
+        wk = want;
+    }
+    if (got_b64) {
+        ngot = proto_base64_decode(tok, ntok, got, sizeof got);
+        gk = got;
+    }
+    return nwant > 0 && ngot == nwant && !memcmp(gk, wk, (size_t)nwant);
 }
 
 /* A meta reply: one of `codes` (space-separated two-letter codes) as the first token, with its
