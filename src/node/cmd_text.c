@@ -296,6 +296,18 @@ void cmd_text_run(struct conn *c, struct proto_req *req)
         /* The memory reservation is fixed at start; say so rather than pretend. */
         conn_reply_str(c, "SERVER_ERROR cache_memlimit is not supported; restart with -m\r\n");
         break;
+    case CMD_SLABS:
+    case CMD_LRU:
+    case CMD_LRU_CRAWLER:
+    case CMD_WATCH: {
+        bool silent;
+        const char *r = proto_tune_reply(req, &silent);
+        if (!silent) {
+            conn_reply_str(c, r);
+            conn_reply(c, "\r\n", 2);
+        }
+        break;
+    }
     default: conn_reply_str(c, "ERROR\r\n"); break;
     }
 }

@@ -199,6 +199,7 @@ enum proto_cmd proto_command(const char *s, size_t n)
         case 's': return IS("set") ? CMD_SET : CMD_NONE;
         case 'a': return IS("add") ? CMD_ADD : CMD_NONE;
         case 'c': return IS("cas") ? CMD_CAS : CMD_NONE;
+        case 'l': return IS("lru") ? CMD_LRU : CMD_NONE;
         }
         return CMD_NONE;
     case 4:
@@ -212,7 +213,8 @@ enum proto_cmd proto_command(const char *s, size_t n)
     case 5:
         switch (s[0]) {
         case 't': return IS("touch") ? CMD_TOUCH : CMD_NONE;
-        case 's': return IS("stats") ? CMD_STATS : CMD_NONE;
+        case 's': return IS("stats") ? CMD_STATS : IS("slabs") ? CMD_SLABS : CMD_NONE;
+        case 'w': return IS("watch") ? CMD_WATCH : CMD_NONE;
         }
         return CMD_NONE;
     case 6:
@@ -235,6 +237,7 @@ enum proto_cmd proto_command(const char *s, size_t n)
         case 'v': return IS("verbosity") ? CMD_VERBOSITY : CMD_NONE;
         }
         return CMD_NONE;
+    case 11: return IS("lru_crawler") ? CMD_LRU_CRAWLER : CMD_NONE;
     case 14: return IS("cache_memlimit") ? CMD_CACHE_MEMLIMIT : CMD_NONE;
     }
     return CMD_NONE;
@@ -411,7 +414,7 @@ static void rest_as_arg(struct proto_req *req, const char *p, const char *end)
  * of g s a c i d t, or a two-byte m name gets ERROR instead, as do the other commands it has. */
 static bool looks_like_http(const char *name, size_t nname, const char *p, const char *end)
 {
-    static const char *const known[] = {"lru_crawler", "watch", "lru", "bget", "extstore"};
+    static const char *const known[] = {"bget", "extstore"}; /* memcached's; not shoal's */
     if (nname < 2 || memchr("gsacidt", name[0], 7) || (name[0] == 'm' && nname == 2)) return false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strlen(known[i]) == nname && memcmp(known[i], name, nname) == 0) return false;
@@ -464,7 +467,11 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     case CMD_VERSION:
     case CMD_QUIT: return PROTO_OK; /* memcached ignores anything after these */
     case CMD_STATS:
-    case CMD_SHUTDOWN: rest_as_arg(req, p, end); return PROTO_OK;
+    case CMD_SHUTDOWN:
+    case CMD_SLABS:
+    case CMD_LRU:
+    case CMD_LRU_CRAWLER:
+    case CMD_WATCH: rest_as_arg(req, p, end); return PROTO_OK;
     case CMD_MG:
     case CMD_MS:
     case CMD_MD:

@@ -28,6 +28,8 @@ enum proto_cmd {
     CMD_DELETE, CMD_INCR, CMD_DECR, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_SHUTDOWN, CMD_CACHE_MEMLIMIT,
+    /* memcached's tuning commands: req->arg holds the rest; see proto_tune_reply */
+    CMD_SLABS, CMD_LRU, CMD_LRU_CRAWLER, CMD_WATCH,
     /* meta */
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
 };
@@ -155,5 +157,10 @@ bool proto_parse_i64(const char *s, size_t n, int64_t *out);
 bool proto_mc_u32(const char *s, size_t n, uint32_t *out);
 bool proto_mc_i32(const char *s, size_t n, int32_t *out);
 bool proto_mc_u64(const char *s, size_t n, uint64_t *out);
+
+/* The reply line (without \r\n) to a tuning command (CMD_SLABS, CMD_LRU, CMD_LRU_CRAWLER,
+ * CMD_WATCH), as memcached 1.6.18 answers it; *silent when a trailing noreply silences it.
+ * shoal has none of the internals they tune: well-formed ones are accepted and ignored. */
+const char *proto_tune_reply(const struct proto_req *req, bool *silent);
 
 #endif

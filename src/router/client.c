@@ -326,6 +326,15 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
             client_local_str(c, "CLIENT_ERROR cache_memlimit is a node setting; "
                                 "shoal-router holds no items\r\n");
         break;
+    case CMD_SLABS: case CMD_LRU: case CMD_LRU_CRAWLER: case CMD_WATCH: {
+        bool silent; /* the same constant answers as a node's */
+        const char *r = proto_tune_reply(&req, &silent);
+        if (!silent) {
+            client_local_str(c, r);
+            client_local(c, "\r\n", 2);
+        }
+        break;
+    }
     case CMD_QUIT: {
         struct rreq *rq = rreq_create(c, RQ_QUIT, req.cmd);
         if (rq == NULL) {

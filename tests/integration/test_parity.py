@@ -137,3 +137,70 @@ def test_malformed_line_answered_as_memcached(server, line, replies):
         assert got == [] and replies == ["MN"]
     else:
         assert got == replies
+
+
+# --- memcached's tuning commands: accepted and ignored, or memcached's error ------------------
+
+TUNING = [
+    ("slabs automove 1", ["OK"]),
+    ("slabs automove 0", ["OK"]),
+    ("slabs automove 2", ["OK"]),
+    ("slabs automove 3", ["ERROR"]),
+    ("slabs automove x", [BADFMT]),
+    ("slabs automove -1", [BADFMT]),
+    ("slabs automove 1 noreply", []),
+    ("slabs automove ratio 0.5", ["OK"]),
+    ("slabs automove ratio x", ["ERROR"]),
+    ("slabs automove ratio", ["ERROR"]),
+    ("slabs automove", ["ERROR"]),
+    ("slabs", ["ERROR"]),
+    ("slabs reassign 1 2 3", ["ERROR"]),
+    ("lru_crawler crawl all", ["OK"]),
+    ("lru_crawler crawl 1,2", ["OK"]),
+    ("lru_crawler crawl 0", ["BADCLASS invalid class id"]),
+    ("lru_crawler crawl 64", ["BADCLASS invalid class id"]),
+    ("lru_crawler crawl x", ["BADCLASS invalid class id"]),
+    ("lru_crawler crawl all 5", ["ERROR"]),
+    ("lru_crawler tocrawl x", [BADFMT]),
+    ("lru_crawler tocrawl 5", ["OK"]),
+    ("lru_crawler sleep x", [BADFMT]),
+    ("lru_crawler sleep 2000000", ["CLIENT_ERROR sleep must be one second or less"]),
+    ("lru_crawler sleep 100", ["OK"]),
+    ("lru_crawler", ["ERROR"]),
+    ("lru_crawler foo", ["ERROR"]),
+    ("lru tune 10 10 0.1 2", ["OK"]),
+    ("lru tune 50 50 1 1", ["ERROR hot and warm pcts must not exceed 80"]),
+    ("lru tune 10 10 0 1", ["ERROR hot/warm age factors must be greater than 0"]),
+    ("lru tune 10 10 x 1", ["ERROR"]),
+    ("lru tune 10 10 0.1", ["ERROR"]),
+    ("lru mode flat", ["OK"]),
+    ("lru mode segmented noreply", []),
+    ("lru mode x", ["ERROR"]),
+    ("lru temp_ttl 5 noreply", []),
+    ("lru temp_ttl x", ["ERROR"]),
+    ("lru", ["ERROR"]),
+    ("lru x", ["ERROR"]),
+    ("watch noreply", []),
+]
+
+
+@pytest.mark.parametrize("line,replies", TUNING, ids=[repr(l) for l, _ in TUNING])
+def test_tuning_command_answered_as_memcached(conn, line, replies):
+    conn.send(line + "\r\nmn\r\n")
+    got = []
+    while (r := conn.read_line()) != "MN":
+        got.append(r)
+    assert got == replies
+
+
+@pytest.mark.shoal_only  # memcached streams its log, or reassigns a slab page
+@pytest.mark.parametrize("line,reply", [
+    ("watch", "CLIENT_ERROR watch commands not allowed"),
+    ("watch fetchers", "CLIENT_ERROR watch commands not allowed"),
+    ("slabs reassign 1 2", "CLIENT_ERROR slab reassignment disabled"),
+    ("slabs reassign x y", "CLIENT_ERROR slab reassignment disabled"),
+    ("lru_crawler enable", "OK"),
+    ("lru_crawler disable", "OK"),
+])
+def test_tuning_command_shoal_cannot_honour(conn, line, reply):
+    assert conn.cmd(line) == reply

@@ -259,10 +259,12 @@ static void test_http_lines(void **state)
         {"G HTTP/1.0", PROTO_ERR_UNKNOWN, E},      /* one-byte command */
         {"foo http/1.0", PROTO_ERR_UNKNOWN, E},    /* case matters */
         {"GET / HTTP", PROTO_ERR_UNKNOWN, E},
-        {"watch HTTP/1.0", PROTO_ERR_UNKNOWN, E},  /* a command memcached has */
+        {"bget HTTP/1.0", PROTO_ERR_UNKNOWN, E},   /* a command memcached has */
+        {"extstore HTTP/1.0", PROTO_ERR_UNKNOWN, E},
     };
     RUN_ERR_CASES(c);
     OK("get HTTP/1.0"); /* a key */
+    OK("watch HTTP/1.0"); /* a command */
     /* memcached looks at 23 tokens at most */
     char line[400] = "GET";
     for (int i = 0; i < 21; i++) strcat(line, " a");
@@ -274,6 +276,48 @@ static void test_http_lines(void **state)
     for (int i = 0; i < 22; i++) strcat(line, " a");
     strcat(line, " HTTP/1.0"); /* the 24th token */
     assert_int_equal(parse(line), PROTO_ERR_UNKNOWN);
+}
+
+/* memcached's tuning commands parse to their own commands and answer as memcached does. */
+static void test_tuning_commands(void **state)
+{
+    static const struct {
+        const char *line;
+        enum proto_cmd cmd;
+        const char *reply;
+        bool silent;
+    } c[] = {
+        {"slabs automove 1", CMD_SLABS, "OK", false},
+        {"slabs automove 4294967297", CMD_SLABS, "OK", false}, /* 32 bits: 1 */
+        {"slabs automove 3", CMD_SLABS, "ERROR", false},
+        {"slabs automove x", CMD_SLABS, "CLIENT_ERROR bad command line format", false},
+        {"slabs automove noreply", CMD_SLABS, "CLIENT_ERROR bad command line format", true},
+        {"slabs automove ratio 0.5 noreply", CMD_SLABS, "OK", true},
+        {"slabs automove ratio 1e", CMD_SLABS, "ERROR", false},
+        {"slabs reassign 1 2", CMD_SLABS, "CLIENT_ERROR slab reassignment disabled", false},
+        {"slabs reassign 1 2 3", CMD_SLABS, "ERROR", false},
+        {"slabs", CMD_SLABS, "ERROR", false},
+        {"lru_crawler crawl 1,,63", CMD_LRU_CRAWLER, "OK", false},
+        {"lru_crawler crawl 1,64", CMD_LRU_CRAWLER, "BADCLASS invalid class id", false},
+        {"lru_crawler sleep 1000000", CMD_LRU_CRAWLER, "OK", false},
+        {"lru_crawler sleep 1000001", CMD_LRU_CRAWLER,
+         "CLIENT_ERROR sleep must be one second or less", false},
+        {"lru_crawler metadump all", CMD_LRU_CRAWLER, "ERROR", false},
+        {"lru tune 40 40 1 1", CMD_LRU, "OK", false},
+        {"lru tune 41 40 1 1", CMD_LRU, "ERROR hot and warm pcts must not exceed 80", false},
+        {"lru tune 4294967295 1 1 1", CMD_LRU, "OK", false}, /* memcached's sum wraps */
+        {"lru temp_ttl -1 noreply", CMD_LRU, "OK", true},
+        {"watch", CMD_WATCH, "CLIENT_ERROR watch commands not allowed", false},
+        {"watch rawcmds noreply", CMD_WATCH, "CLIENT_ERROR watch commands not allowed", true},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        OK(c[i].line);
+        assert_int_equal(req.cmd, c[i].cmd);
+        bool silent;
+        const char *r = proto_tune_reply(&req, &silent);
+        if (strcmp(r, c[i].reply) != 0 || silent != c[i].silent)
+            fail_msg("'%s': got '%s'%s", c[i].line, r, silent ? " (silent)" : "");
+    }
 }
 
 /* ---- base64 ----------------------------------------------------------------------------- */
@@ -1236,6 +1280,7 @@ int main(void)
         cmocka_unit_test(test_mc_numbers),
         cmocka_unit_test(test_mc_number_fields),
         cmocka_unit_test(test_http_lines),
+        cmocka_unit_test(test_tuning_commands),
         cmocka_unit_test(test_gat),
         cmocka_unit_test(test_keys_helpers),
         cmocka_unit_test(test_storage),
