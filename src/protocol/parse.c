@@ -438,7 +438,7 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     req->meta.delta = 1;
     *errmsg = NULL;
     /* memcached reads the line as a C string: a NUL ends it */
-    const char *nul = memchr(line, '\0', len);
+    const char *nul = len ? memchr(line, '\0', len) : NULL;
     if (nul != NULL) len = (size_t)(nul - line);
     if (len == 0) return unknown(errmsg);
     const char *end = line + len;

@@ -72,7 +72,7 @@ void reply_want_of(struct reply_want *w, const char *req, size_t n)
     *w = (struct reply_want){.cmd = CMD_NONE, .slots = 1};
     const char *end = memchr(req, '\n', n);
     if (end == NULL) end = req + n;
-    const char *nul = memchr(req, '\0', (size_t)(end - req)); /* ends the line, as for the parser */
+    const char *nul = end > req ? memchr(req, '\0', (size_t)(end - req)) : NULL; /* as the parser */
     if (nul != NULL) end = nul;
     if (end > req && end[-1] == '\r') end--;
     if (end - req > (ptrdiff_t)UINT32_MAX) return;
