@@ -9,6 +9,24 @@
 static int log_level = LOG_NOTICE;
 static const char *log_name = "shoal";
 
+char *log_escape(char *dst, size_t cap, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool plain = c >= 0x20 && c < 0x7f && c != '\\';
+        if (o + (plain ? 1 : 4) >= cap) break;
+        if (plain) {
+            dst[o++] = (char)c;
+        } else {
+            dst[o++] = '\\', dst[o++] = 'x', dst[o++] = hex[c >> 4], dst[o++] = hex[c & 15];
+        }
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
 void log_set_level(int level) { __atomic_store_n(&log_level, level, __ATOMIC_RELAXED); }
 int log_get_level(void) { return __atomic_load_n(&log_level, __ATOMIC_RELAXED); }
 void log_set_name(const char *name) { log_name = name; }

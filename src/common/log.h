@@ -5,6 +5,8 @@
 #ifndef SHOAL_COMMON_LOG_H
 #define SHOAL_COMMON_LOG_H
 
+#include <stddef.h>
+
 /* Shown by default: error, warn, notice (start, stop, configuration changes). -v adds info,
  * -vv debug. */
 enum log_level { LOG_ERROR = -2, LOG_WARN = -1, LOG_NOTICE = 0, LOG_INFO = 1, LOG_DEBUG = 2 };
@@ -13,6 +15,11 @@ void log_set_level(int level);
 int log_get_level(void);
 void log_set_name(const char *name);
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copy n bytes of s into dst (cap > 0 bytes, NUL-terminated, cut short to fit) for a log line:
+ * bytes below 0x20, '\\', DEL and above are written as \xNN, so a client's key with control bytes
+ * cannot forge log lines or drive a terminal. Returns dst. */
+char *log_escape(char *dst, size_t cap, const char *s, size_t n);
 
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)

@@ -91,6 +91,7 @@ static struct item *cmd_concat(struct store *st, struct item *old, struct item *
         memcpy(v + it->nbytes, item_value(old), old->nbytes);
     }
     item_set_cas(nit, item_cas(it)); /* an explicit E cas carries over */
+    /* nit echoes its key as sent, never in base64: memcached's appended item loses the flag */
     return nit;
 }
 

@@ -239,17 +239,12 @@ void cmd_lru_crawler(struct conn *c, struct proto_req *req)
     } else if (n == 1 && IS(0, "disable")) {
         __atomic_store_n(&c->node->crawler_off, true, __ATOMIC_RELAXED);
         conn_reply_str(c, "OK\r\n");
-    } else if (n == 2 && (IS(0, "metadump") || IS(0, "crawl"))) {
+    } else if (n == 2 && IS(0, "metadump")) {
         struct dump tmp = {.kind = DUMP_META};
-        if (IS(1, "all") || (IS(0, "metadump") && IS(1, "hash"))) {
+        if (IS(1, "all") || IS(1, "hash")) {
             tmp.all = true;
         } else if (!dump_class_list(c, tok[1], ntok[1], &tmp)) {
             conn_reply_str(c, "BADCLASS invalid class id\r\n");
-            return;
-        }
-        if (IS(0, "crawl")) {
-            /* the sweeper already walks all memory every sweep interval */
-            conn_reply_str(c, "OK\r\n");
             return;
         }
         if (dump_crawler_off(c)) {
@@ -264,17 +259,15 @@ void cmd_lru_crawler(struct conn *c, struct proto_req *req)
         }
         *d = tmp;
         dump_start(c, d);
-    } else if (n == 2 && (IS(0, "tocrawl") || IS(0, "sleep"))) {
-        uint32_t v;
-        if (!dump_u32(tok[1], ntok[1], &v)) {
-            conn_reply_str(c, "CLIENT_ERROR bad command line format\r\n");
-        } else if (IS(0, "sleep") && v > 1000000) {
-            conn_reply_str(c, "CLIENT_ERROR sleep must be one second or less\r\n");
-        } else {
-            conn_reply_str(c, "OK\r\n"); /* accepted; the sweeper has its own pace */
-        }
     } else {
-        conn_reply_str(c, "ERROR\r\n");
+        /* crawl, tocrawl, sleep and the malformed forms: the sweeper has its own pace, so
+         * these change nothing; answered as memcached answers them, as on the router */
+        bool silent;
+        const char *r = proto_tune_reply(req, &silent);
+        if (!silent) {
+            conn_reply_str(c, r);
+            conn_reply(c, "\r\n", 2);
+        }
     }
 #undef IS
 }

@@ -49,6 +49,20 @@ static void ml_ttl(struct mline *l, uint32_t exptime, uint32_t now)
     else ml_u64(l, 't', (uint64_t)clock_ttl_left(exptime, now));
 }
 
+/* Echo a key: base64 with a trailing b when `b64`, else as it is. */
+static void ml_key(struct mline *l, const char *key, size_t nkey, bool b64)
+{
+    ml_flag(l, 'k');
+    if (b64) {
+        char enc[PROTO_KEY_MAX * 2];
+        int n = proto_base64_encode(key, nkey, enc, sizeof enc);
+        if (n > 0) ml_put(l, enc, (size_t)n);
+        ml_flag(l, 'b');
+    } else {
+        ml_put(l, key, nkey);
+    }
+}
+
 /* Echo O (opaque) and k (key; base64 with a trailing b when the request used b). */
 static void ml_common(struct mline *l, const struct proto_req *req, const struct proto_mflag *f)
 {
@@ -56,15 +70,7 @@ static void ml_common(struct mline *l, const struct proto_req *req, const struct
         ml_flag(l, 'O');
         ml_put(l, f->tok, f->ntok);
     } else if (f->flag == 'k') {
-        ml_flag(l, 'k');
-        if (req->meta.base64) {
-            char enc[PROTO_KEY_MAX * 2];
-            int n = proto_base64_encode(req->key, req->nkey, enc, sizeof enc);
-            if (n > 0) ml_put(l, enc, (size_t)n);
-            ml_flag(l, 'b');
-        } else {
-            ml_put(l, req->key, req->nkey);
-        }
+        ml_key(l, req->key, req->nkey, req->meta.base64);
     }
 }
 
@@ -127,6 +133,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
             /* vivify: an empty placeholder whose creator wins the right to fill it */
             it = store_alloc(st, ns->id, req->key, req->nkey, 0, 0);
             if (it) {
+                if (mf->base64) it->iflags |= ITEM_KEY_BINARY; /* not linked yet */
                 /* the TTL is set when the flag walk reaches N, as memcached does: a t asked
                  * before N reports -1 */
                 it->exptime = 0;
@@ -213,6 +220,10 @@ static void meta_get(struct conn *c, struct proto_req *req)
         case 'f': ml_u64(&l, 'f', item_flags(it)); break;
         case 'l': ml_u64(&l, 'l', idle); break;
         case 'h': ml_put(&l, fetched ? " h1" : " h0", 3); break;
+        case 'k': /* a hit echoes the key in the form it was stored in (memcached) */
+            if (ghost) ml_common(&l, req, f);
+            else ml_key(&l, req->key, req->nkey, it->iflags & ITEM_KEY_BINARY);
+            break;
         default: ml_common(&l, req, f); break;
         }
     }
@@ -257,6 +268,7 @@ void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, cons
     struct cmd_store_args a = {.mode = CS_SET};
     it->exptime = ns_exptime(ns, proto_meta_has(mf, 'T') ? mf->ttl : 0, clock_now());
     if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
+    if (mf->base64) it->iflags |= ITEM_KEY_BINARY; /* not linked yet */
     switch (mf->mode) {
     case 'E': case 'e': a.mode = CS_ADD; break;
     case 'A': case 'a': a.mode = CS_APPEND; break;

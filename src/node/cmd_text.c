@@ -308,9 +308,26 @@ void cmd_text_run(struct conn *c, struct proto_req *req)
     case CMD_LRU_CRAWLER: cmd_lru_crawler(c, req); break;
     case CMD_SHUTDOWN: conn_reply_str(c, "ERROR: shutdown not enabled\r\n"); break;
     case CMD_CACHE_MEMLIMIT:
-        /* The memory reservation is fixed at start; say so rather than pretend. */
-        conn_reply_str(c, "SERVER_ERROR cache_memlimit is not supported; restart with -m\r\n");
+        /* memcached's own checks first; then, as the memory reservation is fixed at start,
+         * say so rather than pretend. A trailing noreply silences all of them (memcached). */
+        if (req->delta < 8)
+            reply_unless_noreply(c, req, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
+        else if (req->delta > 1000000000)
+            reply_unless_noreply(c, req, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n");
+        else
+            reply_unless_noreply(c, req, "SERVER_ERROR cache_memlimit is not supported; restart with -m\r\n");
         break;
+    case CMD_SLABS:
+    case CMD_LRU:
+    case CMD_WATCH: {
+        bool silent;
+        const char *r = proto_tune_reply(req, &silent);
+        if (!silent) {
+            conn_reply_str(c, r);
+            conn_reply(c, "\r\n", 2);
+        }
+        break;
+    }
     default: conn_reply_str(c, "ERROR\r\n"); break;
     }
 }

@@ -130,6 +130,11 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
         c->state = CONN_SWALLOW;
         return used;
     }
+    if (st == PROTO_ERR_CLOSE) { /* an HTTP request: closed with no reply, as memcached does */
+        c->w->m.protocol_errors++;
+        c->state = CONN_CLOSE;
+        return used;
+    }
     if (st != PROTO_OK) {
         c->w->m.protocol_errors++;
         /* memcached stays silent about a text command's errors when it ends in noreply;
@@ -138,7 +143,7 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
             conn_reply_str(c, err);
             conn_reply(c, "\r\n", 2);
         }
-        if (st == PROTO_ERR_CLIENT_SWALLOW) { /* ms with a known length: drop its data */
+        if (st == PROTO_ERR_CLIENT_SWALLOW) { /* a refused store: its data is not commands */
             c->swallow = (uint64_t)req.nbytes + 2;
             c->state = CONN_SWALLOW;
         }
@@ -176,6 +181,19 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
     c->vgot = 0;
     c->state = CONN_VALUE;
     return used;
+}
+
+/* A request starting with 0x80 is the binary protocol, which shoal does not speak. memcached
+ * built for text only answers such a line ERROR once a newline comes, and may run commands found
+ * in its key or value bytes; we answer ERROR at once and close, as nothing after it can be
+ * framed. Returns true when the connection is to close. */
+static bool conn_binary_request(struct conn *c, const char *start)
+{
+    if ((unsigned char)start[0] != 0x80) return false;
+    c->w->m.protocol_errors++;
+    conn_reply_str(c, "ERROR\r\n");
+    c->state = CONN_CLOSE;
+    return true;
 }
 
 /* Feed buffered input to the value being received; finish the command when complete. */
@@ -238,6 +256,7 @@ static void conn_process(struct conn *c)
             continue;
         }
         char *start = buf_start(&c->rbuf);
+        if (conn_binary_request(c, start)) return;
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > c->node->cfg.line_max) {
             if (nl == NULL && avail <= c->node->cfg.line_max) return; /* wait for the rest */

@@ -30,6 +30,8 @@ enum {
     ITEM_TOKEN = 1 << 3,   /* a win (W) was handed out: later readers get Z */
     ITEM_HOLD = 1 << 4,    /* a delete hold-off tombstone (empty); its exptime ends the hold */
     ITEM_FLAGS = 1 << 5,   /* client flags are stored, after the value; set at allocation only */
+    ITEM_KEY_BINARY = 1 << 6, /* stored by ms with b: meta replies echo its key in base64, as
+                                 memcached does; set before linking only */
 };
 
 /* One cached item: a 24-byte header, then key bytes, value bytes and, only when they are not 0,

@@ -131,6 +131,7 @@ static void meta_flag(struct proto_req *req, struct flag_errs *fe, const struct 
     }
     m->flag[m->nflags++] = (struct proto_mflag){.flag = (char)c, .ntok = (uint8_t)ntok, .tok = tok};
     uint64_t u;
+    int32_t i32;
     switch (c) {
     case 'b':
         m->base64 = true;
@@ -139,35 +140,37 @@ static void meta_flag(struct proto_req *req, struct flag_errs *fe, const struct 
     case 'q': m->quiet = true; break;
     case 'I': m->invalidate = true; break;
     case 'T':
-        if (!proto_parse_i64(tok, ntok, &m->ttl)) soft(fe, e_badtoken);
+        if (!proto_mc_i32(tok, ntok, &i32)) soft(fe, e_badtoken);
+        else m->ttl = i32;
         break;
     case 'N':
-        if (!proto_parse_i64(tok, ntok, &m->vivify)) soft(fe, e_badtoken);
+        if (!proto_mc_i32(tok, ntok, &i32)) soft(fe, e_badtoken);
+        else m->vivify = i32;
         break;
     case 'R':
-        if (!proto_parse_i64(tok, ntok, &m->recache)) soft(fe, e_badtoken);
+        if (!proto_mc_i32(tok, ntok, &i32)) soft(fe, e_badtoken);
+        else m->recache = i32;
         break;
     case 'H': /* ours: delete hold-off, seconds */
         if (!proto_parse_i64(tok, ntok, &m->holdoff) || m->holdoff < 0) soft(fe, e_badtoken);
         break;
     case 'C':
-        if (!proto_parse_u64(tok, ntok, &m->cas_in)) soft(fe, e_badtoken);
+        if (!proto_mc_u64(tok, ntok, &m->cas_in)) soft(fe, e_badtoken);
         break;
     case 'E':
-        if (!proto_parse_u64(tok, ntok, &m->cas_new)) soft(fe, e_badtoken);
+        if (!proto_mc_u64(tok, ntok, &m->cas_new)) soft(fe, e_badtoken);
         break;
     case 'S':
-        if (!proto_parse_u64(tok, ntok, &u)) soft(fe, e_badtoken);
+        if (!proto_mc_u64(tok, ntok, &u)) soft(fe, e_badtoken);
         break;
     case 'D':
-        if (!proto_parse_u64(tok, ntok, &m->delta)) soft(fe, e_delta);
+        if (!proto_mc_u64(tok, ntok, &m->delta)) soft(fe, e_delta);
         break;
     case 'J':
-        if (!proto_parse_u64(tok, ntok, &m->initial)) soft(fe, e_initial);
+        if (!proto_mc_u64(tok, ntok, &m->initial)) soft(fe, e_initial);
         break;
-    case 'F': /* memcached truncates a value over 32 bits; we refuse it */
-        if (!proto_parse_u64(tok, ntok, &u) || u > UINT32_MAX) fe->any_soft = true;
-        else m->flags = (uint32_t)u;
+    case 'F': /* as memcached: the low 32 bits of the number */
+        if (!proto_mc_u32(tok, ntok, &m->flags)) fe->any_soft = true;
         break;
     case 'O': /* memcached counts the letter too */
         if (ntok + 1 > PROTO_OPAQUE_MAX) {
@@ -252,22 +255,24 @@ enum proto_status proto_parse_meta(struct proto_req *req, const char *p, const c
     }
     p = proto_tok_end(k, end);
     size_t nk = (size_t)(p - k);
-    /* The raw key is checked first, as memcached checks its length, so a bad key never
-     * swallows ms data. A b key is held to 250 encoded bytes too. */
-    if (!proto_key_ok(k, nk)) goto badfmt;
 
     /* ms <key> <datalen>: until datalen is known a mistake leaves the data unread (memcached
-     * then runs it as a command); after that every mistake swallows it. */
+     * then runs it as a command); after that every mistake swallows it, an overlong key too
+     * (memcached checks the key first and runs the data: docs/protocol.md). */
     enum proto_status st = PROTO_ERR_CLIENT;
     if (req->cmd == CMD_MS) {
         const char *d = proto_skip_spaces(p, end);
         p = proto_tok_end(d, end);
-        int64_t nbytes;
-        if (!proto_parse_i64(d, (size_t)(p - d), &nbytes) || nbytes < 0 ||
-            nbytes > PROTO_NBYTES_MAX)
+        int32_t nbytes;
+        if (!proto_mc_i32(d, (size_t)(p - d), &nbytes) || nbytes < 0 || nbytes > PROTO_NBYTES_MAX)
             goto badfmt;
         req->nbytes = nbytes;
         st = PROTO_ERR_CLIENT_SWALLOW;
+    }
+    /* A b key is held to 250 encoded bytes too. */
+    if (!proto_key_ok(k, nk)) {
+        *errmsg = PROTO_E_BADFMT;
+        return st;
     }
 
     const char *err = meta_flags(req, p, end, k, nk);

@@ -94,6 +94,56 @@ bool proto_parse_i64(const char *s, size_t n, int64_t *out)
     return true;
 }
 
+static inline bool mc_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* The strto* scan memcached relies on, over [s, s + n): optional white space and sign, at least
+ * one digit, then the end or a white-space byte (anything may follow it). Fails on overflow of
+ * the 64-bit magnitude, as strtoul/strtol set ERANGE there. */
+static bool mc_scan(const char *s, size_t n, bool *neg, uint64_t *mag)
+{
+    size_t i = 0;
+    while (i < n && mc_space((unsigned char)s[i])) i++;
+    *neg = false;
+    if (i < n && (s[i] == '+' || s[i] == '-')) *neg = s[i++] == '-';
+    size_t first = i;
+    uint64_t v = 0;
+    bool over = false;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+        over |= __builtin_mul_overflow(v, 10, &v) ||
+                __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v);
+    if (i == first || over || (i < n && !mc_space((unsigned char)s[i]))) return false;
+    *mag = v;
+    return true;
+}
+
+bool proto_mc_u64(const char *s, size_t n, uint64_t *out)
+{
+    bool neg;
+    uint64_t v;
+    if (!mc_scan(s, n, &neg, &v)) return false;
+    if (neg) v = 0 - v; /* strtoul negates in unsigned arithmetic */
+    if (neg && (int64_t)v < 0) return false;
+    *out = v;
+    return true;
+}
+
+bool proto_mc_u32(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v;
+    if (!proto_mc_u64(s, n, &v)) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+bool proto_mc_i32(const char *s, size_t n, int32_t *out)
+{
+    bool neg;
+    uint64_t v;
+    if (!mc_scan(s, n, &neg, &v) || v > (uint64_t)INT64_MAX + neg) return false;
+    *out = (int32_t)(uint32_t)(neg ? 0 - v : v);
+    return true;
+}
+
 bool proto_key_ok(const char *k, size_t n)
 {
     if (n == 0 || n > PROTO_KEY_MAX) return false;
@@ -149,6 +199,7 @@ enum proto_cmd proto_command(const char *s, size_t n)
         case 's': return IS("set") ? CMD_SET : CMD_NONE;
         case 'a': return IS("add") ? CMD_ADD : CMD_NONE;
         case 'c': return IS("cas") ? CMD_CAS : CMD_NONE;
+        case 'l': return IS("lru") ? CMD_LRU : CMD_NONE;
         }
         return CMD_NONE;
     case 4:
@@ -162,7 +213,8 @@ enum proto_cmd proto_command(const char *s, size_t n)
     case 5:
         switch (s[0]) {
         case 't': return IS("touch") ? CMD_TOUCH : CMD_NONE;
-        case 's': return IS("stats") ? CMD_STATS : CMD_NONE;
+        case 's': return IS("stats") ? CMD_STATS : IS("slabs") ? CMD_SLABS : CMD_NONE;
+        case 'w': return IS("watch") ? CMD_WATCH : CMD_NONE;
         }
         return CMD_NONE;
     case 6:
@@ -193,9 +245,16 @@ enum proto_cmd proto_command(const char *s, size_t n)
 }
 
 /* <cmd> <key> <flags> <exptime> <bytes> [noreply], cas with <cas> before [noreply]. memcached
- * ignores a last token that is not "noreply" and answers ERROR to any more; every bad field is
- * "bad command line format" and leaves the data unread. Client flags must fit 32 bits (memcached
- * truncates larger values; we refuse them).
+ * ignores a last token that is not "noreply" and answers ERROR to any more or fewer tokens (and
+ * then, as memcached does, the data block is read as commands: without the token count we
+ * cannot know where the length is). Numbers are read as memcached reads them (proto_mc_*):
+ * flags keep their low 32 bits, "+5" and "5\t" are 5.
+ *
+ * Once <bytes> reads as a length, every other mistake (overlong key, bad flags, exptime or
+ * cas) is PROTO_ERR_CLIENT_SWALLOW: the caller drops the data block, so data can never run as a
+ * command. memcached 1.6.18 runs it in every such case; current memcached swallows only after an
+ * overlong key and ms errors; we swallow always (docs/protocol.md). A <bytes> that does not
+ * read, is negative or too large for memcached's int leaves the data unread, as memcached does.
  *
  * Like memcached, once the token count fits, a last token "noreply" sets req->noreply wherever
  * it stands ("set k 0 0 noreply" fails silently); the same holds for the other commands that
@@ -208,17 +267,17 @@ static enum proto_status parse_storage(struct proto_req *req, const char *p, con
     size_t n = split(p, end, t, want + 1);
     if (n < want || n > want + 1) return unknown(errmsg);
     req->noreply = is_noreply(&t[n - 1]);
-    uint64_t flags;
-    int64_t nbytes;
-    if (!proto_key_ok(t[0].p, t[0].n) || !proto_parse_u64(t[1].p, t[1].n, &flags) ||
-        flags > UINT32_MAX || !proto_parse_i64(t[2].p, t[2].n, &req->exptime) ||
-        !proto_parse_i64(t[3].p, t[3].n, &nbytes) || nbytes < 0 || nbytes > PROTO_NBYTES_MAX ||
-        (want == 5 && !proto_parse_u64(t[4].p, t[4].n, &req->cas)))
+    int32_t nbytes, exptime;
+    if (!proto_mc_i32(t[3].p, t[3].n, &nbytes) || nbytes < 0 || nbytes > PROTO_NBYTES_MAX)
         return client(errmsg, PROTO_E_BADFMT);
+    req->nbytes = nbytes;
+    if (!proto_key_ok(t[0].p, t[0].n) || !proto_mc_u32(t[1].p, t[1].n, &req->flags) ||
+        !proto_mc_i32(t[2].p, t[2].n, &exptime) ||
+        (want == 5 && !proto_mc_u64(t[4].p, t[4].n, &req->cas)))
+        return fail(PROTO_ERR_CLIENT_SWALLOW, errmsg, PROTO_E_BADFMT);
+    req->exptime = exptime;
     req->key = t[0].p;
     req->nkey = (uint8_t)t[0].n;
-    req->flags = (uint32_t)flags;
-    req->nbytes = nbytes;
     if ((uint64_t)nbytes + 2 > item_max) return fail(PROTO_ERR_TOO_LARGE, errmsg, PROTO_E_TOO_LARGE);
     return PROTO_OK;
 }
@@ -233,7 +292,9 @@ static enum proto_status parse_retrieval(struct proto_req *req, const char *p, c
     if (req->cmd == CMD_GAT || req->cmd == CMD_GATS) {
         if (p == end) return unknown(errmsg);
         const char *e = proto_tok_end(p, end);
-        if (!proto_parse_i64(p, (size_t)(e - p), &req->exptime)) return client(errmsg, e_exptime);
+        int32_t exptime;
+        if (!proto_mc_i32(p, (size_t)(e - p), &exptime)) return client(errmsg, e_exptime);
+        req->exptime = exptime;
         p = proto_skip_spaces(e, end);
     } else if (p == end) {
         return unknown(errmsg);
@@ -289,8 +350,10 @@ static enum proto_status parse_key_num(struct proto_req *req, const char *p, con
     req->noreply = is_noreply(&t[n - 1]);
     if (!proto_key_ok(t[0].p, t[0].n)) return client(errmsg, PROTO_E_BADFMT);
     if (req->cmd == CMD_TOUCH) {
-        if (!proto_parse_i64(t[1].p, t[1].n, &req->exptime)) return client(errmsg, e_exptime);
-    } else if (!proto_parse_u64(t[1].p, t[1].n, &req->delta)) {
+        int32_t exptime;
+        if (!proto_mc_i32(t[1].p, t[1].n, &exptime)) return client(errmsg, e_exptime);
+        req->exptime = exptime;
+    } else if (!proto_mc_u64(t[1].p, t[1].n, &req->delta)) {
         return client(errmsg, e_delta);
     }
     req->key = t[0].p;
@@ -308,7 +371,9 @@ static enum proto_status parse_flush_all(struct proto_req *req, const char *p, c
     if (n > 2) return unknown(errmsg);
     if (n > 0 && is_noreply(&t[n - 1])) req->noreply = true;
     if (n > (size_t)req->noreply) {
-        if (!proto_parse_i64(t[0].p, t[0].n, &req->exptime)) return client(errmsg, e_exptime);
+        int32_t delay;
+        if (!proto_mc_i32(t[0].p, t[0].n, &delay)) return client(errmsg, e_exptime);
+        req->exptime = delay;
         req->delta = req->exptime > 0 ? (uint64_t)req->exptime : 0;
         req->has_arg = true;
     }
@@ -324,13 +389,15 @@ static enum proto_status parse_one_num(struct proto_req *req, const char *p, con
     size_t n = split(p, end, t, 2);
     if (n == 0 || n > 2) return unknown(errmsg);
     if (is_noreply(&t[n - 1])) req->noreply = true;
-    if (!proto_parse_u64(t[0].p, t[0].n, &req->delta))
+    uint32_t v;
+    if (!proto_mc_u32(t[0].p, t[0].n, &v))
         return req->cmd == CMD_VERBOSITY ? client(errmsg, PROTO_E_BADFMT) : unknown(errmsg);
+    req->delta = v;
     req->has_arg = true;
     return PROTO_OK;
 }
 
-/* stats, lru_crawler and shutdown: the rest of the line, trimmed, is the node's to judge. */
+/* stats and shutdown: the rest of the line, trimmed, is the node's to judge. */
 static void rest_as_arg(struct proto_req *req, const char *p, const char *end)
 {
     p = proto_skip_spaces(p, end);
@@ -341,12 +408,38 @@ static void rest_as_arg(struct proto_req *req, const char *p, const char *end)
     req->has_arg = true;
 }
 
+/* Does an unknown command look like an HTTP request? memcached closes the connection, sending
+ * nothing, when the last of (at most 23) tokens starts with "HTTP/", but only on the path it
+ * reaches for names it does not dispatch by first letter: a name of one byte, starting with one
+ * of g s a c i d t, or a two-byte m name gets ERROR instead, as do the other commands it has. */
+static bool looks_like_http(const char *name, size_t nname, const char *p, const char *end)
+{
+    static const char *const known[] = {"bget", "extstore"}; /* memcached's; not shoal's */
+    if (nname < 2 || memchr("gsacidt", name[0], 7) || (name[0] == 'm' && nname == 2)) return false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strlen(known[i]) == nname && memcmp(known[i], name, nname) == 0) return false;
+    const char *last = name;
+    size_t nlast = nname;
+    for (size_t ntok = 1; ntok < 23; ntok++) {
+        p = proto_skip_spaces(p, end);
+        if (p == end) break;
+        const char *e = proto_tok_end(p, end);
+        last = p;
+        nlast = (size_t)(e - p);
+        p = e;
+    }
+    return nlast >= 5 && memcmp(last, "HTTP/", 5) == 0;
+}
+
 enum proto_status proto_parse(const char *line, size_t len, size_t item_max, struct proto_req *req,
                               const char **errmsg)
 {
     memset(req, 0, offsetof(struct proto_req, meta.flag));
     req->meta.delta = 1;
     *errmsg = NULL;
+    /* memcached reads the line as a C string: a NUL ends it */
+    const char *nul = len ? memchr(line, '\0', len) : NULL;
+    if (nul != NULL) len = (size_t)(nul - line);
     if (len == 0) return unknown(errmsg);
     const char *end = line + len;
     if (end[-1] == '\r') end--;
@@ -374,15 +467,23 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     case CMD_VERSION:
     case CMD_QUIT: return PROTO_OK; /* memcached ignores anything after these */
     case CMD_STATS:
+    case CMD_SHUTDOWN:
+    case CMD_SLABS:
+    case CMD_LRU:
     case CMD_LRU_CRAWLER:
-    case CMD_SHUTDOWN: rest_as_arg(req, p, end); return PROTO_OK;
+    case CMD_WATCH: rest_as_arg(req, p, end); return PROTO_OK;
     case CMD_MG:
     case CMD_MS:
     case CMD_MD:
     case CMD_MA:
     case CMD_MN:
     case CMD_ME: return proto_parse_meta(req, p, end, item_max, errmsg);
-    case CMD_NONE: break;
+    case CMD_NONE:
+        if (looks_like_http(name, (size_t)(p - name), p, end)) {
+            *errmsg = "";
+            return PROTO_ERR_CLOSE;
+        }
+        break;
     }
     return unknown(errmsg);
 }

@@ -28,7 +28,9 @@ static inline const char *proto_tok_end(const char *p, const char *end)
     return sp ? sp : end;
 }
 
-static inline bool proto_key_byte_ok(unsigned char c) { return c > ' ' && c != 0x7f; }
+/* memcached splits on ' ' only and takes every other byte in a key (a NUL ends the line before
+ * the parser sees it, see proto_parse). */
+static inline bool proto_key_byte_ok(unsigned char c) { return c != ' '; }
 
 /* A whole text key: 1..PROTO_KEY_MAX bytes that pass proto_key_byte_ok. */
 bool proto_key_ok(const char *k, size_t n);

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Text keys are 1..250 bytes with no control characters, space or DEL (memcached 1.6.18 lets
- * control characters through; we refuse them with "CLIENT_ERROR bad command line format").
+/* Text keys are 1..250 bytes of anything but a space, as in memcached: control bytes, DEL and
+ * high bytes are key bytes (a NUL ends the request line, as memcached reads it as a C string).
  * Tokens are split on ' ' only, as memcached does: a tab is part of a token. */
 #define PROTO_KEY_MAX 250
 #define PROTO_META_FLAGS_MAX 32 /* flags kept per meta request; more is a parse error */
@@ -28,7 +28,8 @@ enum proto_cmd {
     CMD_DELETE, CMD_INCR, CMD_DECR, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_SHUTDOWN, CMD_CACHE_MEMLIMIT,
-    CMD_LRU_CRAWLER, /* its arguments in req->arg, as stats */
+    /* memcached's tuning commands: req->arg holds the rest; see proto_tune_reply */
+    CMD_SLABS, CMD_LRU, CMD_LRU_CRAWLER, CMD_WATCH,
     /* meta */
     CMD_MG, CMD_MS, CMD_MD, CMD_MA, CMD_MN, CMD_ME,
 };
@@ -94,7 +95,7 @@ struct proto_req {
     bool has_arg;         /* flush_all/verbosity/shutdown/cache_memlimit/delete had an argument */
     const char *keys;     /* retrieval commands: the rest of the line, keys separated by spaces */
     const char *keys_end;
-    const char *arg;      /* stats, lru_crawler: argument text (may be NULL); shutdown: its argument text,
+    const char *arg;      /* stats: argument text (may be NULL); shutdown: its argument text,
                              unchecked: memcached refuses a disabled shutdown before it looks at
                              the mode, so the node checks "graceful" (else "CLIENT_ERROR invalid
                              shutdown mode"). Both trimmed of surrounding spaces */
@@ -111,10 +112,11 @@ enum proto_status {
     PROTO_ERR_TOO_LARGE,   /* storage: "SERVER_ERROR object too large for cache", then the
                               caller swallows req->nbytes + 2 bytes. req->key is set (memcached
                               drops the old item) */
-    PROTO_ERR_CLIENT_SWALLOW, /* ms only: "CLIENT_ERROR <msg>" for a flag mistake (b key
-                              included) after a valid datalen; like memcached the caller
-                              swallows req->nbytes + 2 bytes so the data is not run as a
-                              command. req->key is not set */
+    PROTO_ERR_CLIENT_SWALLOW, /* "CLIENT_ERROR <msg>" for a storage line (text or ms) refused
+                              after its length read: the caller swallows req->nbytes + 2 bytes so
+                              the data block can never run as commands. req->key is not set */
+    PROTO_ERR_CLOSE,       /* an HTTP request line: close the connection without a reply, as
+                              memcached does (*errmsg is "") */
 };
 
 /* Parse one request line of `len` bytes (no \r\n; a trailing \r is tolerated and ignored).
@@ -145,5 +147,20 @@ int proto_base64_encode(const char *in, size_t n, char *out, size_t outcap);
 bool proto_parse_u64(const char *s, size_t n, uint64_t *out);
 /* Signed 64-bit decimal (leading '-' allowed). */
 bool proto_parse_i64(const char *s, size_t n, int64_t *out);
+
+/* Numbers as memcached reads them (its safe_strto* helpers over strtoul/strtol/strtoull): leading
+ * white space and a sign are taken, the digits may be followed by white space and then anything,
+ * and a value that does not fit 64 bits fails. The 32-bit forms keep the low 32 bits, as
+ * memcached stores the result in a 32-bit variable: flags 4294967296 are 0, a length of
+ * 4294967297 is 1. An unsigned number that comes out negative as signed 64-bit fails when the
+ * token holds a '-' ("-1" fails, "-18446744073709551615" is 1). */
+bool proto_mc_u32(const char *s, size_t n, uint32_t *out);
+bool proto_mc_i32(const char *s, size_t n, int32_t *out);
+bool proto_mc_u64(const char *s, size_t n, uint64_t *out);
+
+/* The reply line (without \r\n) to a tuning command (CMD_SLABS, CMD_LRU, CMD_LRU_CRAWLER,
+ * CMD_WATCH), as memcached 1.6.18 answers it; *silent when a trailing noreply silences it.
+ * shoal has none of the internals they tune: well-formed ones are accepted and ignored. */
+const char *proto_tune_reply(const struct proto_req *req, bool *silent);
 
 #endif

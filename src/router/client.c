@@ -186,15 +186,20 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
     struct proto_req req;
     const char *err = NULL;
     size_t used = len + 1;
-    if (len >= 12 && !memcmp(line, "lru_crawler ", 12)) { /* no command src/protocol knows */
-        statsmerge_lru_crawler(c, line, len);
-        return used;
-    }
+    /* a NUL ends the line for the node as for memcached: forward only what it will read, so
+     * replies are matched against the request the node answers */
+    const char *nul = memchr(line, '\0', len);
+    if (nul != NULL) len = (size_t)(nul - line);
     enum proto_status st = proto_parse(line, len, cfg->item_max, &req, &err);
     if (st == PROTO_ERR_TOO_LARGE) {
         if (req.cmd == CMD_MS || !req.noreply)
             client_local_str(c, "SERVER_ERROR object too large for cache\r\n");
         c->swallow = (uint64_t)req.nbytes + 2;
+        return used;
+    }
+    if (st == PROTO_ERR_CLOSE) { /* an HTTP request: closed with no reply, as memcached does */
+        w->m.protocol_errors++;
+        c->closing = true;
         return used;
     }
     if (st != PROTO_OK) {
@@ -258,6 +263,21 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
             client_local_str(c, "CLIENT_ERROR cache_memlimit is a node setting; "
                                 "shoal-router holds no items\r\n");
         break;
+    case CMD_LRU_CRAWLER: /* metadump asks every node; the other forms tune nothing a router has */
+        if (req.narg >= 8 && !memcmp(req.arg, "metadump", 8) && (req.narg == 8 || req.arg[8] == ' ')) {
+            statsmerge_lru_crawler(c, line, len);
+            break;
+        }
+        /* fall through */
+    case CMD_SLABS: case CMD_LRU: case CMD_WATCH: {
+        bool silent; /* the same constant answers as a node's */
+        const char *r = proto_tune_reply(&req, &silent);
+        if (!silent) {
+            client_local_str(c, r);
+            client_local(c, "\r\n", 2);
+        }
+        break;
+    }
     case CMD_QUIT: {
         struct rreq *rq = rreq_create(c, RQ_QUIT, req.cmd);
         if (rq == NULL) {
@@ -298,6 +318,12 @@ static void client_process(struct client *c)
             continue;
         }
         char *start = buf_start(&c->rbuf);
+        if ((unsigned char)start[0] == 0x80) { /* binary protocol: as shoal-node (conn.c) */
+            c->w->m.protocol_errors++;
+            client_local_str(c, "ERROR\r\n");
+            c->closing = true;
+            return;
+        }
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > cfg->line_max) {
             if (nl == NULL && avail <= cfg->line_max) return; /* wait for the rest */

@@ -8,10 +8,11 @@
 bool ledit_token(const char *line, size_t len, int idx, const char **tok, size_t *ntok)
 {
     const char *p = line, *end = line + len;
+    if (end > p && end[-1] == '\r') end--; /* the terminator's; a \r before it is a key byte */
     for (int t = 0; p < end; t++) {
         while (p < end && *p == ' ') p++;
         const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r') p++;
+        while (p < end && *p != ' ') p++;
         if (p == s) return false;
         if (t == idx) {
             *tok = s;
@@ -25,7 +26,8 @@ bool ledit_token(const char *line, size_t len, int idx, const char **tok, size_t
 struct ledit_cut ledit_append(const char *line, size_t len, const char *text, size_t ntext)
 {
     const char *end = line + len;
-    while (end > line && (end[-1] == '\r' || end[-1] == ' ')) end--;
+    if (end > line && end[-1] == '\r') end--;
+    while (end > line && end[-1] == ' ') end--;
     return (struct ledit_cut){end, end, text, ntext};
 }
 
@@ -80,7 +82,8 @@ int ledit_ttl(const struct proto_req *req, const char *line, size_t len, const s
 int ledit_copy(struct buf *out, const char *line, size_t len, const struct proto_req *req,
                bool strip_noreply, const char *drop, const struct ledit_cut *cuts, int ncuts)
 {
-    while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
+    if (len && line[len - 1] == '\r') len--;
+    while (len && line[len - 1] == ' ') len--;
     if (strip_noreply) {
         size_t k = len;
         while (k && line[k - 1] != ' ') k--;

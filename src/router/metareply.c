@@ -6,9 +6,12 @@
 const char *mreply_flag(const char *p, const char *end, char letter, size_t *n)
 {
     bool first = true; /* the code (VA, HD, ...) */
+    /* split on ' ' only: an echoed key may hold a \r (memcached keys take any other byte) */
+    if (end > p && end[-1] == '\n') end--;
+    if (end > p && end[-1] == '\r') end--;
     while (p < end) {
         const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
+        while (p < end && *p != ' ') p++;
         if (!first && p > s && *s == letter) {
             *n = (size_t)(p - s - 1);
             return s + 1;

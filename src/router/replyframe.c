@@ -9,10 +9,13 @@
 
 long reply_token_num(const char *p, const char *end, int which)
 {
+    /* tokens split on ' ' only: a key may hold any other byte, \r included (memcached) */
+    if (end > p && end[-1] == '\n') end--;
+    if (end > p && end[-1] == '\r') end--;
     int t = 0;
     while (p < end) {
         const char *s = p;
-        while (p < end && *p != ' ' && *p != '\r' && *p != '\n') p++;
+        while (p < end && *p != ' ') p++;
         if (t == which) {
             if (p == s || p - s > 10) return -1;
             long v = 0;
@@ -23,8 +26,7 @@ long reply_token_num(const char *p, const char *end, int which)
             return v;
         }
         t++;
-        if (p < end && *p == ' ') p++;
-        else break;
+        if (p < end) p++;
     }
     return -1;
 }
@@ -94,6 +96,8 @@ void reply_want_of(struct reply_want *w, const char *req, size_t n)
     *w = (struct reply_want){.cmd = CMD_NONE, .slots = 1};
     const char *end = memchr(req, '\n', n);
     if (end == NULL) end = req + n;
+    const char *nul = end > req ? memchr(req, '\0', (size_t)(end - req)) : NULL; /* as the parser */
+    if (nul != NULL) end = nul;
     if (end > req && end[-1] == '\r') end--;
     if (end - req > (ptrdiff_t)UINT32_MAX) return;
     const char *p = skip_spaces(req, end), *e = token_end(p, end);
@@ -241,13 +245,22 @@ static bool meta_echoes(const struct reply_want *w, const char *req, const char 
     }
     if (!w->echo_key) return true;
     if ((tok = mreply_flag(p, end, 'k', &ntok)) == NULL) return false;
-    const char *key = req + w->key;
-    size_t nkey = w->key_end - w->key;
-    if (!w->base64) return ntok == nkey && !memcmp(tok, key, nkey);
+    /* each side may be in base64: the request under b, the reply when it carries b (a hit
+     * echoes the key in the form it was stored in, as memcached does) */
+    size_t nb;
+    bool got_b64 = mreply_flag(p, end, 'b', &nb) != NULL;
     char want[PROTO_KEY_MAX + 1], got[PROTO_KEY_MAX + 1];
-    int nwant = proto_base64_decode(key, nkey, want, PROTO_KEY_MAX);
-    int ngot = proto_base64_decode(tok, ntok, got, sizeof got);
-    return nwant > 0 && ngot == nwant && !memcmp(got, want, (size_t)nwant);
+    const char *wk = req + w->key, *gk = tok;
+    int nwant = (int)(w->key_end - w->key), ngot = (int)ntok;
+    if (w->base64) {
+        nwant = proto_base64_decode(wk, (size_t)nwant, want, PROTO_KEY_MAX);
+        wk = want;
+    }
+    if (got_b64) {
+        ngot = proto_base64_decode(tok, ntok, got, sizeof got);
+        gk = got;
+    }
+    return nwant > 0 && ngot == nwant && !memcmp(gk, wk, (size_t)nwant);
 }
 
 /* A meta reply: one of `codes` (space-separated two-letter codes) as the first token, with its

@@ -404,8 +404,10 @@ static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
     struct upnode *un = uc->un;
     const char *req = buf_start(&f->out), *reply = buf_start(&uc->rbuf);
     un->w->m.upstream_protocol_errors++;
-    log_warn("node %s answered \"%.*s\" with \"%.*s\"; reconnecting", un->node.addr,
-             upconn_loggable(req, buf_used(&f->out)), req, upconn_loggable(reply, len), reply);
+    char ereq[4 * 80 + 1], erep[4 * 80 + 1]; /* keys may hold control bytes */
+    log_warn("node %s answered \"%s\" with \"%s\"; reconnecting", un->node.addr,
+             log_escape(ereq, sizeof ereq, req, (size_t)upconn_loggable(req, buf_used(&f->out))),
+             log_escape(erep, sizeof erep, reply, (size_t)upconn_loggable(reply, len)));
     upconn_fail(uc, "sent a reply that does not match its request", false);
 }
 

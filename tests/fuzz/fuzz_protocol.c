@@ -27,12 +27,11 @@ static bool inside(const char *p, size_t n, const char *lo, const char *hi)
 
 static bool is_storage(enum proto_cmd c) { return c >= CMD_SET && c <= CMD_CAS; }
 
+/* memcached's keys: any byte but a space (and NUL, which ends the line) */
 static bool text_key_ok(const char *k, size_t n)
 {
     if (n == 0 || n > PROTO_KEY_MAX) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)k[i] <= ' ' || (unsigned char)k[i] == 0x7f) return false;
-    return true;
+    return memchr(k, ' ', n) == NULL && memchr(k, '\0', n) == NULL;
 }
 
 static void check_errmsg(enum proto_status st, const char *err)
@@ -42,6 +41,10 @@ static void check_errmsg(enum proto_status st, const char *err)
         return;
     }
     CHECK(err != NULL);
+    if (st == PROTO_ERR_CLOSE) { /* an HTTP line: closed without a reply */
+        CHECK(err[0] == '\0');
+        return;
+    }
     size_t n = strlen(err);
     CHECK(n > 0 && strpbrk(err, "\r\n") == NULL);
     switch (st) {
@@ -135,8 +138,12 @@ static void check_parse(const char *line, size_t len, size_t item_max)
         CHECK(r.nbytes >= 0 && (uint64_t)r.nbytes + 2 > item_max);
         CHECK(r.key != NULL && r.nkey >= 1);
     }
-    if (st == PROTO_ERR_CLIENT_SWALLOW) {
-        CHECK(r.cmd == CMD_MS && r.nbytes >= 0 && r.nbytes <= INT32_MAX - 2);
+    if (st == PROTO_ERR_CLIENT_SWALLOW) { /* a refused store whose length read */
+        CHECK((is_storage(r.cmd) || r.cmd == CMD_MS) && r.nbytes >= 0 && r.nbytes <= INT32_MAX - 2);
+    }
+    if (st == PROTO_ERR_CLOSE) {
+        CHECK(r.cmd == CMD_NONE);
+        CHECK(len >= 5 && memmem(line, len, "HTTP/", 5) != NULL);
     }
     if (st != PROTO_OK) return;
     switch (r.cmd) {
@@ -168,6 +175,15 @@ static void check_parse(const char *line, size_t len, size_t item_max)
         break;
     case CMD_VERBOSITY:
     case CMD_CACHE_MEMLIMIT: CHECK(r.has_arg); break;
+    case CMD_SLABS:
+    case CMD_LRU:
+    case CMD_LRU_CRAWLER:
+    case CMD_WATCH: {
+        bool silent;
+        const char *t = proto_tune_reply(&r, &silent);
+        CHECK(t != NULL && t[0] != '\0' && strpbrk(t, "\r\n") == NULL);
+        break;
+    }
     case CMD_STATS:
     case CMD_SHUTDOWN:
     case CMD_VERSION:
@@ -194,6 +210,23 @@ static void check_numbers(const char *s, size_t n)
         CHECK(n > 0 && strspn(buf + (buf[0] == '-'), "0123456789") == n - (buf[0] == '-'));
         errno = 0;
         CHECK(strtoll(buf, NULL, 10) == i && errno == 0);
+    }
+    /* memcached's readings: they agree with libc's strtoull/strtoll on the same bytes */
+    uint32_t u32;
+    int32_t i32;
+    if (n == sizeof buf - 1) return; /* cut to fit buf: libc would read other bytes */
+    if (proto_mc_u64(s, n, &u) && memchr(buf, '\0', n) == NULL) {
+        char *e;
+        errno = 0;
+        CHECK(strtoull(buf, &e, 10) == u && errno == 0 && e != buf);
+    }
+    if (proto_mc_u32(s, n, &u32) && memchr(buf, '\0', n) == NULL) {
+        errno = 0;
+        CHECK((uint32_t)strtoull(buf, NULL, 10) == u32 && errno == 0);
+    }
+    if (proto_mc_i32(s, n, &i32) && memchr(buf, '\0', n) == NULL) {
+        errno = 0;
+        CHECK((int32_t)(uint32_t)(uint64_t)strtoll(buf, NULL, 10) == i32 && errno == 0);
     }
 }
 

@@ -91,14 +91,6 @@ def test_md_x_with_cas_compare(raw):
     assert raw.meta("mg k v").value == b"x"
 
 
-# --- client flags ------------------------------------------------------------------------------------
-
-def test_client_flags_over_32_bits_refused(raw):
-    # memcached truncates to 32 bits; shoal refuses (docs/protocol.md, deliberate difference).
-    assert raw.cmd(f"set f {2**32} 0 1") == "CLIENT_ERROR bad command line format"
-    assert raw.cmd("mn") == "MN"
-
-
 # --- -c: exact connection limit ---------------------------------------------------------------------
 
 def test_conn_limit_exact(start_server):

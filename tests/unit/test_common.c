@@ -265,10 +265,23 @@ static void test_log_limited_keeps_a_repeating_peer_quiet(void **state)
     unlink(path);
 }
 
+/* Client bytes in log lines are escaped, so a key cannot forge a line or drive a terminal. */
+static void test_log_escape(void **state)
+{
+    char out[64];
+    assert_string_equal(log_escape(out, sizeof out, "get k", 5), "get k");
+    assert_string_equal(log_escape(out, sizeof out, "a\nb\x1b[0m\\\x7f\xff\0", 11),
+                        "a\\x0ab\\x1b[0m\\x5c\\x7f\\xff\\x00");
+    assert_string_equal(log_escape(out, 6, "abcdefgh", 8), "abcde"); /* cut to fit */
+    assert_string_equal(log_escape(out, 6, "ab\x01", 3), "ab"); /* an escape is never split */
+    assert_string_equal(log_escape(out, 1, "abc", 3), "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf_append_and_consume),
+        cmocka_unit_test(test_log_escape),
         cmocka_unit_test(test_buf_numbers),
         cmocka_unit_test(test_buf_reserve_reuses_consumed_space),
         cmocka_unit_test(test_options_defaults_and_flags),

@@ -126,6 +126,11 @@ static const struct pair text_bad[] = {
     {"get a\r\n", "SERVER_ERROR x\r\nEND\r\n"},
 };
 
+static const struct pair text_cr_keys[] = {
+    {"get c\rr\r\n", "VALUE c\rr 0 1\r\nx\r\nEND\r\n"},
+    {"gets c\r\r\n", "VALUE c\r 0 1 5\r\nx\r\nEND\r\n"}, /* one \r ends the line */
+};
+
 static const struct pair meta_good[] = {
     {"mg a v\r\n", "VA 3\r\nabc\r\n"},
     {"mg a v\r\n", "EN\r\n"},
@@ -136,6 +141,9 @@ static const struct pair meta_good[] = {
     {"mg a O1 k\r\n", "HD O1 ka\r\n"},
     {"mg a O1 O2\r\n", "CLIENT_ERROR duplicate flag\r\n"},
     {"mg YWJj b k v\r\n", "VA 1 kYWJj b\r\nx\r\n"},    /* base64: "abc" */
+    {"mg YWJj b k v\r\n", "VA 1 kabc\r\nx\r\n"},      /* a hit on a key stored plain */
+    {"mg abc k\r\n", "HD kYWJj b\r\n"},               /* a hit on a key stored under b */
+    {"mg c\rr k v\r\n", "VA 1 kc\rr\r\nx\r\n"},     /* a \r is a key byte */
     {"mg a v f t c k\r\n", "VA 2 f0 t-1 c9 ka\r\nhi\r\n"}, /* a warm lookup */
     {"mg a v f t c k\r\n", "EN ka\r\n"},
     {"mg a v c N30\r\n", "VA 0 c7 W\r\n\r\n"},         /* a vivified placeholder */
@@ -179,6 +187,9 @@ static const struct pair meta_bad[] = {
     {"mg a v f t c k\r\n", "EN kb\r\n"},               /* a warm lookup answered for b */
     {"mg YWJj b k\r\n", "HD kYWJk b\r\n"},             /* base64 of another key */
     {"mg YWJj b k\r\n", "HD k!!!! b\r\n"},             /* not base64 */
+    {"mg YWJj b k\r\n", "HD kabd\r\n"},               /* another key, plain */
+    {"mg abc k\r\n", "HD kYWJk b\r\n"},               /* another key, base64 */
+    {"mg c\rr k\r\n", "HD kc\r\n"},
     {"ms a 2\r\nhi\r\n", "VA 1\r\nx\r\n"},
     {"ms a 2\r\nhi\r\n", "EN\r\n"},
     {"ms a 2\r\nhi\r\n", "STORED\r\n"},
@@ -197,6 +208,10 @@ static const struct pair meta_bad[] = {
 
 static void test_text_replies_that_fit(void **state) { check(text_good, COUNT(text_good), true); }
 static void test_text_replies_that_do_not(void **state) { check(text_bad, COUNT(text_bad), false); }
+static void test_keys_with_control_bytes(void **state)
+{
+    check(text_cr_keys, COUNT(text_cr_keys), true);
+}
 static void test_meta_replies_that_fit(void **state) { check(meta_good, COUNT(meta_good), true); }
 static void test_meta_replies_that_do_not(void **state) { check(meta_bad, COUNT(meta_bad), false); }
 
@@ -405,6 +420,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_replies_that_fit),
         cmocka_unit_test(test_text_replies_that_do_not),
+        cmocka_unit_test(test_keys_with_control_bytes),
         cmocka_unit_test(test_meta_replies_that_fit),
         cmocka_unit_test(test_meta_replies_that_do_not),
         cmocka_unit_test(test_a_partial_reply_never_fits),
