@@ -4,7 +4,8 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev
       libxxhash-dev libjansson-dev libmicrohttpd-dev libcmocka-dev liburing-dev
-      python3 python3-pytest python3-pymemcache libmemcached-tools memcached nutcracker)
+      python3 python3-pytest python3-pymemcache python3-pylibmc libmemcached-tools memcached
+      nutcracker)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
