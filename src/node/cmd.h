@@ -61,6 +61,13 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
  * not followed by \r\n ("CLIENT_ERROR bad data chunk"). Consumes `it`. */
 void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bool crlf_ok);
 
+/* A part of a get line over line_max (conn_lget.c): answer the valid keys in [keys, end) like
+ * get/gets/gat/gats `cmd` (gat's `exptime` as sent), without END, stopping after a key once
+ * more than out_max/4 reply bytes are queued. Returns where it stopped, or NULL after answering
+ * a SERVER_ERROR (a value would pass out_max). */
+const char *cmd_get_part(struct conn *c, enum proto_cmd cmd, int64_t exptime, const char *keys,
+                         const char *end);
+
 /* Text and meta halves (cmd_text.c, cmd_meta.c, cmd_stats.c). */
 void cmd_text_run(struct conn *c, struct proto_req *req);
 void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns);

@@ -1,6 +1,7 @@
 /* cmd_text.c — memcached's classic text commands: get family, storage, delete, incr/decr,
  * touch, flush_all, version, verbosity, quit, shutdown, cache_memlimit. Replies and counters
  * follow memcached 1.6. */
+#include <stdint.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -46,23 +47,25 @@ static bool text_value(struct conn *c, struct item *it, bool with_cas)
     return true;
 }
 
-static void text_get(struct conn *c, struct proto_req *req)
+/* Answer the keys in [keys, end) of a get/gets/gat/gats (`cmd`; a gat's `exptime` as sent),
+ * in order, without END. After each key, stops once more than `soft` reply bytes are queued
+ * and returns where it stopped (a long get's part, resumed when the output drains; SIZE_MAX
+ * for a whole line, which the compiler then drops). Returns NULL after answering the
+ * SERVER_ERROR that replaces this call's output when a value would pass out_max. The keys
+ * must be valid (proto_keys_valid). */
+static inline const char *get_keys(struct conn *c, enum proto_cmd cmd, int64_t exptime,
+                                   const char *keys, const char *end, size_t soft)
 {
     struct store *st = c->node->store;
     struct node_metrics *m = &c->w->m;
-    bool with_cas = req->cmd == CMD_GETS || req->cmd == CMD_GATS;
-    bool touch = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
-    if (!proto_keys_valid(req->keys, req->keys_end)) {
-        m->protocol_errors++;
-        conn_reply_str(c, "CLIENT_ERROR bad command line format\r\n");
-        return;
-    }
+    bool with_cas = cmd == CMD_GETS || cmd == CMD_GATS;
+    bool touch = cmd == CMD_GAT || cmd == CMD_GATS;
     uint32_t now = clock_now();
     size_t mark = buf_used(&c->wbuf);
     bool overflow = false;
-    const char *cur = req->keys, *key;
+    const char *cur = keys, *key;
     uint8_t nkey;
-    while (!overflow && proto_next_key(&cur, req->keys_end, &key, &nkey)) {
+    while (!overflow && proto_next_key(&cur, end, &key, &nkey)) {
         uint64_t hv = store_hash(key, nkey);
         const struct ns *ns = cmd_ns(c, key, nkey);
         struct ns_metrics *nsm = cmd_nsm(c, ns);
@@ -76,7 +79,7 @@ static void text_get(struct conn *c, struct proto_req *req)
         if (it && why == STORE_MISS_EXPIRED) it = NULL;
         if (it) {
             if (touch) {
-                it->exptime = ns_exptime(ns, req->exptime, now);
+                it->exptime = ns_exptime(ns, exptime, now);
                 m->touch_hits++;
             } else {
                 m->get_hits++;
@@ -97,15 +100,33 @@ static void text_get(struct conn *c, struct proto_req *req)
         store_unlock(st, hv);
         if (detail_enabled(&c->node->detail))
             detail_record(&c->node->detail, key, nkey, DETAIL_GET, it != NULL);
+        if (buf_used(&c->wbuf) > soft) break;
     }
     if (overflow) {
         /* Drop this reply's partial output so the stream stays well formed. */
         c->wbuf.len = c->wbuf.off + mark;
         m->conn_closed_out_limit++;
         conn_reply_str(c, "SERVER_ERROR out of memory writing get response\r\n");
+        return NULL;
+    }
+    return cur;
+}
+
+const char *cmd_get_part(struct conn *c, enum proto_cmd cmd, int64_t exptime, const char *keys,
+                         const char *end)
+{
+    return get_keys(c, cmd, exptime, keys, end, c->node->cfg.out_max / 4);
+}
+
+static void text_get(struct conn *c, struct proto_req *req)
+{
+    if (!proto_keys_valid(req->keys, req->keys_end)) {
+        c->w->m.protocol_errors++;
+        conn_reply_str(c, "CLIENT_ERROR bad command line format\r\n");
         return;
     }
-    conn_reply(c, "END\r\n", 5);
+    if (get_keys(c, req->cmd, req->exptime, req->keys, req->keys_end, SIZE_MAX))
+        conn_reply(c, "END\r\n", 5);
 }
 
 void cmd_text_store(struct conn *c, struct proto_req *req, struct item *it, const struct ns *ns)

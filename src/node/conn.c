@@ -255,11 +255,16 @@ static void conn_process(struct conn *c)
             conn_fill_value(c);
             continue;
         }
+        if (c->state == CONN_LGET) {
+            if (!conn_lget_step(c)) return; /* wait for more of the line */
+            continue;
+        }
         char *start = buf_start(&c->rbuf);
         if (conn_binary_request(c, start)) return;
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > c->node->cfg.line_max) {
             if (nl == NULL && avail <= c->node->cfg.line_max) return; /* wait for the rest */
+            if (conn_lget_begin(c, start, avail)) continue; /* a get line: taken in parts */
             c->w->m.conn_closed_line_too_long++;
             conn_reply_str(c, "CLIENT_ERROR line too long\r\n");
             c->state = CONN_CLOSE;

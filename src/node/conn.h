@@ -4,8 +4,9 @@
  * appends each reply to one output buffer in request order, and writes that buffer once per
  * batch (so a pipeline of N requests costs one read and one write; with the worker's io_uring,
  * the reads of all connections epoll reported ready go in one system call, and so do their
- * sends). Limits: a request line
- * longer than line_max closes the connection after an error; new requests are not taken while
+ * sends). Limits: a request line longer than line_max closes the connection after an error,
+ * except a get/gets/gat/gats line, which is answered in parts as it arrives (conn_lget.c,
+ * protocol/longget.h); new requests are not taken while
  * more than out_max/4 reply bytes wait to be sent, and a single reply that would push the
  * queue past out_max is refused with a SERVER_ERROR. */
 #ifndef SHOAL_NODE_CONN_H
@@ -17,12 +18,14 @@
 #include "common/buf.h"
 #include "common/uring.h"
 #include "node/node.h"
+#include "protocol/longget.h"
 #include "protocol/protocol.h"
 
 enum conn_state {
     CONN_LINE,    /* waiting for a request line */
     CONN_VALUE,   /* receiving a storage command's data block into `it` */
     CONN_SWALLOW, /* discarding the data block of a refused storage command */
+    CONN_LGET,    /* answering a get line over line_max as it arrives (`lget`) */
     CONN_CLOSE,   /* close once the output is written */
 };
 
@@ -46,6 +49,7 @@ struct conn {
     size_t plinecap;
     struct proto_req preq;
     struct dump *dump; /* a key dump in progress (cmd_dump.c): runs before further requests */
+    struct lget lget;  /* the get line over line_max being answered (CONN_LGET) */
 };
 
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's
@@ -72,5 +76,12 @@ void conn_reply(struct conn *c, const char *s, size_t n);
 void conn_reply_str(struct conn *c, const char *s);
 /* Is there room for `n` more reply bytes under out_max? */
 bool conn_out_room(const struct conn *c, size_t n);
+
+/* Long gets (conn_lget.c). conn_lget_begin: the input buffer holds a line over line_max from
+ * `start` (`avail` bytes): when it is a get line, take its verb and enter CONN_LGET (true);
+ * false when it is not one. conn_lget_step: answer what the buffer holds of it; false when
+ * nothing could be done until more input arrives. */
+bool conn_lget_begin(struct conn *c, const char *start, size_t avail);
+bool conn_lget_step(struct conn *c);
 
 #endif

@@ -90,6 +90,7 @@ struct node_config {
     X(bytes_written, COUNTER, "bytes sent to clients")                                           \
     X(protocol_errors, COUNTER, "requests answered ERROR or CLIENT_ERROR")                       \
     X(conn_closed_line_too_long, COUNTER, "connections closed for a request line over line_max") \
+    X(long_gets, COUNTER, "get, gets, gat and gats lines over line_max, answered in parts")      \
     X(conn_closed_out_limit, COUNTER, "replies refused because out_max would be exceeded")      \
     X(conn_oom, COUNTER, "connection buffer allocations that failed")
 

@@ -39,6 +39,7 @@ struct client *client_create(struct rworker *w, int fd)
     c->fd = fd;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
+    buf_init(&c->lline);
     c->evmask = EPOLLIN | EPOLLRDHUP;
     struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -76,6 +77,7 @@ void client_destroy(struct client *c)
     if (c->next) c->next->prev = c->prev;
     buf_release(&c->rbuf);
     buf_release(&c->wbuf);
+    buf_release(&c->lline);
     free(c);
     __atomic_fetch_sub(&w->r->curr_conns, 1, __ATOMIC_RELAXED);
 }
@@ -128,6 +130,7 @@ void client_enqueue(struct client *c, struct rreq *rq)
     else c->head = rq;
     c->tail = rq;
     c->npending++;
+    rq->lget_part = c->lget.cmd != CMD_NONE;
 }
 
 void client_drain(struct client *c)
@@ -138,6 +141,7 @@ void client_drain(struct client *c)
         if (c->head == NULL) c->tail = NULL;
         c->npending--;
         c->held -= rq->held_bytes;
+        if (rq->lget_part) client_lget_filter(c, rq);
         if (!rq->direct && buf_used(&rq->reply) &&
             buf_append(&c->wbuf, buf_start(&rq->reply), buf_used(&rq->reply)) < 0) {
             c->w->m.out_of_memory++;
@@ -151,7 +155,7 @@ void client_drain(struct client *c)
 void client_local(struct client *c, const char *s, size_t n)
 {
     c->w->m.cmd_local++;
-    if (c->head == NULL) {
+    if (c->head == NULL && c->lget.cmd == CMD_NONE) { /* a long get's parts are filtered */
         if (buf_append(&c->wbuf, s, n) < 0) {
             c->w->m.out_of_memory++;
             c->closing = true;
@@ -317,6 +321,10 @@ static void client_process(struct client *c)
             c->swallow -= n;
             continue;
         }
+        if (c->lget.cmd != CMD_NONE) {
+            if (!client_lget_step(c)) return; /* wait for more of the line */
+            continue;
+        }
         char *start = buf_start(&c->rbuf);
         if ((unsigned char)start[0] == 0x80) { /* binary protocol: as shoal-node (conn.c) */
             c->w->m.protocol_errors++;
@@ -327,6 +335,7 @@ static void client_process(struct client *c)
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > cfg->line_max) {
             if (nl == NULL && avail <= cfg->line_max) return; /* wait for the rest */
+            if (client_lget_begin(c, start, avail)) continue; /* a get line: routed in parts */
             c->w->m.protocol_errors++;
             client_local_str(c, "CLIENT_ERROR line too long\r\n");
             c->closing = true;

@@ -12,6 +12,7 @@
 
 #include "common/buf.h"
 #include "common/uring.h"
+#include "protocol/longget.h"
 #include "router/request.h"
 #include "router/router.h"
 
@@ -36,6 +37,9 @@ struct client {
     struct rreq *head, *tail;     /* requests in flight, in arrival order */
     uint32_t npending;
     uint64_t held;                /* reply bytes kept for requests not yet moved to wbuf */
+    struct lget lget;             /* a get line over --line-max being routed in parts */
+    bool lget_failed;             /* a part of it was answered with an error: drop the rest */
+    struct buf lline;             /* the line built for its current part */
 };
 
 /* Take an accepted non-blocking socket. NULL (fd closed) when memory runs out. */
@@ -70,6 +74,14 @@ void client_local(struct client *c, const char *s, size_t n);
 void client_local_str(struct client *c, const char *s);
 /* Answer SERVER_ERROR out of memory (in order) and count it. */
 void client_oom(struct client *c);
+/* Long gets (client_lget.c). client_lget_begin: the input buffer holds a line over --line-max
+ * from `start` (`avail` bytes): when it is a get line, take its verb and route it in parts from
+ * now on (true); false when it is not one. client_lget_step: route what the buffer holds of it;
+ * false when nothing can be done until more input arrives. client_lget_filter: the reply of
+ * one of its parts is leaving (client_drain): take off its END, or drop it after an error. */
+bool client_lget_begin(struct client *c, const char *start, size_t avail);
+bool client_lget_step(struct client *c);
+void client_lget_filter(struct client *c, struct rreq *rq);
 /* Destroy unconditionally (worker shutdown). */
 void client_destroy(struct client *c);
 

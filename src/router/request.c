@@ -382,7 +382,7 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         }
         bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
         if (!drop) {
-            struct buf *to = c->head == rq ? &c->wbuf : &rq->reply;
+            struct buf *to = c->head == rq && !rq->lget_part ? &c->wbuf : &rq->reply;
             if (!client_reply_room(c->w, c, n)) {
                 reply = over_reply;
                 n = sizeof over_reply - 1;

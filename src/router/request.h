@@ -73,6 +73,9 @@ struct rreq {
     bool warmed;            /* warm-pool lookups were issued (or none were needed) */
     bool over;              /* RQ_DUMP: lines were dropped (--out-max); ends in an error */
     uint8_t merge;          /* RQ_STATS: how the nodes' lists are merged (statsmerge.h) */
+    bool lget_part;         /* answers a part of a get line over --line-max (client_lget.c):
+                             * its reply never goes straight to the client */
+    bool lget_last;         /* ...the part that ends it, with the END */
     uint16_t nfrags, pending;
     uint64_t start_us;      /* the worker's clock when it was parsed (namespace latency) */
     uint64_t held_bytes;    /* reply bytes it counts in its client's `held` */

@@ -78,6 +78,7 @@ struct router_config {
     X(cmd_other, COUNTER, "other routed requests (delete, incr, touch, md, ma, ...)")            \
     X(cmd_local, COUNTER, "requests answered by the router itself (version, mn, stats, ...)")    \
     X(multiget_split, COUNTER, "multi-key gets split over more than one node")                  \
+    X(long_gets, COUNTER, "get, gets, gat and gats lines over --line-max, routed in parts")     \
     X(replicated_writes, COUNTER, "writes sent to every replica of a replicated pool")           \
     X(replicated_cas, COUNTER, "compare-and-swap writes to a replicated pool (compared on one)")  \
     X(repair_keys_logged, COUNTER, "keys logged for deletion on a node that missed a write")     \

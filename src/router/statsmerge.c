@@ -137,6 +137,17 @@ static struct sm_ent *sm_find(struct sm_map *m, const char *name, uint32_t n, bo
     return e;
 }
 
+/* Whether the nodes' lists named `name` (no insert, unlike sm_find). */
+static bool sm_has(const struct sm_map *m, const char *name, uint32_t n)
+{
+    if (m->nslot == 0) return false;
+    for (uint32_t h = sm_hash(name, n) & (m->nslot - 1); m->slot[h]; h = (h + 1) & (m->nslot - 1)) {
+        const struct sm_ent *e = &m->e[m->slot[h] - 1];
+        if (e->nname == n && !memcmp(e->name, name, n)) return true;
+    }
+    return false;
+}
+
 /* [p, end) as a decimal number (at most 20 digits; saturating). */
 static bool sm_num(const char *p, const char *end, uint64_t *v)
 {
@@ -330,9 +341,10 @@ static void sm_own_head(struct buf *b, struct rworker *w, const struct router_me
                (unsigned long long)m->conns_total, (unsigned long long)r->cfg.threads);
 }
 
-/* The router's counters (ROUTER_METRICS), the ones memcached also names renamed router_*. */
+/* The router's counters (ROUTER_METRICS). Those memcached also names, and any a node answered
+ * with (shoal-node shares some counter names), are renamed router_*: a name means one thing. */
 static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_metrics *m,
-                        uint32_t answered, uint32_t total)
+                        const struct sm_map *nodes, uint32_t answered, uint32_t total)
 {
     buf_printf(b, "STAT topology_version %llu\r\nSTAT nodes_answered %u\r\nSTAT nodes_total %u\r\n",
                (unsigned long long)(w->topo ? w->topo->version : 0), answered, total);
@@ -340,6 +352,7 @@ static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_me
         const struct metric_desc *d = &router_metric_descs[i];
         bool renamed = false;
         for (size_t k = 0; k < NELEM(sm_renamed); k++) renamed |= !strcmp(d->name, sm_renamed[k]);
+        renamed |= sm_has(nodes, d->name, (uint32_t)strlen(d->name));
         uint64_t v;
         memcpy(&v, (const char *)m + d->offset, sizeof v);
         buf_printf(b, "STAT %s%s %llu\r\n", renamed ? "router_" : "", d->name,
@@ -379,7 +392,7 @@ int statsmerge_reply(struct rreq *rq)
             sm_own_head(b, w, &rm);
         }
         sm_write(b, &m, rq->merge);
-        if (rq->merge == STATSMERGE_GENERAL) sm_own_tail(b, w, &rm, answered, rq->nfrags);
+        if (rq->merge == STATSMERGE_GENERAL) sm_own_tail(b, w, &rm, &m, answered, rq->nfrags);
         buf_append_str(b, "END\r\n");
         if (b->data == NULL) rc = -1;
     }
