@@ -169,7 +169,7 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
         /* append and prepend check a CAS only when it is not 0, as memcached does */
         bool concat = a->mode == CS_APPEND || a->mode == CS_PREPEND;
         if (a->has_cas && a->cas != item_cas(old) && !(concat && a->cas == 0)) {
-            if (a->set_stale && a->cas < item_cas(old)) {
+            if (a->set_stale && a->cas != 0 && a->cas < item_cas(old)) {
                 /* a fill that lost a race with an invalidation: keep it, marked stale, with the
                  * old item's TTL and win state (memcached's ms I) */
                 it->exptime = old->exptime;

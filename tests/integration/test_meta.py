@@ -214,6 +214,12 @@ def test_ms_append_C0_does_not_compare(raw):
     assert raw.meta("mg k v").value == b"ab"
 
 
+def test_ms_I_with_C0_is_refused_not_stored_stale(raw):
+    # C0 is no CAS older than the item's: memcached answers EX
+    raw.meta("ms k 1", b"a")
+    assert raw.meta("ms k 1 I C0", b"b").line == "EX"
+
+
 def test_ms_quiet_cas_failures_still_answer(raw):
     cas = raw.meta("ms k 1 c", b"1").cas
     raw.send(f"ms k 1 q C{cas + 1}\r\nx\r\nms nope 1 q C1\r\nx\r\nmn\r\n")
