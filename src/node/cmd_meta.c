@@ -240,7 +240,8 @@ static void meta_get(struct conn *c, struct proto_req *req)
         nsm->lease_wins++;
         meta_record_win(c, ns, hv, item_cas(it), created ? (uint64_t)life : ns->cfg.lease_ttl);
     }
-    if (!proto_meta_has(mf, 'u') && !created && !ghost && !grace) store_bump(st, it, now);
+    /* a placeholder N created counts as fetched, as in memcached */
+    if (!proto_meta_has(mf, 'u') && !ghost && !grace) store_bump(st, it, now);
     ml_send(c, &l);
     if (want_value) {
         conn_reply(c, item_value(it), it->nbytes);

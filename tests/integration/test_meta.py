@@ -475,6 +475,13 @@ def test_ma_C0_does_not_compare(raw):
     assert raw.meta("ma n C0 v").value == b"6"
 
 
+def test_mg_N_created_placeholder_counts_as_fetched(raw):
+    raw.meta("mg a N100")
+    assert raw.meta("mg a h").flags["h"] == "1", "the creating mg fetched it (memcached's h)"
+    raw.meta("mg b N100 u")
+    assert raw.meta("mg b h").flags["h"] == "0", "unless it asked for no update (u)"
+
+
 def test_ma_c_returns_new_cas(raw):
     old = raw.meta("ms n 1 c", b"1").cas
     r = raw.meta("ma n c")
