@@ -265,7 +265,8 @@ void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, cons
     }
     a.has_cas = proto_meta_has(mf, 'C');
     a.cas = mf->cas_in;
-    a.set_stale = mf->invalidate;
+    /* I applies to a compare-and-swap only (set or replace with C), as in memcached */
+    a.set_stale = mf->invalidate && (a.mode == CS_SET || a.mode == CS_REPLACE);
     uint64_t cas = 0;
     enum cmd_store_res r = cmd_store_apply(c, it, &a, &cas);
     if (r == CS_NO_MEMORY) {

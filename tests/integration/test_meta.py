@@ -220,6 +220,14 @@ def test_ms_I_with_C0_is_refused_not_stored_stale(raw):
     assert raw.meta("ms k 1 I C0", b"b").line == "EX"
 
 
+@pytest.mark.parametrize("mode", ["MA", "MP"])
+def test_ms_I_does_not_turn_a_failed_append_cas_into_a_stale_store(raw, mode):
+    older = raw.meta("ms k 1 c", b"a").cas
+    raw.meta("ms k 1", b"a")
+    assert raw.meta(f"ms k 1 {mode} C{older} I", b"b").line == "EX"
+    assert raw.meta("mg k v").value == b"a"
+
+
 def test_ms_quiet_cas_failures_still_answer(raw):
     cas = raw.meta("ms k 1 c", b"1").cas
     raw.send(f"ms k 1 q C{cas + 1}\r\nx\r\nms nope 1 q C1\r\nx\r\nmn\r\n")
