@@ -188,6 +188,8 @@ class Grammar:
             mc_data = line + end
         if not fields_ok:
             tags.add("store:malformed")
+        if len(val) >= 2048:
+            tags.add("value:long")  # read as a command line if the framing slipped before it
         if len(val) >= 2048 and (not fields_ok or not length_readable):
             tags.add("line:long")  # the data block is read as a command line
         return Cmd(data, tags, mc_data, sync=sync)

@@ -97,7 +97,7 @@ EXPLAINED = [
     Explained("quiet ma through the router", "pending", {"ma:quiet"},
               "not fixed yet: the router strips q and drops HD itself, so it cannot tell a "
               "created counter (answered under q) from a hit (/work/wt/difftest-findings.md)"),
-    Explained("non-get lines over 2 KiB", "pending", {"line:long"},
+    Explained("non-get lines over 2 KiB", "pending", {"line:long", "value:long"},
               "issue 10 point 2 (memcached closes a non-get line of over 2 KiB without a "
               "reply)"),
 ]
