@@ -23,7 +23,6 @@ the full report (default: in the test's tmp dir, path printed on failure).
 
 import concurrent.futures
 import copy
-import json
 import os
 import re
 import socket
