@@ -157,9 +157,11 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
             res = a->has_cas ? CS_NOT_FOUND : CS_NOT_STORED;
         }
     } else if (old == NULL) {
-        if (a->has_cas) res = CS_NOT_FOUND;
-        else if (a->mode == CS_SET || a->mode == CS_ADD) res = CS_STORED;
+        /* as memcached: a CAS makes set and replace a cas (NOT_FOUND on a miss); add ignores it
+         * and stores; append and prepend need an item whatever the CAS */
+        if (a->mode == CS_SET || a->mode == CS_ADD) res = CS_STORED;
         else res = CS_NOT_STORED;
+        if (a->has_cas && (a->mode == CS_SET || a->mode == CS_REPLACE)) res = CS_NOT_FOUND;
         if (res == CS_STORED) {
             if (store_link(st, hv, it, now)) stored = it;
             else res = CS_NO_MEMORY; /* index shard full; `it` is freed below */
@@ -169,8 +171,10 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
         res = CS_NOT_STORED;
     } else {
         res = CS_STORED;
-        if (a->has_cas && a->cas != item_cas(old)) {
-            if (a->set_stale && a->cas < item_cas(old)) {
+        /* append and prepend check a CAS only when it is not 0, as memcached does */
+        bool concat = a->mode == CS_APPEND || a->mode == CS_PREPEND;
+        if (a->has_cas && a->cas != item_cas(old) && !(concat && a->cas == 0)) {
+            if (a->set_stale && a->cas != 0 && a->cas < item_cas(old)) {
                 /* a fill that lost a race with an invalidation: keep it, marked stale, with the
                  * old item's TTL and win state (memcached's ms I) */
                 it->exptime = old->exptime;

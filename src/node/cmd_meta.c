@@ -253,7 +253,8 @@ static void meta_get(struct conn *c, struct proto_req *req)
         nsm->lease_wins++;
         meta_record_win(c, ns, hv, item_cas(it), created ? (uint64_t)life : ns->cfg.lease_ttl);
     }
-    if (!proto_meta_has(mf, 'u') && !created && !ghost && !grace) store_bump(st, it, now);
+    /* a placeholder N created counts as fetched, as in memcached */
+    if (!proto_meta_has(mf, 'u') && !ghost && !grace) store_bump(st, it, now);
     ml_send(c, &l);
     if (want_value) {
         conn_reply(c, item_value(it), it->nbytes);
@@ -278,7 +279,8 @@ void cmd_meta_store(struct conn *c, struct proto_req *req, struct item *it, cons
     }
     a.has_cas = proto_meta_has(mf, 'C');
     a.cas = mf->cas_in;
-    a.set_stale = mf->invalidate;
+    /* I applies to a compare-and-swap only (set or replace with C), as in memcached */
+    a.set_stale = mf->invalidate && (a.mode == CS_SET || a.mode == CS_REPLACE);
     uint64_t cas = 0;
     enum cmd_store_res r = cmd_store_apply(c, it, &a, &cas);
     if (r == CS_NO_MEMORY) {
@@ -379,6 +381,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     uint32_t ttl_before = UINT32_MAX; /* t reports the TTL as it was before this command's T */
     const char *err = NULL, *code = NULL;
+    bool created = false; /* N made the item: memcached answers that even under q */
     store_lock(st, hv);
     enum store_miss why;
     struct item *it = store_find(st, hv, req->key, req->nkey, now, &why);
@@ -397,6 +400,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
                 if (proto_meta_has(mf, 'E')) item_set_cas(it, mf->cas_new);
                 if (store_link(st, hv, it, now)) {
                     value = mf->initial;
+                    created = true;
                 } else { /* index shard full: as when the allocation fails */
                     store_free(st, it);
                     it = NULL;
@@ -408,8 +412,11 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         } else {
             code = "NF";
         }
-    } else if (proto_meta_has(mf, 'C') && mf->cas_in != item_cas(it)) {
-        code = "EX";
+    } else if (it->nbytes == 0) {
+        /* memcached: an empty value is not a number, whatever the CAS asked */
+        err = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+    } else if (proto_meta_has(mf, 'C') && mf->cas_in != 0 && mf->cas_in != item_cas(it)) {
+        code = "EX"; /* C0 asks for no compare, as in memcached */
     } else {
         ttl_before = it->exptime;
         switch (cmd_delta_locked(st, hv, &it, incr, mf->delta, now, &value)) {
@@ -431,7 +438,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
         return;
     }
     bool ok = code == NULL, want_value = ok && proto_meta_has(mf, 'v');
-    if (ok && !want_value && mf->quiet) {
+    if (ok && mf->quiet && !created) { /* q hides a hit's reply, HD or VA, as in memcached */
         store_unlock(st, hv);
         return;
     }
@@ -445,12 +452,25 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     } else {
         ml_put(&l, ok ? "HD" : code, 2);
     }
+    /* As memcached, the flags act in the order given: t shows the TTL set by the T (or, for an
+     * item N created, N) before it, else the one the item had (none for a created item); the
+     * last of T and N sets a created item's TTL. */
+    uint32_t shown = created ? 0 : ttl_before;
     for (int i = 0; i < mf->nflags; i++) {
         const struct proto_mflag *f = &mf->flag[i];
-        if (ok && f->flag == 't')
-            ml_ttl(&l, ttl_before != UINT32_MAX ? ttl_before : it->exptime, now);
-        else if (ok && f->flag == 'c') ml_u64(&l, 'c', item_cas(it));
-        else ml_common(&l, req, f);
+        if (ok && f->flag == 'T') {
+            if (created) it->exptime = ns_exptime(ns, mf->ttl, now);
+            shown = it->exptime;
+        } else if (ok && created && f->flag == 'N') {
+            it->exptime = ns_exptime(ns, mf->vivify, now);
+            shown = it->exptime;
+        } else if (ok && f->flag == 't') {
+            ml_ttl(&l, shown, now);
+        } else if (ok && f->flag == 'c') {
+            ml_u64(&l, 'c', item_cas(it));
+        } else {
+            ml_common(&l, req, f);
+        }
     }
     store_unlock(st, hv);
     ml_send(c, &l);

@@ -1,6 +1,7 @@
 /* cmd_text.c — memcached's classic text commands: get family, storage, delete, incr/decr,
  * touch, flush_all, version, verbosity, quit, shutdown, cache_memlimit. Replies and counters
  * follow memcached 1.6. */
+#include <ctype.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -189,16 +190,31 @@ static void text_delete(struct conn *c, struct proto_req *req)
     reply_unless_noreply(c, req, it ? "DELETED\r\n" : "NOT_FOUND\r\n");
 }
 
-/* Parse an item value as memcached's incr does: decimal digits, optionally followed by the
- * spaces an earlier in-place decr left. */
+/* Parse an item value as memcached's incr does (strtoull on the value and its \r\n): leading
+ * white space, an optional sign, decimal digits that fit 64 bits, then white space (the spaces
+ * an earlier in-place decr left, anything after a space) or the end. A '-' negates modulo 2^64
+ * and is refused where that reads as negative, so "-0" is 0. */
 static bool text_value_u64(const struct item *it, uint64_t *out)
 {
     const char *v = item_value((struct item *)it);
-    size_t n = it->nbytes, digits = 0;
-    while (digits < n && v[digits] >= '0' && v[digits] <= '9') digits++;
-    for (size_t i = digits; i < n; i++)
-        if (v[i] != ' ') return false;
-    return digits > 0 && proto_parse_u64(v, digits, out);
+    size_t n = it->nbytes, i = 0;
+    while (i < n && isspace((unsigned char)v[i])) i++;
+    bool neg = false;
+    if (i < n && (v[i] == '+' || v[i] == '-')) neg = v[i++] == '-';
+    size_t start = i;
+    uint64_t x = 0;
+    for (; i < n && v[i] >= '0' && v[i] <= '9'; i++) {
+        unsigned d = (unsigned)(v[i] - '0');
+        if (x > (UINT64_MAX - d) / 10) return false; /* ERANGE */
+        x = x * 10 + d;
+    }
+    if (i == start || (i < n && !isspace((unsigned char)v[i]))) return false;
+    if (neg) {
+        x = -x;
+        if ((int64_t)x < 0) return false;
+    }
+    *out = x;
+    return true;
 }
 
 /* incr/decr on a linked item with its shard lock held; shared with ma. The new number is

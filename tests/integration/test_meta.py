@@ -200,6 +200,34 @@ def test_ms_c_on_failure_returns_zero_cas(raw):
     assert raw.meta(f"ms k 1 c C{cas + 1}", b"2").line == "EX c0"
 
 
+@pytest.mark.parametrize("mode,code", [("E", "HD"), ("A", "NS"), ("P", "NS"), ("R", "NF"),
+                                       ("S", "NF")])
+def test_ms_C_on_a_miss_answers_by_mode(raw, mode, code):
+    # memcached: a CAS turns set and replace into cas (NF on a miss); add ignores it; append
+    # and prepend need an item
+    assert raw.meta(f"ms k 1 M{mode} C1", b"x").line == code
+
+
+def test_ms_append_C0_does_not_compare(raw):
+    raw.meta("ms k 1", b"a")
+    assert raw.meta("ms k 1 MA C0", b"b").line == "HD"
+    assert raw.meta("mg k v").value == b"ab"
+
+
+def test_ms_I_with_C0_is_refused_not_stored_stale(raw):
+    # C0 is no CAS older than the item's: memcached answers EX
+    raw.meta("ms k 1", b"a")
+    assert raw.meta("ms k 1 I C0", b"b").line == "EX"
+
+
+@pytest.mark.parametrize("mode", ["MA", "MP"])
+def test_ms_I_does_not_turn_a_failed_append_cas_into_a_stale_store(raw, mode):
+    older = raw.meta("ms k 1 c", b"a").cas
+    raw.meta("ms k 1", b"a")
+    assert raw.meta(f"ms k 1 {mode} C{older} I", b"b").line == "EX"
+    assert raw.meta("mg k v").value == b"a"
+
+
 def test_ms_quiet_cas_failures_still_answer(raw):
     cas = raw.meta("ms k 1 c", b"1").cas
     raw.send(f"ms k 1 q C{cas + 1}\r\nx\r\nms nope 1 q C1\r\nx\r\nmn\r\n")
@@ -425,6 +453,41 @@ def test_ma_t_reports_ttl_before_T_update(raw):
     r = raw.meta("ma n v t T60")
     assert r.flags["t"] == "-1", "t shows the old TTL (none) in the same command"
     assert raw.meta("ma n t").flags["t"] == "60", "T60 was applied"
+
+
+def test_ma_t_after_T_reports_new_ttl(raw):
+    # flags act in the order given, as in memcached: T before t shows the new TTL
+    raw.meta("ms n 1", b"1")
+    assert raw.meta("ma n T60 t").flags["t"] in ("60", "59")
+
+
+def test_ma_t_before_N_on_a_created_counter_is_minus_one(raw):
+    assert raw.meta("ma n t N100").flags["t"] == "-1", "N sets the TTL only where it stands"
+    assert raw.meta("ma n t").flags["t"] in ("100", "99")
+
+
+def test_ma_quiet_still_answers_when_N_creates(raw):
+    raw.send("ma n N0 J3 q\r\nma n q\r\nma n q v\r\nmn\r\n")
+    assert raw.read_line() == "HD", "memcached answers the creation even under q"
+    assert raw.read_line() == "MN", "q hides a hit's HD and its VA alike"
+
+
+def test_ma_empty_value_is_non_numeric_whatever_the_cas(raw):
+    raw.meta("ms n 0", b"")
+    assert raw.meta("ma n C1").line == \
+        "CLIENT_ERROR cannot increment or decrement non-numeric value"
+
+
+def test_ma_C0_does_not_compare(raw):
+    raw.meta("ms n 1", b"5")
+    assert raw.meta("ma n C0 v").value == b"6"
+
+
+def test_mg_N_created_placeholder_counts_as_fetched(raw):
+    raw.meta("mg a N100")
+    assert raw.meta("mg a h").flags["h"] == "1", "the creating mg fetched it (memcached's h)"
+    raw.meta("mg b N100 u")
+    assert raw.meta("mg b h").flags["h"] == "0", "unless it asked for no update (u)"
 
 
 def test_ma_c_returns_new_cas(raw):

@@ -1,5 +1,7 @@
 """Text protocol: incr / decr on unsigned 64-bit decimal values."""
 
+import pytest
+
 U64_MAX = 2**64 - 1
 
 
@@ -98,3 +100,19 @@ def test_incr_decr_noreply(raw):
 
 def test_incr_via_pymemcache_missing_returns_none(mc):
     assert mc.incr("nope", 1) is None
+
+
+@pytest.mark.parametrize("stored,expect", [(b" 09", b"10"), (b"9 x", b"10"), (b"+9", b"10"),
+                                           (b"\t9\t", b"10"), (b"-0", b"1"),
+                                           (b"-18446744073709551615", b"2")])
+def test_incr_reads_the_value_as_strtoull_does(raw, stored, expect):
+    # memcached parses the stored value with strtoull: leading white space, a sign, and
+    # anything after white space are taken
+    raw.store("set", "n", stored)
+    assert raw.cmd("incr n 1") == expect.decode()
+
+
+@pytest.mark.parametrize("stored", [b"-9", b"-", b" ", b"9x"])
+def test_incr_refuses_what_strtoull_refuses(raw, stored):
+    raw.store("set", "n", stored)
+    assert raw.cmd("incr n 1") == "CLIENT_ERROR cannot increment or decrement non-numeric value"
