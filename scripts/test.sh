@@ -5,7 +5,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 log=$(mktemp -d)
 passed=0
 failed=0
@@ -56,8 +55,12 @@ for variant in normal san; do
   count_pytest "$log/it-$variant.xml"
 done
 
-echo "== fuzz (${FUZZ_SECONDS}s per target)"
 if make fuzz >"$log/fuzz-build.txt" 2>&1; then
+  # one fuzzing budget (FUZZ_TOTAL_SECONDS, default 240) split over the targets, unless
+  # FUZZ_SECONDS fixes each target's share
+  ntargets=$(ls build/fuzz/fuzz_* 2>/dev/null | wc -l)
+  FUZZ_SECONDS=${FUZZ_SECONDS:-$(( ${FUZZ_TOTAL_SECONDS:-240} / (ntargets > 0 ? ntargets : 1) ))}
+  echo "== fuzz (${FUZZ_SECONDS}s per target, $ntargets targets)"
   for f in build/fuzz/fuzz_*; do
     [ -x "$f" ] || continue
     name=$(basename "$f" | sed 's/^fuzz_//')
