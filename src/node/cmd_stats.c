@@ -287,7 +287,8 @@ void cmd_stats(struct conn *c, struct proto_req *req)
     else if (IS("conns")) {
         uint32_t now = clock_now();
         uint32_t up = (uint32_t)(time(NULL) - c->node->started);
-        if (connlist_write(&c->node->conns, &c->wbuf, c->node->listen_fd, up, &c->listed, now) < 0) {
+        struct node *nd = c->node;
+        if (connlist_write(&nd->conns, &c->wbuf, nd->listen_fd, up, &c->listed, now) < 0) {
             c->w->m.conn_oom++;
             conn_reply_str(c, "SERVER_ERROR out of memory writing stats\r\n");
             return;

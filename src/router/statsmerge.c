@@ -341,7 +341,8 @@ static void sm_counters(struct router *r, struct router_metrics *out)
     uint64_t *v = (uint64_t *)out;
     pthread_mutex_lock(&r->reset_lock);
     const uint64_t *base = (const uint64_t *)&r->reset_base;
-    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++) v[i] = v[i] > base[i] ? v[i] - base[i] : 0;
+    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+        v[i] = v[i] > base[i] ? v[i] - base[i] : 0;
     pthread_mutex_unlock(&r->reset_lock);
 }
 
