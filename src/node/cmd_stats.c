@@ -284,8 +284,17 @@ void cmd_stats(struct conn *c, struct proto_req *req)
         /* shoal keeps no size histogram; memcached 1.6.18 answers sizes_enable/_disable
          * without END, which leaves a client waiting: we end them */
         buf_printf(&c->wbuf, "STAT sizes_status disabled\r\n");
-    else if (IS("conns") || IS("extstore"))
-        ; /* no per-connection listing, no extstore: an empty list, as memcached without it */
+    else if (IS("conns")) {
+        uint32_t now = clock_now();
+        uint32_t up = (uint32_t)(time(NULL) - c->node->started);
+        struct node *nd = c->node;
+        if (connlist_write(&nd->conns, &c->wbuf, nd->listen_fd, up, &c->listed, now) < 0) {
+            c->w->m.conn_oom++;
+            conn_reply_str(c, "SERVER_ERROR out of memory writing stats\r\n");
+            return;
+        }
+    } else if (IS("extstore"))
+        ; /* no extstore: an empty list, as memcached without it */
     else if (IS("cachedump")) {
         cmd_cachedump(c, rest, nrest);
         return;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "node/cmd.h"
 #include "node/cmd_dump.h"
@@ -50,12 +51,14 @@ struct conn *conn_create(struct worker *w, int fd)
     c->next = w->conns;
     if (w->conns) w->conns->prev = c;
     w->conns = c;
+    connlist_add(&w->node->conns, &c->listed, fd, clock_now());
     return c;
 }
 
 void conn_destroy(struct conn *c)
 {
     struct worker *w = c->w;
+    connlist_remove(&w->node->conns, &c->listed);
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->it) store_free(c->node->store, c->it);
@@ -232,6 +235,7 @@ static void conn_fill_value(struct conn *c)
 static void conn_process(struct conn *c)
 {
     size_t soft = c->node->cfg.out_max / 4;
+    if (buf_used(&c->rbuf) > 0) connlist_touch(&c->listed, clock_now());
     while (c->state != CONN_CLOSE) {
         if (buf_used(&c->wbuf) > soft) {
             if (!c->paused) {
@@ -370,6 +374,12 @@ static void conn_event_end(struct conn *c)
         c->epollout = true;
         conn_update_events(c);
     }
+    /* what `stats conns` shows for it until its next event */
+    connlist_set_state(&c->listed, c->state == CONN_CLOSE ? CONNLIST_CLOSING
+                                   : buf_used(&c->wbuf) > 0 || c->dump ? CONNLIST_WRITE
+                                   : c->state == CONN_VALUE ? CONNLIST_NREAD
+                                   : c->state == CONN_SWALLOW ? CONNLIST_SWALLOW
+                                   : CONNLIST_READ);
     return;
 close:
     conn_destroy(c);

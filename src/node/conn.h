@@ -50,6 +50,7 @@ struct conn {
     struct proto_req preq;
     struct dump *dump; /* a key dump in progress (cmd_dump.c): runs before further requests */
     struct lget lget;  /* the get line over line_max being answered (CONN_LGET) */
+    struct connlist_ent listed; /* its entry in the node's `stats conns` list */
 };
 
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's

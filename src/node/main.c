@@ -113,6 +113,7 @@ int main(int argc, char **argv)
     }
     node.bound_port = net_local_port(node.listen_fd);
     node.started = time(NULL);
+    connlist_init(&node.conns);
 
     if (worker_setup(&node, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/connlist.h"
 #include "common/metrics.h"
 #include "common/uring.h"
 #include "node/detail.h"
@@ -149,6 +150,7 @@ struct node {
     uint64_t curr_conns;
     uint64_t total_conns;
     uint64_t rejected_conns;
+    struct connlist conns; /* every worker's connections, for `stats conns` (connlist.h) */
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
 };

@@ -50,6 +50,7 @@ struct client *client_create(struct rworker *w, int fd)
     c->next = w->clients;
     if (w->clients) w->clients->prev = c;
     w->clients = c;
+    connlist_add(&w->r->conns, &c->listed, fd, (uint32_t)(w->now_ms / 1000));
     return c;
 }
 
@@ -65,6 +66,7 @@ void client_destroy(struct client *c)
                 break;
             }
     }
+    connlist_remove(&w->r->conns, &c->listed);
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     while (c->head) {
@@ -306,6 +308,7 @@ static void client_process(struct client *c)
     struct router_config *cfg = &c->w->r->cfg;
     size_t soft = cfg->out_max / 4;
     c->paused = false;
+    if (buf_used(&c->rbuf) > 0) connlist_touch(&c->listed, (uint32_t)(c->w->now_ms / 1000));
     while (!c->closing && !c->dead) {
         /* replies held behind a slower one count too, or a stalled head would let a client
          * that does not read send requests without bound */
@@ -417,6 +420,11 @@ void client_finish(struct client *c, int sent)
     if ((c->closing || c->eof) && c->npending == 0 && buf_used(&c->wbuf) == 0) goto destroy;
     if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CLIENT_BUF_KEEP);
     client_set_events(c);
+    /* what `stats conns` shows for it until it is serviced again */
+    connlist_set_state(&c->listed, c->closing ? CONNLIST_CLOSING
+                                   : buf_used(&c->wbuf) > 0 ? CONNLIST_WRITE
+                                   : c->npending > 0 ? CONNLIST_IO_QUEUE
+                                   : c->swallow > 0 ? CONNLIST_SWALLOW : CONNLIST_READ);
     return;
 destroy:
     client_destroy(c);

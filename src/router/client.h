@@ -40,6 +40,7 @@ struct client {
     struct lget lget;             /* a get line over --line-max being routed in parts */
     bool lget_failed;             /* a part of it was answered with an error: drop the rest */
     struct buf lline;             /* the line built for its current part */
+    struct connlist_ent listed;   /* its entry in the router's `stats conns` list */
 };
 
 /* Take an accepted non-blocking socket. NULL (fd closed) when memory runs out. */

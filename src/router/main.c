@@ -160,6 +160,8 @@ int main(int argc, char **argv)
     }
     router.bound_port = net_local_port(router.listen_fd);
     router.started = time(NULL);
+    pthread_mutex_init(&router.reset_lock, NULL);
+    connlist_init(&router.conns);
     if (worker_setup(&router, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;

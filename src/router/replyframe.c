@@ -344,7 +344,9 @@ bool reply_fits_want(const struct reply_want *w, const char *req, const char *re
         return line_number(reply, ll) || line_is(reply, ll, "NOT_FOUND");
     case CMD_TOUCH: return line_one_of(reply, ll, "TOUCHED NOT_FOUND");
     case CMD_VERSION: return line_code(reply, ll, "VERSION");
-    case CMD_FLUSH_ALL: case CMD_VERBOSITY: case CMD_STATS: /* stats detail on|off */
+    case CMD_STATS: /* stats detail on|off, stats reset */
+        return line_is(reply, ll, "OK") || line_is(reply, ll, "RESET");
+    case CMD_FLUSH_ALL: case CMD_VERBOSITY:
         return line_is(reply, ll, "OK");
     default: return false; /* never forwarded: only an error line could be its answer */
     }

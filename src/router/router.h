@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/connlist.h"
 #include "common/metrics.h"
 #include "common/uring.h"
 #include "router/nodestats.h"
@@ -157,7 +158,12 @@ struct router {
     unsigned bound_port;
     time_t started;
     uint64_t curr_conns, rejected_conns;
+    struct connlist conns;      /* every worker's clients, for `stats conns` (connlist.h) */
     uint64_t reloads, reload_failures;
+    /* `stats reset`: the counters' sums at the last reset, which `stats` subtracts (the workers'
+     * own counters, and /metrics, keep counting: nothing writes another thread's counters) */
+    pthread_mutex_t reset_lock;
+    struct router_metrics reset_base;
 };
 
 void router_metrics_sum(struct router *r, struct router_metrics *out);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/options.h"
 #include "router/upstream.h"
 #include "router/worker.h"
@@ -71,7 +72,7 @@ static void sm_fanout(struct client *c, enum rreq_kind kind, uint8_t merge, cons
 
 /* ---- merging ---- */
 
-enum sm_rule { SM_SUM, SM_MAX, SM_FIRST, SM_OWN };
+enum sm_rule { SM_SUM, SM_MAX, SM_MIN, SM_FIRST, SM_OWN };
 
 struct sm_ent {
     const char *name, *val; /* into the fragments' replies */
@@ -195,6 +196,11 @@ static const char *const sm_max[] = {
 static const char *const sm_renamed[] = {"cmd_get", "cmd_set", "bytes_read", "bytes_written",
                                           "protocol_errors"};
 
+/* `stats settings` names that describe the process answering: the router's values replace the
+ * nodes' (sm_settings_head), as do the router's own options of the same name (line_max, ...). */
+static const char *const sm_settings_own[] = {"maxconns", "tcpport", "udpport", "inter",
+                                              "verbosity", "num_threads", "tcp_backlog"};
+
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static bool in_list(const struct sm_ent *e, const char *const *l, size_t n)
@@ -218,6 +224,12 @@ static void sm_classify(struct sm_ent *e, uint8_t merge)
         e->rule = name_ends(e, ":age") || name_ends(e, ":age_hot") ||
                           name_ends(e, ":age_warm") || name_ends(e, ":evicted_time")
                       ? SM_MAX : SM_SUM;
+        break;
+    case STATSMERGE_SETTINGS: /* the cache behind the router: all the nodes' memory, the
+                               * largest item every node takes; the rest as the first node says */
+        e->rule = name_is(e, "maxbytes") ? SM_SUM
+                : name_is(e, "item_size_max") ? SM_MIN
+                : in_list(e, sm_settings_own, NELEM(sm_settings_own)) ? SM_OWN : SM_FIRST;
         break;
     case STATSMERGE_SLABS:
         e->rule = name_ends(e, ":chunk_size") || name_ends(e, ":chunks_per_page") ? SM_FIRST
@@ -282,6 +294,8 @@ static int sm_add(struct sm_map *m, uint8_t merge, const char *p, size_t n)
         for (int i = 0; i < 4; i++) {
             if (e->rule == SM_MAX) {
                 if (num[i] > e->num[i]) e->num[i] = num[i];
+            } else if (e->rule == SM_MIN) {
+                if (num[i] < e->num[i]) e->num[i] = num[i];
             } else {
                 e->num[i] = num[i] > UINT64_MAX - e->num[i] ? UINT64_MAX : e->num[i] + num[i];
             }
@@ -320,6 +334,28 @@ static void sm_write(struct buf *b, struct sm_map *m, uint8_t merge)
     }
 }
 
+/* The router's counters since the last `stats reset`. */
+static void sm_counters(struct router *r, struct router_metrics *out)
+{
+    router_metrics_sum(r, out);
+    uint64_t *v = (uint64_t *)out;
+    pthread_mutex_lock(&r->reset_lock);
+    const uint64_t *base = (const uint64_t *)&r->reset_base;
+    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+        v[i] = v[i] > base[i] ? v[i] - base[i] : 0;
+    pthread_mutex_unlock(&r->reset_lock);
+}
+
+/* `stats reset`: from now on `stats` counts from zero. */
+static void sm_reset_counters(struct router *r)
+{
+    struct router_metrics now;
+    router_metrics_sum(r, &now);
+    pthread_mutex_lock(&r->reset_lock);
+    r->reset_base = now;
+    pthread_mutex_unlock(&r->reset_lock);
+}
+
 /* The router's own figures that open `stats`: what memcached says about its process. */
 static void sm_own_head(struct buf *b, struct rworker *w, const struct router_metrics *m)
 {
@@ -335,10 +371,18 @@ static void sm_own_head(struct buf *b, struct rworker *w, const struct router_me
                (int)(8 * sizeof(void *)), (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec,
                (long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec,
                (unsigned long long)r->cfg.conn_limit);
+    /* connection_structures: memcached's count of connection objects in use; the router's are
+     * its client connections (the ones to nodes are counted per node in /metrics) */
+    uint64_t curr = __atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED);
     buf_printf(b, "STAT curr_connections %llu\r\nSTAT total_connections %llu\r\n"
+                  "STAT rejected_connections %llu\r\nSTAT connection_structures %llu\r\n"
                   "STAT threads %llu\r\nSTAT accepting_conns 1\r\n",
-               (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED),
-               (unsigned long long)m->conns_total, (unsigned long long)r->cfg.threads);
+               (unsigned long long)curr, (unsigned long long)m->conns_total,
+               (unsigned long long)__atomic_load_n(&r->rejected_conns, __ATOMIC_RELAXED),
+               (unsigned long long)curr, (unsigned long long)r->cfg.threads);
+    /* the router never yields a connection nor pauses its listener (over -c it refuses) */
+    buf_append_str(b, "STAT conn_yields 0\r\nSTAT listen_disabled_num 0\r\n"
+                      "STAT time_in_listen_disabled_us 0\r\n");
 }
 
 /* The router's counters (ROUTER_METRICS). Those memcached also names, and any a node answered
@@ -358,6 +402,33 @@ static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_me
         buf_printf(b, "STAT %s%s %llu\r\n", renamed ? "router_" : "", d->name,
                    (unsigned long long)v);
     }
+}
+
+/* `stats settings`: memcached's names for the router's own process settings, the nodes' cache
+ * settings merged (maxbytes: their sum; item_size_max: the smallest, and no more than the
+ * router's --item-max), then the router's options under their own names. */
+static void sm_settings(struct buf *b, struct rworker *w, struct sm_map *m)
+{
+    struct router *r = w->r;
+    buf_printf(b, "STAT maxconns %llu\r\nSTAT tcpport %u\r\nSTAT udpport 0\r\nSTAT inter %s\r\n"
+                  "STAT verbosity %d\r\nSTAT num_threads %llu\r\nSTAT tcp_backlog %llu\r\n",
+               (unsigned long long)r->cfg.conn_limit, r->bound_port,
+               r->cfg.listen && *r->cfg.listen ? r->cfg.listen : "NULL", log_get_level(),
+               (unsigned long long)r->cfg.threads, (unsigned long long)r->cfg.backlog);
+    bool have_isz = false;
+    for (uint32_t i = 0; i < m->n; i++) {
+        struct sm_ent *e = &m->e[i];
+        for (size_t k = 0; k < r->nopts; k++)
+            if (name_is(e, r->opts[k].name)) e->rule = SM_OWN;
+        if (name_is(e, "item_size_max") && e->isnum) {
+            have_isz = true;
+            if (e->num[0] > r->cfg.item_max) e->num[0] = r->cfg.item_max;
+        }
+    }
+    if (!have_isz)
+        buf_printf(b, "STAT item_size_max %llu\r\n", (unsigned long long)r->cfg.item_max);
+    sm_write(b, m, STATSMERGE_SETTINGS);
+    options_write_stats(b, r->opts, r->nopts);
 }
 
 int statsmerge_reply(struct rreq *rq)
@@ -380,7 +451,7 @@ int statsmerge_reply(struct rreq *rq)
         }
         if (sm_add(&m, rq->merge, buf_start(&f->reply), buf_used(&f->reply)) < 0) rc = -1;
     }
-    if (answered == 0 && rq->merge != STATSMERGE_GENERAL) {
+    if (answered == 0 && rq->merge != STATSMERGE_GENERAL && rq->merge != STATSMERGE_SETTINGS) {
         rc = first_err ? buf_append(&rq->reply, buf_start(&first_err->reply),
                                     buf_used(&first_err->reply))
                        : -1;
@@ -388,10 +459,11 @@ int statsmerge_reply(struct rreq *rq)
         struct buf *b = &rq->reply;
         struct router_metrics rm;
         if (rq->merge == STATSMERGE_GENERAL) {
-            router_metrics_sum(w->r, &rm);
+            sm_counters(w->r, &rm);
             sm_own_head(b, w, &rm);
         }
-        sm_write(b, &m, rq->merge);
+        if (rq->merge == STATSMERGE_SETTINGS) sm_settings(b, w, &m);
+        else sm_write(b, &m, rq->merge);
         if (rq->merge == STATSMERGE_GENERAL) sm_own_tail(b, w, &rm, &m, answered, rq->nfrags);
         buf_append_str(b, "END\r\n");
         if (b->data == NULL) rc = -1;
@@ -453,8 +525,7 @@ static bool tok_num(const char *t, size_t n)
 
 /* `stats <arg>` subcommands about a node's own settings or figures that the router does not
  * forward. */
-static const char *const sm_not_forwarded[] = {"sizes_enable", "sizes_disable", "reset",
-                                               "namespaces"};
+static const char *const sm_not_forwarded[] = {"sizes_enable", "sizes_disable", "namespaces"};
 
 void statsmerge_stats(struct client *c, const struct proto_req *req)
 {
@@ -470,14 +541,7 @@ void statsmerge_stats(struct client *c, const struct proto_req *req)
     const char *t = tok[0];
     size_t k = ntok[0];
     if (tok_is(t, k, "settings")) {
-        struct buf b;
-        buf_init(&b);
-        if (options_write_stats(&b, c->w->r->opts, c->w->r->nopts) < 0 ||
-            buf_append_str(&b, "END\r\n") < 0)
-            client_oom(c);
-        else
-            client_local(c, buf_start(&b), buf_used(&b));
-        buf_release(&b);
+        sm_fanout(c, RQ_STATS, STATSMERGE_SETTINGS, "stats settings\r\n", 16);
         return;
     }
     if (tok_is(t, k, "items")) {
@@ -492,8 +556,20 @@ void statsmerge_stats(struct client *c, const struct proto_req *req)
         sm_fanout(c, RQ_STATS, STATSMERGE_SUM, "stats sizes\r\n", 13);
         return;
     }
-    if (tok_is(t, k, "conns") || tok_is(t, k, "extstore")) {
-        /* the nodes' connections are the routers'; no extstore: as memcached without it */
+    if (tok_is(t, k, "conns")) { /* the router's clients: the nodes' are routers */
+        struct router *r = c->w->r;
+        struct buf b;
+        buf_init(&b);
+        if (connlist_write(&r->conns, &b, r->listen_fd, (uint32_t)(time(NULL) - r->started),
+                           &c->listed, (uint32_t)(c->w->now_ms / 1000)) < 0 ||
+            buf_append_str(&b, "END\r\n") < 0)
+            client_oom(c);
+        else
+            client_local(c, buf_start(&b), buf_used(&b));
+        buf_release(&b);
+        return;
+    }
+    if (tok_is(t, k, "extstore")) { /* no extstore: as memcached without it */
         client_local_str(c, "END\r\n");
         return;
     }
@@ -506,6 +582,11 @@ void statsmerge_stats(struct client *c, const struct proto_req *req)
             sm_fanout(c, RQ_STATS, STATSMERGE_FIRST, "stats detail off\r\n", 18);
         else
             client_local_str(c, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+        return;
+    }
+    if (tok_is(t, k, "reset")) { /* every node's counters and the router's: one RESET */
+        sm_reset_counters(c->w->r);
+        sm_fanout(c, RQ_STATS, STATSMERGE_FIRST, "stats reset\r\n", 13);
         return;
     }
     if (tok_is(t, k, "cachedump")) { /* memcached 1.6.18's answers to bad arguments */

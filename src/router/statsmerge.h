@@ -25,7 +25,8 @@ enum statsmerge_kind {
     STATSMERGE_SLABS,   /* `stats slabs`: per class, summed (chunk sizes as they are) */
     STATSMERGE_SUM,     /* `stats sizes`: every number summed */
     STATSMERGE_PREFIX,  /* `stats detail dump`: per prefix, summed */
-    STATSMERGE_FIRST,   /* `stats detail on|off`: the first node's answer (OK) */
+    STATSMERGE_FIRST,   /* `stats detail on|off`, `stats reset`: the first node's answer */
+    STATSMERGE_SETTINGS, /* `stats settings`: the router's own, with the nodes' cache settings */
 };
 
 /* Answer `stats [args]` (req parsed as CMD_STATS): locally, or by asking every node. */

@@ -15,6 +15,7 @@ import urllib.parse
 import pytest
 
 import conftest
+import test_stats_fields as fields
 from conftest import RouterCluster, pause_server, resume_server, topology
 from mcraw import free_port, wait_until
 
@@ -263,11 +264,11 @@ def test_subcommands_end_as_memcached_frames_them(start_server, start_router, mo
     for c in same_as_memcached:  # one at a time: memcached refuses a metadump pipelined
         m.send(c + "\r\n")
         mine[c] = read_lines(m)
-    batch = "".join(c + "\r\n" for c in same_as_memcached) + "stats conns\r\nstats extstore\r\n"
+    batch = "".join(c + "\r\n" for c in same_as_memcached) + "stats extstore\r\n"
     r.send(batch + "version\r\n")  # the router takes them pipelined
     for c in same_as_memcached:
         assert read_lines(r) == mine[c], c
-    assert read_lines(r) == [] and read_lines(r) == [], "stats conns, stats extstore: END"
+    assert read_lines(r) == [], "stats extstore: END"
     assert r.read_line().startswith("VERSION")
 
 
@@ -335,3 +336,85 @@ def test_a_dump_the_client_does_not_read_is_bounded_by_out_max(start_server, sta
     assert len(got) < 8 * 1024 * 1024, "--out-max and what the sockets' buffers took"
     assert b"END\r\n" not in got
     assert r.cmd("version").startswith("VERSION")
+
+
+# -- stats settings, stats reset, stats conns and the exporter's scrape through the router -----
+
+def test_stats_settings_names_memcacheds_settings_once(rcluster):
+    """maxbytes is the nodes' memory summed (as limit_maxbytes in `stats`), item_size_max the
+    largest item every node and the router take, the process's settings (maxconns, tcpport, ...)
+    the router's; its own options follow under their own names, no name twice."""
+    r = rcluster.raw()
+    r.send("stats settings\r\n")
+    names = [line.split(" ")[1] for line in read_lines(r)]
+    assert len(names) == len(set(names)), "no name twice"
+    st = r.stats("settings")
+    per_node = [n.raw().stats("settings") for n in rcluster.nodes]
+    assert int(st["maxbytes"]) == sum(int(s["maxbytes"]) for s in per_node)
+    assert int(st["maxbytes"]) == int(r.stats()["limit_maxbytes"])
+    assert int(st["item_size_max"]) == min([int(s["item_size_max"]) for s in per_node] + [1 << 20])
+    assert st["maxconns"] == "4096" == st["conn_limit"], "the router's -c, under both names"
+    assert st["tcpport"] == str(rcluster.router.port) and st["num_threads"] == "2"
+    assert st["cas_enabled"] == "yes" and st["evictions"] == "on"
+    assert st["upstream_window"] == "512", "the router's own options stay"
+
+
+def test_stats_reset_resets_every_node_and_the_routers_counters(rcluster):
+    r = rcluster.raw()
+    fill(r)
+    assert int(r.stats()["get_hits"]) > 0
+    r.send("stats reset\r\nversion\r\n")
+    assert r.read_line() == "RESET", "one RESET for all the nodes"
+    assert r.read_line().startswith("VERSION"), "and nothing more"
+    for n in rcluster.nodes:
+        st = n.raw().stats()
+        assert st["get_hits"] == "0" and st["get_misses"] == "0" and st["cmd_get"] == "0", n.port
+    st = r.stats()
+    assert st["get_hits"] == "0" and st["get_misses"] == "0"
+    assert st["router_cmd_get"] == "0", "the router's own counters too"
+    assert int(st["curr_items"]) == len(KEYS) - 1, "items stay"
+    r.get("k1")
+    assert r.stats()["get_hits"] == "1" and r.stats()["router_cmd_get"] == "1"
+
+
+def test_stats_conns_lists_the_routers_clients(rcluster):
+    """The router's own connections (a node's are the router's upstream connections)."""
+    r, other = rcluster.raw(), rcluster.raw()
+    assert other.cmd("version").startswith("VERSION")
+    conns = fields.conns_by_fd(r)
+    listen = f"tcp:{rcluster.router.host}:{rcluster.router.port}"
+    assert [f["addr"] for f in conns.values() if f.get("state") == "conn_listening"] == [listen]
+    clients = {f["addr"]: f for f in conns.values() if f.get("state") != "conn_listening"}
+    assert set(clients) == {fields.sock_addr(r.sock), fields.sock_addr(other.sock)}
+    assert clients[fields.sock_addr(r.sock)]["state"] == "conn_parse_cmd"
+    assert clients[fields.sock_addr(other.sock)]["state"] == "conn_read"
+    assert all(f["listen_addr"] == listen and f["secs_since_last_cmd"].isdigit()
+               for f in clients.values())
+    other.close()
+    wait_until(lambda: len(fields.conns_by_fd(r)) == 2, timeout=5,
+               message="the closed client gone from stats conns")
+
+
+def test_the_exporters_scrape_parses_through_the_router(rcluster):
+    """Every field the Prometheus exporter reads (docs/exporter.md) is in the router's `stats`,
+    `stats settings`, `stats items` and `stats slabs`, in the form its parser takes."""
+    r = rcluster.raw()
+    fields.traffic(r)
+    general, slabs, items = fields.exporter_stats(r)
+    for key in fields.GENERAL_FLOAT + fields.SLABS_GLOBAL_FLOAT:
+        fields.as_float(general, key)
+    for key in fields.GENERAL_TIMEVAL:
+        fields.as_timeval(general, key)
+    assert general["version"]
+    settings = fields.exporter_settings(r)
+    for key in fields.SETTINGS_FLOAT:
+        fields.as_float(settings, key)
+    for key in fields.SETTINGS_BOOL:
+        fields.as_bool(settings, key)
+    assert items and slabs and set(items) <= set(slabs)
+    for f in items.values():
+        for key in fields.ITEMS_FLOAT:
+            fields.as_float(f, key)
+    for f in slabs.values():
+        for key in fields.SLABS_FLOAT:
+            fields.as_float(f, key)

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from mcraw import wait_until
+
 # Fields the exporter reads, by how it parses them (pkg/exporter/exporter.go, described in
 # docs/exporter.md). float: strconv.ParseFloat; timeval: "<sec>.<usec>"; bool: "yes" or "no".
 GENERAL_FLOAT = [
@@ -312,3 +314,53 @@ def test_detail_looks_at_the_first_word_only(raw):
     assert raw.cmd("stats detail on off") == "OK"
     raw.get("w:1")
     assert detail_dump(raw) == {"w": (1, 0, 0, 0)}
+
+
+# -- stats conns: every connection, as memcached lists them --------------------------------
+
+def conns_by_fd(raw):
+    """`stats conns` as {fd: {field: value}}."""
+    out = {}
+    for name, value in raw.stats("conns").items():
+        fd, _, field = name.partition(":")
+        out.setdefault(int(fd), {})[field] = value
+    return out
+
+
+def sock_addr(sock):
+    host, port = sock.getsockname()[:2]
+    return f"tcp:{host}:{port}"
+
+
+def test_stats_conns_lists_the_listener_and_every_connection(server, raw):
+    idle = server.raw()
+    assert idle.cmd("version").startswith("VERSION")
+    receiving = server.raw()
+    receiving.send("set half 0 0 10\r\nabc")  # its data block is still arriving
+    listen = f"tcp:{server.host}:{server.port}"
+
+    def listed():
+        conns = conns_by_fd(raw)
+        by_addr = {f.get("addr"): f for f in conns.values()}
+        return conns if sock_addr(receiving.sock) in by_addr and by_addr[
+            sock_addr(receiving.sock)].get("state") == "conn_nread" else None
+    conns = wait_until(listed, timeout=5, message="the receiving connection listed as conn_nread")
+    listeners = [f for f in conns.values() if f.get("state") == "conn_listening"]
+    assert [f["addr"] for f in listeners] == [listen] and "listen_addr" not in listeners[0]
+    by_addr = {f["addr"]: f for f in conns.values() if f.get("state") != "conn_listening"}
+    for c in (raw, idle, receiving):
+        f = by_addr[sock_addr(c.sock)]
+        assert f["listen_addr"] == listen and int(f["secs_since_last_cmd"]) >= 0, f
+    assert by_addr[sock_addr(raw.sock)]["state"] == "conn_parse_cmd", "the asking connection"
+    assert by_addr[sock_addr(idle.sock)]["state"] in ("conn_read", "conn_waiting", "conn_new_cmd")
+    assert list(conns) == sorted(conns), "in fd order, as memcached"
+
+
+def test_stats_conns_forgets_a_closed_connection(server, raw):
+    other = server.raw()
+    assert other.cmd("version").startswith("VERSION")
+    addr = sock_addr(other.sock)
+    assert addr in {f.get("addr") for f in conns_by_fd(raw).values()}
+    other.close()
+    wait_until(lambda: addr not in {f.get("addr") for f in conns_by_fd(raw).values()}, timeout=5,
+               message="the closed connection gone from stats conns")

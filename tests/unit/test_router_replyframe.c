@@ -119,7 +119,7 @@ static const struct pair text_bad[] = {
     {"version\r\n", "END\r\n"},
     {"version\r\n", "VERSIONS\r\n"},
     {"flush_all\r\n", "STORED\r\n"},
-    {"stats reset\r\n", "RESET\r\n"},                  /* never forwarded */
+    {"flush_all\r\n", "RESET\r\n"},                    /* stats reset's answer only */
     {"frobnicate\r\n", "OK\r\n"},                    /* does not parse: only an error fits */
     {"get a\r\n", "ERRORS\r\n"},
     {"get a\r\n", "SERVER_ERRORx\r\n"},
@@ -307,6 +307,7 @@ static const struct pair list_good[] = {
     {"stats cachedump 1 10\r\n", "CLIENT_ERROR bad command line format\r\n"},
     {"stats detail dump\r\n", "PREFIX a get 1 hit 1 set 1 del 0\r\nEND\r\n"},
     {"stats detail on\r\n", "OK\r\n"},
+    {"stats reset\r\n", "RESET\r\n"},                    /* sent to every node */
     {"lru_crawler metadump all\r\n", "key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=63\n"
                                        "key=b%3A1 exp=-1 la=1 cas=3 fetch=yes cls=1 size=64\n"
                                        "END\r\n"},
