@@ -73,7 +73,7 @@ FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS)
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
 # reply code (fuzz_reply), which depend on nothing else.
 FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c src/router/slot.c \
-             src/router/replyframe.c src/router/metareply.c
+             src/router/replyframe.c src/router/metareply.c src/router/statslist.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LINK) $(LDLIBS)

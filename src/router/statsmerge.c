@@ -72,267 +72,12 @@ static void sm_fanout(struct client *c, enum rreq_kind kind, uint8_t merge, cons
 
 /* ---- merging ---- */
 
-enum sm_rule { SM_SUM, SM_MAX, SM_MIN, SM_FIRST, SM_OWN };
-
-struct sm_ent {
-    const char *name, *val; /* into the fragments' replies */
-    uint32_t nname, nval;
-    uint64_t num[4];        /* the value as numbers (PREFIX lines: get, hit, set, del) */
-    bool isnum;
-    enum sm_rule rule;
-    long cls;               /* slab class, for the order of items and slabs; -1: none */
-    uint32_t seq;           /* first seen */
-};
-
-struct sm_map {
-    struct sm_ent *e;
-    uint32_t n, cap;
-    uint32_t *slot; /* open addressing: 1 + index into e, 0 empty */
-    uint32_t nslot;
-};
-
-static uint32_t sm_hash(const char *p, size_t n)
-{
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
-    return h;
-}
-
-/* The entry named [name, name+n), added when absent; NULL when memory ran out. *fresh says
- * which. */
-static struct sm_ent *sm_find(struct sm_map *m, const char *name, uint32_t n, bool *fresh)
-{
-    if (2 * (m->n + 1) > m->nslot) {
-        uint32_t ns = m->nslot ? 2 * m->nslot : 256;
-        uint32_t *slot = calloc(ns, sizeof *slot);
-        if (slot == NULL) return NULL;
-        for (uint32_t i = 0; i < m->n; i++) {
-            uint32_t h = sm_hash(m->e[i].name, m->e[i].nname) & (ns - 1);
-            while (slot[h]) h = (h + 1) & (ns - 1);
-            slot[h] = i + 1;
-        }
-        free(m->slot);
-        m->slot = slot;
-        m->nslot = ns;
-    }
-    uint32_t h = sm_hash(name, n) & (m->nslot - 1);
-    for (; m->slot[h]; h = (h + 1) & (m->nslot - 1)) {
-        struct sm_ent *e = &m->e[m->slot[h] - 1];
-        if (e->nname == n && !memcmp(e->name, name, n)) {
-            *fresh = false;
-            return e;
-        }
-    }
-    if (m->n == m->cap) {
-        uint32_t nc = m->cap ? 2 * m->cap : 128;
-        struct sm_ent *e = realloc(m->e, nc * sizeof *e);
-        if (e == NULL) return NULL;
-        m->e = e;
-        m->cap = nc;
-    }
-    m->slot[h] = m->n + 1;
-    struct sm_ent *e = &m->e[m->n];
-    *e = (struct sm_ent){.name = name, .nname = n, .seq = m->n, .cls = -1};
-    m->n++;
-    *fresh = true;
-    return e;
-}
-
-/* Whether the nodes' lists named `name` (no insert, unlike sm_find). */
-static bool sm_has(const struct sm_map *m, const char *name, uint32_t n)
-{
-    if (m->nslot == 0) return false;
-    for (uint32_t h = sm_hash(name, n) & (m->nslot - 1); m->slot[h]; h = (h + 1) & (m->nslot - 1)) {
-        const struct sm_ent *e = &m->e[m->slot[h] - 1];
-        if (e->nname == n && !memcmp(e->name, name, n)) return true;
-    }
-    return false;
-}
-
-/* [p, end) as a decimal number (at most 20 digits; saturating). */
-static bool sm_num(const char *p, const char *end, uint64_t *v)
-{
-    if (p == end || end - p > 20) return false;
-    uint64_t x = 0;
-    for (; p < end; p++) {
-        if (*p < '0' || *p > '9') return false;
-        uint64_t d = (uint64_t)(*p - '0');
-        x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
-    }
-    *v = x;
-    return true;
-}
-
-static bool name_is(const struct sm_ent *e, const char *s)
-{
-    return strlen(s) == e->nname && !memcmp(e->name, s, e->nname);
-}
-
-static bool name_ends(const struct sm_ent *e, const char *s)
-{
-    size_t k = strlen(s);
-    return e->nname >= k && !memcmp(e->name + e->nname - k, s, k);
-}
-
-/* `stats` fields that describe the process answering, not the cache: the router's own. A
- * node's connections are the routers' connections to it. */
-static const char *const sm_own[] = {
-    "pid", "uptime", "time", "version", "libevent", "pointer_size", "rusage_user",
-    "rusage_system", "max_connections", "curr_connections", "total_connections",
-    "rejected_connections", "connection_structures", "response_obj_oom", "response_obj_count",
-    "response_obj_bytes", "read_buf_oom", "read_buf_count", "read_buf_bytes",
-    "read_buf_bytes_free", "reserved_fds", "threads", "conn_yields", "listen_disabled_num",
-    "time_in_listen_disabled_us", "accepting_conns",
-};
-
-/* `stats` gauges a sum means nothing for: the largest. */
-static const char *const sm_max[] = {
-    "hash_power_level", "hash_is_expanding", "lru_crawler_running", "slab_reassign_running",
-    "malloc_fails_running",
-};
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The router's own figures that memcached's (or shoal-node's) `stats` also has, with another meaning: shown
  * with a router_ prefix, the name itself carrying the nodes' sum. */
 static const char *const sm_renamed[] = {"cmd_get", "cmd_set", "bytes_read", "bytes_written",
                                           "protocol_errors"};
-
-/* `stats settings` names that describe the process answering: the router's values replace the
- * nodes' (sm_settings_head), as do the router's own options of the same name (line_max, ...). */
-static const char *const sm_settings_own[] = {"maxconns", "tcpport", "udpport", "inter",
-                                              "verbosity", "num_threads", "tcp_backlog"};
-
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool in_list(const struct sm_ent *e, const char *const *l, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (name_is(e, l[i])) return true;
-    return false;
-}
-
-/* Decide how a fresh entry merges, and its class (items:<cls>:... / <cls>:...). */
-static void sm_classify(struct sm_ent *e, uint8_t merge)
-{
-    const char *p = e->name, *end = e->name + e->nname;
-    switch (merge) {
-    case STATSMERGE_GENERAL:
-        e->rule = in_list(e, sm_own, NELEM(sm_own)) ? SM_OWN
-                : in_list(e, sm_max, NELEM(sm_max)) ? SM_MAX : SM_SUM;
-        break;
-    case STATSMERGE_ITEMS:
-        if (e->nname > 6 && !memcmp(p, "items:", 6)) p += 6;
-        e->rule = name_ends(e, ":age") || name_ends(e, ":age_hot") ||
-                          name_ends(e, ":age_warm") || name_ends(e, ":evicted_time")
-                      ? SM_MAX : SM_SUM;
-        break;
-    case STATSMERGE_SETTINGS: /* the cache behind the router: all the nodes' memory, the
-                               * largest item every node takes; the rest as the first node says */
-        e->rule = name_is(e, "maxbytes") ? SM_SUM
-                : name_is(e, "item_size_max") ? SM_MIN
-                : in_list(e, sm_settings_own, NELEM(sm_settings_own)) ? SM_OWN : SM_FIRST;
-        break;
-    case STATSMERGE_SLABS:
-        e->rule = name_ends(e, ":chunk_size") || name_ends(e, ":chunks_per_page") ? SM_FIRST
-                : name_is(e, "active_slabs") ? SM_MAX : SM_SUM;
-        break;
-    default:
-        e->rule = SM_SUM;
-        break;
-    }
-    if (merge == STATSMERGE_ITEMS || merge == STATSMERGE_SLABS) {
-        const char *colon = memchr(p, ':', (size_t)(end - p));
-        uint64_t v;
-        if (colon && sm_num(p, colon, &v) && v < 1000000) e->cls = (long)v;
-    }
-}
-
-/* The value of a PREFIX line after its prefix: "get N hit N set N del N". */
-static bool sm_prefix_nums(const char *p, const char *end, uint64_t num[4])
-{
-    static const char *const words[] = {"get", "hit", "set", "del"};
-    for (int i = 0; i < 4; i++) {
-        size_t k = strlen(words[i]);
-        if ((size_t)(end - p) < k + 2 || memcmp(p, words[i], k) || p[k] != ' ') return false;
-        p += k + 1;
-        const char *e = memchr(p, ' ', (size_t)(end - p));
-        if (e == NULL) e = end;
-        if (!sm_num(p, e, &num[i])) return false;
-        p = e < end ? e + 1 : end;
-    }
-    return p == end;
-}
-
-/* Add one node's list (STAT or PREFIX lines, each with \r\n) into m. -1: out of memory. */
-static int sm_add(struct sm_map *m, uint8_t merge, const char *p, size_t n)
-{
-    const char *end = p + n;
-    size_t skip = merge == STATSMERGE_PREFIX ? 7 : 5; /* "PREFIX " / "STAT " */
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (nl == NULL) break;
-        const char *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
-        const char *name = p + skip;
-        p = nl + 1;
-        if (name >= le) continue;
-        const char *sp = memchr(name, ' ', (size_t)(le - name));
-        const char *nend = sp ? sp : le, *val = sp ? sp + 1 : le;
-        bool fresh;
-        struct sm_ent *e = sm_find(m, name, (uint32_t)(nend - name), &fresh);
-        if (e == NULL) return -1;
-        uint64_t num[4] = {0};
-        bool isnum = merge == STATSMERGE_PREFIX ? sm_prefix_nums(val, le, num)
-                                                : sm_num(val, le, &num[0]);
-        if (fresh) {
-            sm_classify(e, merge);
-            e->val = val;
-            e->nval = (uint32_t)(le - val);
-            e->isnum = isnum;
-            memcpy(e->num, num, sizeof num);
-            continue;
-        }
-        if (!e->isnum || !isnum || e->rule == SM_FIRST || e->rule == SM_OWN) continue;
-        for (int i = 0; i < 4; i++) {
-            if (e->rule == SM_MAX) {
-                if (num[i] > e->num[i]) e->num[i] = num[i];
-            } else if (e->rule == SM_MIN) {
-                if (num[i] < e->num[i]) e->num[i] = num[i];
-            } else {
-                e->num[i] = num[i] > UINT64_MAX - e->num[i] ? UINT64_MAX : e->num[i] + num[i];
-            }
-        }
-    }
-    return 0;
-}
-
-static int sm_cmp(const void *a, const void *b)
-{
-    const struct sm_ent *x = a, *y = b;
-    unsigned long cx = (unsigned long)x->cls, cy = (unsigned long)y->cls; /* -1: last */
-    if (cx != cy) return cx < cy ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/* Append the merged entries of m as `merge` lists them. */
-static void sm_write(struct buf *b, struct sm_map *m, uint8_t merge)
-{
-    if (merge == STATSMERGE_ITEMS || merge == STATSMERGE_SLABS)
-        qsort(m->e, m->n, sizeof *m->e, sm_cmp); /* m->slot is stale from here */
-    for (uint32_t i = 0; i < m->n; i++) {
-        const struct sm_ent *e = &m->e[i];
-        if (e->rule == SM_OWN) continue;
-        if (merge == STATSMERGE_PREFIX && e->isnum)
-            buf_printf(b, "PREFIX %.*s get %llu hit %llu set %llu del %llu\r\n", (int)e->nname,
-                       e->name, (unsigned long long)e->num[0], (unsigned long long)e->num[1],
-                       (unsigned long long)e->num[2], (unsigned long long)e->num[3]);
-        else if (merge == STATSMERGE_PREFIX)
-            buf_printf(b, "PREFIX %.*s %.*s\r\n", (int)e->nname, e->name, (int)e->nval, e->val);
-        else if (e->isnum)
-            buf_printf(b, "STAT %.*s %llu\r\n", (int)e->nname, e->name,
-                       (unsigned long long)e->num[0]);
-        else
-            buf_printf(b, "STAT %.*s %.*s\r\n", (int)e->nname, e->name, (int)e->nval, e->val);
-    }
-}
 
 /* The router's counters since the last `stats reset`. */
 static void sm_counters(struct router *r, struct router_metrics *out)
@@ -388,7 +133,7 @@ static void sm_own_head(struct buf *b, struct rworker *w, const struct router_me
 /* The router's counters (ROUTER_METRICS). Those memcached also names, and any a node answered
  * with (shoal-node shares some counter names), are renamed router_*: a name means one thing. */
 static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_metrics *m,
-                        const struct sm_map *nodes, uint32_t answered, uint32_t total)
+                        const struct statslist *nodes, uint32_t answered, uint32_t total)
 {
     buf_printf(b, "STAT topology_version %llu\r\nSTAT nodes_answered %u\r\nSTAT nodes_total %u\r\n",
                (unsigned long long)(w->topo ? w->topo->version : 0), answered, total);
@@ -396,7 +141,7 @@ static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_me
         const struct metric_desc *d = &router_metric_descs[i];
         bool renamed = false;
         for (size_t k = 0; k < NELEM(sm_renamed); k++) renamed |= !strcmp(d->name, sm_renamed[k]);
-        renamed |= sm_has(nodes, d->name, (uint32_t)strlen(d->name));
+        renamed |= statslist_get(nodes, d->name, strlen(d->name)) != NULL;
         uint64_t v;
         memcpy(&v, (const char *)m + d->offset, sizeof v);
         buf_printf(b, "STAT %s%s %llu\r\n", renamed ? "router_" : "", d->name,
@@ -407,7 +152,7 @@ static void sm_own_tail(struct buf *b, struct rworker *w, const struct router_me
 /* `stats settings`: memcached's names for the router's own process settings, the nodes' cache
  * settings merged (maxbytes: their sum; item_size_max: the smallest, and no more than the
  * router's --item-max), then the router's options under their own names. */
-static void sm_settings(struct buf *b, struct rworker *w, struct sm_map *m)
+static void sm_settings(struct buf *b, struct rworker *w, struct statslist *m)
 {
     struct router *r = w->r;
     buf_printf(b, "STAT maxconns %llu\r\nSTAT tcpport %u\r\nSTAT udpport 0\r\nSTAT inter %s\r\n"
@@ -415,26 +160,24 @@ static void sm_settings(struct buf *b, struct rworker *w, struct sm_map *m)
                (unsigned long long)r->cfg.conn_limit, r->bound_port,
                r->cfg.listen && *r->cfg.listen ? r->cfg.listen : "NULL", log_get_level(),
                (unsigned long long)r->cfg.threads, (unsigned long long)r->cfg.backlog);
-    bool have_isz = false;
-    for (uint32_t i = 0; i < m->n; i++) {
-        struct sm_ent *e = &m->e[i];
-        for (size_t k = 0; k < r->nopts; k++)
-            if (name_is(e, r->opts[k].name)) e->rule = SM_OWN;
-        if (name_is(e, "item_size_max") && e->isnum) {
-            have_isz = true;
-            if (e->num[0] > r->cfg.item_max) e->num[0] = r->cfg.item_max;
-        }
+    for (size_t k = 0; k < r->nopts; k++) { /* the router's option wins over a node setting */
+        struct statslist_ent *e = statslist_get(m, r->opts[k].name, strlen(r->opts[k].name));
+        if (e) e->rule = SM_OWN;
     }
-    if (!have_isz)
+    struct statslist_ent *isz = statslist_get(m, "item_size_max", 13);
+    if (isz && isz->isnum && isz->rule != SM_OWN) {
+        if (isz->num[0] > r->cfg.item_max) isz->num[0] = r->cfg.item_max;
+    } else {
         buf_printf(b, "STAT item_size_max %llu\r\n", (unsigned long long)r->cfg.item_max);
-    sm_write(b, m, STATSMERGE_SETTINGS);
+    }
+    statslist_write(b, m);
     options_write_stats(b, r->opts, r->nopts);
 }
 
 int statsmerge_reply(struct rreq *rq)
 {
     struct rworker *w = rq->cl->w;
-    struct sm_map m = {0};
+    struct statslist m = {.merge = rq->merge};
     uint32_t answered = 0;
     const struct frag *first_err = NULL;
     int rc = 0;
@@ -449,7 +192,7 @@ int statsmerge_reply(struct rreq *rq)
             if (answered == 1) rc = buf_append(&rq->reply, buf_start(&f->reply), buf_used(&f->reply));
             continue;
         }
-        if (sm_add(&m, rq->merge, buf_start(&f->reply), buf_used(&f->reply)) < 0) rc = -1;
+        if (statslist_add(&m, buf_start(&f->reply), buf_used(&f->reply)) < 0) rc = -1;
     }
     if (answered == 0 && rq->merge != STATSMERGE_GENERAL && rq->merge != STATSMERGE_SETTINGS) {
         rc = first_err ? buf_append(&rq->reply, buf_start(&first_err->reply),
@@ -463,13 +206,12 @@ int statsmerge_reply(struct rreq *rq)
             sm_own_head(b, w, &rm);
         }
         if (rq->merge == STATSMERGE_SETTINGS) sm_settings(b, w, &m);
-        else sm_write(b, &m, rq->merge);
+        else statslist_write(b, &m);
         if (rq->merge == STATSMERGE_GENERAL) sm_own_tail(b, w, &rm, &m, answered, rq->nfrags);
         buf_append_str(b, "END\r\n");
         if (b->data == NULL) rc = -1;
     }
-    free(m.e);
-    free(m.slot);
+    statslist_free(&m);
     return rc;
 }
 
@@ -517,10 +259,13 @@ static bool tok_is(const char *t, size_t n, const char *w)
     return strlen(w) == n && !memcmp(t, w, n);
 }
 
+/* 1 to 20 decimal digits (a larger number than fits is still a number here) */
 static bool tok_num(const char *t, size_t n)
 {
-    uint64_t v;
-    return sm_num(t, t + n, &v);
+    if (n == 0 || n > 20) return false;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < '0' || t[i] > '9') return false;
+    return true;
 }
 
 /* `stats <arg>` subcommands about a node's own settings or figures that the router does not

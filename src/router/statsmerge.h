@@ -13,21 +13,11 @@
 #include "protocol/protocol.h"
 #include "router/client.h"
 #include "router/request.h"
+#include "router/statslist.h" /* enum statsmerge_kind: how rreq.merge merges */
 
 /* The most of one node's stats reply the router keeps for a merge (a node's `stats items` with
  * every class is about 100 KB); a longer reply counts as that node failing. */
 #define STATSMERGE_REPLY_MAX (4u << 20)
-
-/* How the nodes' lists of an RQ_STATS request are merged (rreq.merge). */
-enum statsmerge_kind {
-    STATSMERGE_GENERAL, /* `stats`: the router's own figures with the nodes' summed */
-    STATSMERGE_ITEMS,   /* `stats items`: per class, summed (ages: the oldest) */
-    STATSMERGE_SLABS,   /* `stats slabs`: per class, summed (chunk sizes as they are) */
-    STATSMERGE_SUM,     /* `stats sizes`: every number summed */
-    STATSMERGE_PREFIX,  /* `stats detail dump`: per prefix, summed */
-    STATSMERGE_FIRST,   /* `stats detail on|off`, `stats reset`: the first node's answer */
-    STATSMERGE_SETTINGS, /* `stats settings`: the router's own, with the nodes' cache settings */
-};
 
 /* Answer `stats [args]` (req parsed as CMD_STATS): locally, or by asking every node. */
 void statsmerge_stats(struct client *c, const struct proto_req *req);
