@@ -65,7 +65,8 @@ if make fuzz >"$log/fuzz-build.txt" 2>&1; then
     [ -x "$f" ] || continue
     name=$(basename "$f" | sed 's/^fuzz_//')
     corpus=$(mktemp -d); cp -r tests/fuzz/corpus/"$name"/. "$corpus"/ 2>/dev/null || true
-    if "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 "$corpus" >"$log/fuzz.txt" 2>&1; then
+    # undefined behaviour fails a target too, as in the ASAN+UBSAN build
+    if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 "$corpus" >"$log/fuzz.txt" 2>&1; then
       echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log/fuzz.txt" | tail -1))"
       passed=$((passed + 1))
     else

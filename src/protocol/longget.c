@@ -1,6 +1,7 @@
 /* longget.c — get/gets/gat/gats lines over the line limit, taken in parts (see longget.h). */
 #include "protocol/longget.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "protocol/parse_internal.h"
@@ -51,8 +52,10 @@ enum lget_step lget_next(struct lget *g, const char *p, size_t n, size_t max, co
     } else {
         const char *wend = p + win, *first = proto_skip_spaces(p, wend);
         const char *last = first < wend ? memrchr(first, ' ', (size_t)(wend - first)) : wend;
+        /* a key of PROTO_KEY_MAX bytes may stand before a \r whose \n is still to come */
+        ptrdiff_t room = PROTO_KEY_MAX + (wend > first && wend[-1] == '\r');
         if (last != NULL) end = last;               /* complete keys up to the last space */
-        else if (wend - first > PROTO_KEY_MAX) end = wend; /* too long to be a key: fails */
+        else if (wend - first > room) end = wend;   /* too long to be a key: fails */
         else if (first > p) end = first;            /* only leading spaces go now */
         else return LGET_WAIT;                      /* one key, still arriving */
         *used = (size_t)(end - p);

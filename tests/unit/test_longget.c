@@ -92,6 +92,26 @@ static void test_bad_key_skips_to_the_newline(void **state)
     assert_null(lget_end_reply(&g)); /* the error stood in for END */
 }
 
+/* A key of the longest length whose \r has come but not its \n is still a key: wait for the
+ * \n (the fuzzer found this refused when the \r and \n came in different reads). */
+static void test_longest_key_before_a_lone_cr_waits(void **state)
+{
+    (void)state;
+    struct lget g = {.cmd = CMD_GET};
+    const char *k, *e, *err = NULL;
+    size_t used;
+    char buf[PROTO_KEY_MAX + 2];
+    memset(buf, 'x', PROTO_KEY_MAX);
+    buf[PROTO_KEY_MAX] = '\r';
+    buf[PROTO_KEY_MAX + 1] = '\n';
+    assert_int_equal(lget_next(&g, buf, PROTO_KEY_MAX + 1, PROTO_KEY_MAX + 2, &k, &e, &used, &err),
+                     LGET_WAIT);
+    assert_int_equal(lget_next(&g, buf, PROTO_KEY_MAX + 2, PROTO_KEY_MAX + 2, &k, &e, &used, &err),
+                     LGET_LAST);
+    assert_int_equal(e - k, PROTO_KEY_MAX);
+    assert_string_equal(lget_end_reply(&g), "END\r\n");
+}
+
 static void test_end_reply_of_a_line_without_keys(void **state)
 {
     (void)state;
@@ -112,6 +132,7 @@ int main(void)
         cmocka_unit_test(test_start_takes_get_verbs_only),
         cmocka_unit_test(test_parts_end_at_the_last_space_then_the_newline),
         cmocka_unit_test(test_bad_key_skips_to_the_newline),
+        cmocka_unit_test(test_longest_key_before_a_lone_cr_waits),
         cmocka_unit_test(test_end_reply_of_a_line_without_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
