@@ -67,9 +67,15 @@ EXPLAINED = [
               "discards the unsent replies of the commands before it"),
     Explained("stats reset on the router", "deliberate", {"stats:reset"},
               "docs/router.md 'stats': the router holds no node counters to reset"),
-    Explained("data length of 2^32 or more", "deliberate", {"length:overflow"},
-              "docs/protocol.md 'Deliberate differences from memcached 1.6.18': a length that "
-              "does not fit 31 bits is refused (memcached 1.6.18 truncates it)"),
+    Explained("long gat lines", "deliberate", {"gat:long"},
+              "docs/protocol.md 'Deliberate differences from memcached 1.6.18': `gat`/`gats` "
+              "lines may be as long as `get` lines (memcached closes those past 2 KB)"),
+    Explained("stats cachedump lists every item", "deliberate", {"stats:cachedump"},
+              "docs/protocol.md 'Deliberate differences from memcached 1.6.18': `stats "
+              "cachedump` lists every item of the class (memcached 1.6.18 only its COLD LRU)"),
+    Explained("binary key of an item N created", "deliberate", {"meta:bvivify"},
+              "docs/protocol.md 'Deliberate differences from memcached 1.6.18': an item mg/ma "
+              "N creates under b keeps its key base64 in k echoes (memcached echoes it raw)"),
     Explained("over-long opaque refused before the command runs", "deliberate",
               {"meta:longopaque"},
               "docs/protocol.md 'Deliberate differences from memcached 1.6.18': an error means "
