@@ -443,8 +443,6 @@ class Grammar:
             flags = [b"O%d" % i for i in range(20)] if verb != b"ms" else [b"T0", b"F0", b"I", b"c", b"k", b"q"] + [b"O%d" % i for i in range(14)]
             tags.add("meta:manyflags")
         sync = any(CAS_LAST in f for f in flags)
-        if verb == b"ma" and b"q" in flags:
-            tags.add("ma:quiet")
         if verb == b"ms":
             val = self.value()
             length = str(len(val)).encode()

@@ -83,9 +83,6 @@ EXPLAINED = [
     Explained("refused store's data swallowed", "deliberate", {"store:refused"},
               "docs/protocol.md 'Deliberate differences from memcached 1.6.18': a refused "
               "store's data block is swallowed whenever its length reads"),
-    Explained("quiet ma through the router", "pending", {"ma:quiet"},
-              "not fixed yet: the router strips q and drops HD itself, so it cannot tell a "
-              "created counter (answered under q) from a hit (/work/wt/difftest-findings.md)"),
     Explained("non-get lines over 2 KiB", "deliberate", {"line:long", "value:long"},
               "docs/protocol.md 'Deliberate differences from memcached 1.6.18': any other line "
               "may be --line-max long (memcached closes past 2 KiB without a reply)"),
