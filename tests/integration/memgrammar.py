@@ -501,6 +501,14 @@ class Grammar:
         cmds = [self.command() for _ in range(n)]
         if self.chance(0.02):
             cmds.append(Cmd(b"quit\r\n", {"cmd:quit"}))
+        slipped = False
+        for c in cmds:
+            if slipped and len(c.data) >= 2048:
+                # after a framing slip a long get line may be read from its middle: a non-get
+                # line over 2 KiB, which memcached closes on
+                c.tags.add("line:long")
+            slipped = slipped or bool(c.tags & {"bad:chunk", "bad:length", "bad:trailer",
+                                                 "store:malformed"})
         for c in cmds:
             if len(c.data) > 2 and self.chance(0.1):
                 c.split = self.r.randrange(1, len(c.data))
