@@ -389,7 +389,7 @@ class Grammar:
         b"mg": [b"v", b"k", b"c", b"f", b"s", b"t", b"h", b"l", b"q", b"u", b"O123", b"Oabc",
                 b"T100", b"N100", b"R30", b"E5", b"P", b"L"],
         b"ms": [b"k", b"c", b"q", b"O9", b"T100", b"T0", b"F5", b"F4294967295", b"I", b"MS",
-                b"ME", b"MA", b"MP", b"MR", b"C" + CAS_LAST, b"C1", b"s"],
+                b"ME", b"MA", b"MP", b"MR", b"C" + CAS_LAST, b"C1", b"s", b"S1"],
         b"md": [b"k", b"q", b"O7", b"C" + CAS_LAST, b"C1", b"I", b"T100", b"x"],
         b"ma": [b"v", b"k", b"c", b"t", b"q", b"O5", b"N100", b"J13", b"D2", b"MI", b"MD",
                 b"M+", b"M-", b"T100", b"C" + CAS_LAST, b"C1"],
@@ -397,7 +397,7 @@ class Grammar:
     BAD_META = [b"Tabc", b"N-", b"F-1", b"Fabc", b"Jx", b"D-1", b"Mx", b"MZ", b"C", b"Cabc",
                 b"O" + b"o" * 40, b"!", b"9", b"\x01", b"vv", b"T", b"R", b"Q", b"w", b"Y"]
     # flags that 1.6.18 lacks and shoal takes on purpose (docs/protocol.md, Meta commands)
-    EXTENSION_FLAGS = {b"mg": [b"E5"], b"md": [b"x"], b"ms": [b"s"]}
+    EXTENSION_FLAGS = {b"mg": [b"E5"], b"md": [b"x"], b"ms": [b"S1"]}  # (1.6.18 takes s on ms)
 
     def meta(self):
         tags = set()
