@@ -494,7 +494,14 @@ static void meta_debug(struct conn *c, struct proto_req *req)
     }
     struct mline l = {.n = 0};
     ml_put(&l, "ME ", 3);
-    ml_put(&l, req->key, req->nkey); /* memcached prints the key decoded, even with b */
+    /* as memcached: the key in the form it was stored in (base64, without a b, for a binary
+     * one), whether or not the request used b */
+    char enc[PROTO_KEY_MAX * 2];
+    int nenc = it->iflags & ITEM_KEY_BINARY ? proto_base64_encode(req->key, req->nkey, enc,
+                                                                   sizeof enc)
+                                            : -1;
+    if (nenc > 0) ml_put(&l, enc, (size_t)nenc);
+    else ml_put(&l, req->key, req->nkey);
     /* memcached 1.6 prints exp as now - exptime: negative while the item lives */
     long long exp = it->exptime == 0 ? -1 : (long long)now - (long long)it->exptime;
     char tail[160];

@@ -308,14 +308,16 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
     rq->frags[rq->nfrags++] = f;
     route_tag(w->topo, f, req->key, req->nkey, false);
     /* the compare's reply decides, so it is always asked for (q and noreply are applied to
-     * the client's reply instead) */
-    if (ledit_copy(&f->out, line, len, req, rq->noreply, "q", cuts, ncuts) < 0)
+     * the client's reply instead; a quiet ma's node hides a hit's reply, and the router takes
+     * that for the HD it was: frag_quiet_mn) */
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, frag_quiet_drop(req, true), cuts,
+                   ncuts) < 0)
         goto oom;
     if (!route_line_fits(c, req, buf_used(&f->out))) { /* the follow-up is no longer */
         answered = true;
         goto oom;
     }
-    if ((data && buf_append(&f->out, data, ndata) < 0) ||
+    if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0 ||
         replica_then(&f->repl->then, req, line, len, data, ndata, cuts, ncuts) < 0)
         goto oom;
     rq->pending = 1;

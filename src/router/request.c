@@ -95,6 +95,23 @@ struct frag *frag_create(struct rreq *rq, uint16_t idx)
     return f;
 }
 
+static bool quiet_to_node(const struct proto_req *req)
+{
+    return req->cmd == CMD_MA && req->meta.quiet;
+}
+
+const char *frag_quiet_drop(const struct proto_req *req, bool quiet)
+{
+    return quiet && !quiet_to_node(req) ? "q" : NULL;
+}
+
+int frag_quiet_mn(struct frag *f, const struct proto_req *req)
+{
+    if (!quiet_to_node(req)) return 0;
+    f->quiet_mn = true;
+    return buf_append(&f->out, "mn\r\n", 4);
+}
+
 void frag_destroy(struct frag *f)
 {
     replica_write_free(f->repl);
@@ -128,12 +145,24 @@ void request_pools_drain(void)
     rreq_pooled = frag_pooled = 0;
 }
 
-/* Is this the reply quiet mode hides? mg: a miss (EN); ms, md, ma: success (HD). */
+/* Is this the reply quiet mode hides? mg: a miss (EN); ms, md: success (HD). (A quiet ma's
+ * node hides its own: frag_quiet_mn.) */
 static bool reply_routine(enum proto_cmd cmd, const char *r, size_t n)
 {
     const char *code = cmd == CMD_MG ? "EN" : "HD";
     return n >= 3 && r[0] == code[0] && r[1] == code[1] && (r[2] == ' ' || r[2] == '\r' ||
                                                             r[2] == '\n');
+}
+
+/* Does quiet mode hide rq's merged reply (RQ_ALL, RQ_CAS: fragment 0's answer unless another
+ * failed)? For a quiet ma, when it is fragment 0's and its node hid it. */
+static bool merged_routine(const struct rreq *rq)
+{
+    const struct frag *f0 = rq->frags[0];
+    size_t n = buf_used(&rq->reply);
+    if (!f0->quiet_mn) return reply_routine(rq->cmd, buf_start(&rq->reply), n);
+    return f0->hidden && n == buf_used(&f0->reply) &&
+           !memcmp(buf_start(&rq->reply), buf_start(&f0->reply), n);
 }
 
 static bool reply_starts(const struct buf *b, const char *s)
@@ -375,12 +404,15 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
         rq->frags[f->idx] = NULL;
         /* an mg's miss in a cold pool is looked up in its warm pool; that answer ends it */
         bool later = rq->warm_mg && warm_mg_step(rq, f, &reply, &n, &failed);
+        bool node_quiet = f->quiet_mn, hidden = f->hidden;
         frag_destroy(f);
         if (later) { /* rq may be gone already: the lookup can fail at once */
             client_mark_dirty(c);
             return;
         }
-        bool drop = rq->noreply || (rq->quiet && !failed && reply_routine(rq->cmd, reply, n));
+        bool drop = rq->noreply ||
+                    (rq->quiet && !failed &&
+                     (node_quiet ? hidden : reply_routine(rq->cmd, reply, n)));
         if (!drop) {
             struct buf *to = c->head == rq && !rq->lget_part ? &c->wbuf : &rq->reply;
             if (!client_reply_room(c->w, c, n)) {
@@ -437,8 +469,7 @@ void frag_complete(struct frag *f, const char *reply, size_t n, bool failed)
                 buf_release(&rq->reply);
                 buf_append(&rq->reply, oom_reply, sizeof oom_reply - 1);
             }
-            if (rq->noreply || (rq->quiet && reply_routine(rq->cmd, buf_start(&rq->reply),
-                                                           buf_used(&rq->reply))))
+            if (rq->noreply || (rq->quiet && merged_routine(rq)))
                 buf_release(&rq->reply);
             rq->done = true;
         }

@@ -45,6 +45,11 @@ struct frag {
     bool overflow;          /* RQ_STATS: its reply grew past STATSMERGE_REPLY_MAX; failed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */
+    bool quiet_mn;          /* a quiet ma sent with its q and an mn behind it (frag_quiet_mn):
+                             * its reply is the node's answer, if any, then MN */
+    bool hidden;            /* ...and the node answered only MN: q hid a hit. Its reply is an
+                             * HD made up for the replica and merge logic; the client gets
+                             * nothing */
     uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
                              * own one's index (upstream.c); 0 when sent on its own */
     int32_t pool, ns;       /* for per-pool/namespace figures: indices in the routing table,
@@ -106,6 +111,17 @@ struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd 
 void rreq_destroy(struct rreq *rq);
 /* Allocate a fragment for rq at index idx (rq->frags must have room). NULL on no memory. */
 struct frag *frag_create(struct rreq *rq, uint16_t idx);
+
+/* Quiet mode through the router. A quiet meta request's q is stripped before it goes to a
+ * node (ledit_copy's drop), so the node always answers and the router drops the routine reply
+ * itself (EN for mg, HD for ms/md). Not for ma: memcached answers HD (or VA) under q when N
+ * created the counter, and hides it on a hit, which only the node can tell. So a quiet ma keeps
+ * its q and goes with an mn behind it: the node's answer is whatever comes before MN.
+ * frag_quiet_drop gives the letters to drop from req's line (NULL: none); frag_quiet_mn, after
+ * the line (and its checks), adds the mn to f->out when req is a quiet ma (0, or -1 when memory
+ * ran out). */
+const char *frag_quiet_drop(const struct proto_req *req, bool quiet);
+int frag_quiet_mn(struct frag *f, const struct proto_req *req);
 /* Free the requests and fragments (and their replica tags) this thread keeps for reuse (at
  * its exit). */
 void request_pools_drain(void);

@@ -219,13 +219,14 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     if (req->cmd == CMD_MG && topo_pool_of(w->topo, req->key, req->nkey)->warm_from >= 0 &&
         warm_mg_prepare(rq, req, line, len, gutter, &cuts[n]))
         n++;
-    if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts, n) < 0)
+    if (ledit_copy(&f->out, line, len, req, rq->noreply, frag_quiet_drop(req, rq->quiet), cuts,
+                   n) < 0)
         goto oom;
     if (!route_line_fits(c, req, buf_used(&f->out))) {
         answered = true;
         goto oom;
     }
-    if (data && buf_append(&f->out, data, ndata) < 0) goto oom;
+    if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0) goto oom;
     client_enqueue(c, rq);
     upnode_submit(un, f);
     return;
@@ -414,14 +415,15 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
                         req->cmd == CMD_FLUSH_ALL ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
                         req->nkey) < 0)
             goto oom;
-        if (ledit_copy(&f->out, line, len, req, rq->noreply, rq->quiet ? "q" : NULL, cuts,
-                       ncuts) < 0)
+        if (ledit_copy(&f->out, line, len, req, rq->noreply, frag_quiet_drop(req, rq->quiet),
+                       cuts, ncuts) < 0)
             goto oom;
         if (i == 0 && !route_line_fits(c, req, buf_used(&f->out))) { /* the lines are alike */
             answered = true;
             goto oom;
         }
-        if (data && buf_append(&f->out, data, ndata) < 0) goto oom;
+        if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0)
+            goto oom;
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);

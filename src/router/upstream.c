@@ -463,9 +463,25 @@ static void upconn_parse(struct upconn *uc)
             return;
         }
         struct frag *f = uc->sent;
-        if (!reply_fits_want(&f->want, buf_start(&f->out), buf_start(&uc->rbuf), (size_t)len)) {
-            upconn_mismatch(uc, f, (size_t)len);
-            return;
+        size_t used = (size_t)len; /* the bytes of rbuf that answer f */
+        static const char mn[] = "MN\r\n", hd[] = "HD\r\n";
+        const char *reply = buf_start(&uc->rbuf);
+        if (f->quiet_mn && len == 4 && !memcmp(reply, mn, 4)) {
+            f->hidden = true; /* q hid a hit: an HD to the router, nothing to the client */
+            reply = hd;
+        } else {
+            if (!reply_fits_want(&f->want, buf_start(&f->out), reply, (size_t)len)) {
+                upconn_mismatch(uc, f, (size_t)len);
+                return;
+            }
+            if (f->quiet_mn) { /* the node's answer, then the MN of the mn sent behind it */
+                if (buf_used(&uc->rbuf) < (size_t)len + 4) break;
+                if (memcmp(reply + len, mn, 4)) {
+                    upconn_mismatch(uc, f, (size_t)len + 4);
+                    return;
+                }
+                used += 4;
+            }
         }
         /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
         if (f->out.cap > FRAG_LINE_KEEP) buf_release(&f->out);
@@ -494,8 +510,8 @@ static void upconn_parse(struct upconn *uc)
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
         }
-        frag_complete(f, buf_start(&uc->rbuf), (size_t)len, false);
-        buf_consume(&uc->rbuf, (size_t)len);
+        frag_complete(f, reply, (size_t)len, false);
+        buf_consume(&uc->rbuf, used);
     }
     if (buf_used(&uc->rbuf) == 0) buf_compact(&uc->rbuf, UPSTREAM_BUF_KEEP);
 }

@@ -18,6 +18,7 @@ runner syncs (mn) before a command that uses it.
 
 import base64
 import random
+import re
 
 CAS_LAST = b"\x00CAS\x00"  # replaced per target by the last CAS value that target returned
 
@@ -28,6 +29,68 @@ CMDLIKE = [b"flush_all", b"get k0", b"set k1 0 0 1\r\nz", b"delete k0", b"mn", b
            b"incr num 1", b"ms k2 1\r\nq", b"verbosity 1"]
 TEXT_STORES = [b"set", b"add", b"replace", b"append", b"prepend"]
 TIMES = [b"0", b"0", b"0", b"100", b"1000", b"-1", b"2000000000", b"1000000000"]
+
+INT32_MAX = 2**31 - 1
+SWALLOW_MAX = 1 << 21  # a swallow longer than this is not generated (see text_store)
+
+
+def _mc_scan(tok):
+    """memcached's strto* scan of a token (docs/protocol.md "Numbers"): (negative, magnitude)
+    or None when it does not read."""
+    m = re.fullmatch(rb"[ \t-\r]*([+-]?)([0-9]+)(?:[ \t-\r].*)?", tok, re.S)
+    if m is None or int(m.group(2)) >= 2**64:
+        return None
+    return m.group(1) == b"-", int(m.group(2))
+
+
+def mc_u32(tok):
+    """safe_strtoul: the low 32 bits, None for a negative number other than -0."""
+    r = _mc_scan(tok)
+    if r is None or (r[0] and r[1] != 0):
+        return None
+    return r[1] & 0xFFFFFFFF
+
+
+def mc_u64(tok):
+    r = _mc_scan(tok)
+    if r is None or (r[0] and r[1] != 0):
+        return None
+    return r[1]
+
+
+def mc_i32(tok):
+    """safe_strtol: the low 32 bits as a signed number."""
+    r = _mc_scan(tok)
+    if r is None or r[1] > 2**63 - 1 + r[0]:
+        return None
+    v = (-r[1] if r[0] else r[1]) & 0xFFFFFFFF
+    return v - 2**32 if v >= 2**31 else v
+
+
+def mc_length(tok):
+    """A storage line's <bytes> as shoal and memcached read it, or None."""
+    if CAS_LAST in tok:
+        return "cas"  # known only when the sequence runs: callers avoid it
+    v = mc_i32(tok)
+    return v if v is not None and 0 <= v <= INT32_MAX - 2 else None
+
+
+def text_store_swallow(line):
+    """How many bytes after a text storage line shoal swallows as a refused store's data block
+    (docs/protocol.md: the token count fits, <bytes> reads, and the key, flags, exptime or cas
+    unique is refused), or None when it does not (memcached 1.6.18 never does then)."""
+    toks = [t for t in line.split(b" ") if t]
+    want = 6 if toks[0] == b"cas" else 5
+    if len(toks) not in (want, want + 1):
+        return None
+    n = mc_length(toks[4])
+    if n is None:
+        return None
+    refused = (len(toks[1]) > 250 or mc_u32(toks[2]) is None or mc_i32(toks[3]) is None
+               or (want == 6 and CAS_LAST not in toks[5] and mc_u64(toks[5]) is None))
+    if not refused:
+        return None
+    return n if n == "cas" else n + 2
 
 
 class Cmd:
@@ -96,15 +159,14 @@ class Grammar:
         return bytes(self.r.choice(b"abcdefXYZ019 ") for _ in range(self.r.randrange(1, 12)))
 
     def bad_number(self, tags, kind):
-        """A token where a number is expected that memcached refuses (or takes, for '+')."""
+        """A token where a number is expected that memcached refuses (or takes: '+5' is 5,
+        4294967296 is 0 in a 32-bit field)."""
         choice = self.r.choice([b"abc", b"-1", b"1.5", b"0x10", b"99999999999999999999999",
                                 b"1a", b"+5", b"-", b"4294967296"])
         if choice == b"+5":
             tags.add("num:plus")
         elif choice == b"4294967296" and kind == "flags":
             tags.add("flags:big")
-        elif choice == b"4294967296" and kind == "length":
-            tags.add("length:overflow")
         tags.add(f"bad:{kind}")
         return choice
 
@@ -131,66 +193,66 @@ class Grammar:
                 cas, sync = CAS_LAST, True
             else:
                 cas = self.r.choice([b"1", b"999999999", b"0"])
-        refused = "key:long" in tags  # memcached refuses it; the others are numbers' doing
-        length_readable = True
-        fields_ok = True
         r = self.r.random()
         if r < 0.06:
             flags = self.bad_number(tags, "flags")
-            # memcached takes '+5' and truncates 4294967296: not refusals there
-            refused = refused or not tags & {"num:plus", "flags:big"}
         elif r < 0.10:
             exp = self.bad_number(tags, "exptime")
-            refused = refused or "num:plus" not in tags
         elif r < 0.13:
             length = self.bad_number(tags, "length")
-            length_readable = "num:plus" in tags
-            refused = True
         elif r < 0.17 and verb == b"cas":
             cas = self.r.choice([b"abc", b"-1", b"", b"1x"])
             tags.add("bad:cas")
-            refused = True
-            fields_ok = cas != b""  # an empty unique is one token fewer: a short line
         elif r < 0.21:
             # declared length differs from the data sent: a bad data chunk, or the data runs on
             length = str(max(0, len(val) + self.r.choice([-2, -1, 1, 2, 5]))).encode()
             tags.add("bad:chunk")
         elif r < 0.24:
             tags.add("missing")
-            fields_ok = False
         elif r < 0.27:
             tags.add("extra")
-            fields_ok = False
         fields = [verb, key, flags, exp, length] + ([cas] if cas is not None else [])
         if "missing" in tags:
             del fields[self.r.randrange(1, len(fields))]
         if "extra" in tags:
             fields.append(self.r.choice([b"x", b"0", b"noreply", b"1 2"]))
         line = b" ".join(fields) + self.noreply(tags)
+        swallow = text_store_swallow(line)
+        if swallow == "cas" or (swallow is not None and swallow > SWALLOW_MAX):
+            # a field gone and noreply added shifted the cas unique to <bytes>: a length only
+            # known when the sequence runs (or a huge one); not generated
+            tags.discard("noreply")
+            line = b" ".join(fields)
+            swallow = text_store_swallow(line)
+            assert swallow is None, line
         end = b"\r\n"
         if self.chance(0.03):
             end = b"\n"  # memcached takes a bare LF as a line end
             tags.add("lf")
-        swallowed = refused and fields_ok and length_readable
         trailer = b"\r\n"
-        if not swallowed and self.chance(0.03):
+        if swallow is None and self.chance(0.03):
             trailer = self.r.choice([b"", b"\n", b"XX", b"\r"])
             tags.add("bad:trailer")
             if trailer == b"\r":
                 tags.add("key:ctrl")  # a command-like value ends in "\r" plus the next line
-        data = line + end + val + trailer
+        block = val + trailer
         mc_data = None
-        if swallowed:
+        if swallow is not None:
+            # shoal swallows the <bytes>+2 bytes after a refused store whose length reads
+            # (docs/protocol.md); memcached 1.6.18 runs them as commands, so it does not get
+            # them. Where <bytes> reaches past what was sent, shoal gets filler up to it.
             tags.add("store:refused")
-            # the data block of a store refused after its length was readable is swallowed
-            # (issue 10 point 1; current memcached does this for an overlong key): 1.6.18 runs
-            # it as commands, so it is not sent to 1.6.18
-            mc_data = line + end
-        if not fields_ok:
-            tags.add("store:malformed")
+            block += b"x" * max(0, swallow - len(block))
+            mc_data = line + end + block[swallow:]
+        data = line + end + block
+        toks = [t for t in line.split(b" ") if t]
+        framed = (len(toks) in ((6, 7) if verb == b"cas" else (5, 6))
+                  and mc_length(toks[4]) is not None)
+        if not framed:
+            tags.add("store:malformed")  # no data block: it is read as commands
         if len(val) >= 2048:
             tags.add("value:long")  # read as a command line if the framing slipped before it
-        if len(val) >= 2048 and (not fields_ok or not length_readable):
+        if len(val) >= 2048 and not framed:
             tags.add("line:long")  # the data block is read as a command line
         return Cmd(data, tags, mc_data, sync=sync)
 
@@ -220,9 +282,13 @@ class Grammar:
         if LONGKEY in parts:
             tags.add("get:longkey")
         if self.chance(0.02):
-            parts = [verb] + [b"k%d" % i for i in range(12000)]  # ~80 KiB line
+            head = 2 if verb in (b"gat", b"gats") else 1
+            parts = parts[:head] + [b"k%d" % i for i in range(12000)]  # ~80 KiB line
             tags.add("get:long")
-        return Cmd(b" ".join(parts) + b"\r\n", tags)
+        line = b" ".join(parts) + b"\r\n"
+        if verb in (b"gat", b"gats") and len(line) > 1024:
+            tags.add("gat:long")  # memcached closes a gat line it has 1-2 KiB of unfinished
+        return Cmd(line, tags)
 
     def delete(self):
         tags = {"cmd:delete"}
@@ -299,6 +365,8 @@ class Grammar:
                 tags.add("stats:sub")
             if arg == b" reset":
                 tags.add("stats:reset")
+            if arg == b" cachedump 1 1":
+                tags.add("stats:cachedump")
             return Cmd(b"stats" + arg + b"\r\n", tags)
         if r < 0.8:
             return Cmd(b"mn\r\n", {"cmd:mn"})
@@ -321,7 +389,7 @@ class Grammar:
         b"mg": [b"v", b"k", b"c", b"f", b"s", b"t", b"h", b"l", b"q", b"u", b"O123", b"Oabc",
                 b"T100", b"N100", b"R30", b"E5", b"P", b"L"],
         b"ms": [b"k", b"c", b"q", b"O9", b"T100", b"T0", b"F5", b"F4294967295", b"I", b"MS",
-                b"ME", b"MA", b"MP", b"MR", b"C" + CAS_LAST, b"C1", b"s"],
+                b"ME", b"MA", b"MP", b"MR", b"C" + CAS_LAST, b"C1", b"s", b"S1"],
         b"md": [b"k", b"q", b"O7", b"C" + CAS_LAST, b"C1", b"I", b"T100", b"x"],
         b"ma": [b"v", b"k", b"c", b"t", b"q", b"O5", b"N100", b"J13", b"D2", b"MI", b"MD",
                 b"M+", b"M-", b"T100", b"C" + CAS_LAST, b"C1"],
@@ -329,7 +397,7 @@ class Grammar:
     BAD_META = [b"Tabc", b"N-", b"F-1", b"Fabc", b"Jx", b"D-1", b"Mx", b"MZ", b"C", b"Cabc",
                 b"O" + b"o" * 40, b"!", b"9", b"\x01", b"vv", b"T", b"R", b"Q", b"w", b"Y"]
     # flags that 1.6.18 lacks and shoal takes on purpose (docs/protocol.md, Meta commands)
-    EXTENSION_FLAGS = {b"mg": [b"E5"], b"md": [b"x"], b"ms": [b"s"]}
+    EXTENSION_FLAGS = {b"mg": [b"E5"], b"md": [b"x"], b"ms": [b"S1"]}  # (1.6.18 takes s on ms)
 
     def meta(self):
         tags = set()
@@ -350,10 +418,15 @@ class Grammar:
             key = base64.b64encode(key)
             flags.insert(self.r.randrange(len(flags) + 1), b"b")
             tags.add("meta:b")
+            if len(key) > 250:
+                tags.add("key:long")  # 250 bytes take 336 in base64: too long as sent
             if b"k" in flags:
                 tags.add("meta:bk")
+            if verb in (b"mg", b"ma") and b"N100" in flags:
+                tags.add("meta:bvivify")  # the item it may create has a binary key
         if self.chance(0.04):
             key = b"!!notb64"
+            tags -= {"key:long", "key:ctrl", "key:high"}
             flags.insert(0, b"b")
             tags.add("meta:badb64")
         r = self.r.random()
@@ -370,35 +443,34 @@ class Grammar:
             flags = [b"O%d" % i for i in range(20)] if verb != b"ms" else [b"T0", b"F0", b"I", b"c", b"k", b"q"] + [b"O%d" % i for i in range(14)]
             tags.add("meta:manyflags")
         sync = any(CAS_LAST in f for f in flags)
-        if verb == b"ma" and b"q" in flags:
-            tags.add("ma:quiet")
         if verb == b"ms":
             val = self.value()
             length = str(len(val)).encode()
-            length_readable = True
             if self.chance(0.08):
                 length = self.bad_number(tags, "length")
-                length_readable = False
             elif self.chance(0.06):
                 length = str(max(0, len(val) + self.r.choice([-1, 1, 3]))).encode()
                 tags.add("bad:chunk")
             parts = [b"ms", key]
             if self.chance(0.03):
                 tags.add("missing")  # no length at all
-                length_readable = False
             else:
                 parts.append(length)
             line = b" ".join(parts + flags)
             trailer = b"\r\n" if not self.chance(0.03) else b"X\r"
-            if len(val) >= 2048 and not length_readable:
-                tags.add("line:long")  # the data block is read as a command line
-            data = line + b"\r\n" + val + trailer
+            block = val + trailer
+            toks = [t for t in line.split(b" ") if t]
+            n = mc_length(toks[2]) if len(toks) > 2 else None
+            if len(val) >= 2048 and (n is None or n == "cas" or len(val) - n >= 2048):
+                tags.add("line:long")  # (the rest of) the data block is read as a command line
             mc_data = None
-            if "key:long" in tags and length_readable:
-                # current memcached swallows an overlong key's data block; 1.6.18 runs it
+            if "key:long" in tags and n is not None and n != "cas":
+                # shoal (and current memcached) swallows an overlong key's data block; 1.6.18
+                # runs it as commands, so it does not get it (filler up to <datalen> for shoal)
                 tags.add("store:refused")
-                mc_data = line + b"\r\n"
-            return Cmd(data, tags, mc_data, sync=sync)
+                block += b"x" * max(0, n + 2 - len(block))
+                mc_data = line + b"\r\n" + block[n + 2:]
+            return Cmd(line + b"\r\n" + block, tags, mc_data, sync=sync)
         if self.chance(0.03):
             tags.add("missing")
             return Cmd(verb + b"\r\n", tags)
@@ -429,6 +501,14 @@ class Grammar:
         cmds = [self.command() for _ in range(n)]
         if self.chance(0.02):
             cmds.append(Cmd(b"quit\r\n", {"cmd:quit"}))
+        slipped = False
+        for c in cmds:
+            if slipped and len(c.data) >= 2048:
+                # after a framing slip a long get line may be read from its middle: a non-get
+                # line over 2 KiB, which memcached closes on
+                c.tags.add("line:long")
+            slipped = slipped or bool(c.tags & {"bad:chunk", "bad:length", "bad:trailer",
+                                                 "store:malformed"})
         for c in cmds:
             if len(c.data) > 2 and self.chance(0.1):
                 c.split = self.r.randrange(1, len(c.data))

@@ -543,6 +543,15 @@ def test_me_hit_fields(raw):
     assert int(fields["size"]) >= 5 and int(fields["cls"]) >= 1
 
 
+def test_me_prints_a_binary_key_base64_however_asked(raw):
+    # as memcached: an item stored by ms ... b is shown in its stored (base64) form, without b
+    assert raw.meta("ms bnVt 2 b", b"aa").line == "HD"
+    assert raw.cmd("me num").startswith("ME bnVt "), "asked in plain text"
+    assert raw.cmd("me bnVt b").startswith("ME bnVt "), "asked in base64"
+    raw.meta("ms num 1", b"x")  # a plain store makes the stored form plain
+    assert raw.cmd("me bnVt b").startswith("ME num ")
+
+
 def test_me_fetch_becomes_yes_after_read(raw):
     raw.meta("ms k 1", b"x")
     raw.meta("mg k v")

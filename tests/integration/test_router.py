@@ -275,6 +275,20 @@ def test_meta_quiet_mode_and_mn(cluster):
     assert r.read_line() == "MN"
 
 
+def test_quiet_ma_answers_a_created_counter_and_hides_a_hit(cluster):
+    # memcached answers ma under q when N creates the counter, and hides a hit (HD or VA); only
+    # the node can tell the two apart, so the router must not decide by the reply code
+    r = cluster.raw()
+    r.send(b"ma qa N0 J5 q O1\r\nma qa q O2\r\nma qa q v O3\r\nma qb q O4\r\n"
+           b"ma qc N0 J7 q v\r\nmn\r\n")
+    assert r.read_line() == "HD O1", "a counter N created is answered under q"
+    assert r.read_line() == "NF O4", "a miss is not hidden; the hits before it are"
+    created = r.read_meta()
+    assert created.line == "VA 1" and created.value == b"7"
+    assert r.read_line() == "MN"
+    assert r.meta("mg qa v").value == b"7", "the hidden hits were applied"
+
+
 def test_lease_through_router(cluster):
     a, b = cluster.raw(), cluster.raw()
     win = a.meta("mg lk v c N30")

@@ -170,6 +170,21 @@ def test_cas_noreply_quiet_and_ttl_rules(rep):
         assert m.value == b"v2" and 50 < int(m.flags["t"]) <= 100, m
 
 
+def test_quiet_ma_on_replicas_answers_a_created_counter_only(rep):
+    nodes, router = rep
+    r = router.raw()
+    r.send(b"ma hot:c N0 J3 q\r\nma hot:c q\r\nmn\r\n")
+    assert r.read_line() == "HD", "a counter N created is answered under q"
+    assert r.read_line() == "MN", "a hit is hidden"
+    assert on_nodes(nodes, "hot:c") == [b"4"] * 3
+    cas = r.meta("mg hot:c c").cas
+    # a compare goes to one replica first, then to the others when it won
+    r.send(f"ma hot:c C{cas} q\r\nma hot:c C1 q\r\nmn\r\n".encode())
+    assert r.read_line() == "EX", "a failed compare is shown"
+    assert r.read_line() == "MN", "a successful one is hidden"
+    assert on_nodes(nodes, "hot:c") == [b"5"] * 3
+
+
 def test_replicated_pool_refuses_a_slot_map(tmp_path):
     import json
     import subprocess
