@@ -65,8 +65,6 @@ EXPLAINED = [
     Explained("get with an overlong key drops earlier replies", "deliberate", {"get:longkey"},
               "docs/protocol.md 'Deliberate differences from memcached 1.6.18': memcached also "
               "discards the unsent replies of the commands before it"),
-    Explained("stats reset on the router", "deliberate", {"stats:reset"},
-              "docs/router.md 'stats': the router holds no node counters to reset"),
     Explained("long gat lines", "deliberate", {"gat:long"},
               "docs/protocol.md 'Deliberate differences from memcached 1.6.18': `gat`/`gats` "
               "lines may be as long as `get` lines (memcached closes those past 2 KB)"),
