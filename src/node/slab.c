@@ -735,23 +735,35 @@ uint32_t slab_trim(struct slab *s, uint32_t max, slab_visit_fn fn, void *ctx)
 
 /* ---- walking, stats ----------------------------------------------------------------------- */
 
+/* Lock the class that owns `page` (only if it is class `want`, when want is not 0). Returns
+ * it locked, with *clsid set, or NULL when the page is out of range, unowned, of another class
+ * or moving. */
+static struct slab_class *page_owner_lock(struct slab *s, uint32_t page, int want, int *clsid)
+{
+    if (page >= slab_pages_used(s)) return NULL;
+    int cls = LOAD(&s->pages[page].clsid);
+    if (cls == 0 || (want != 0 && cls != want)) return NULL;
+    uint16_t nsid = LOAD(&s->pages[page].nsid);
+    struct slab_pool *pl = __atomic_load_n(&s->pools[nsid], __ATOMIC_ACQUIRE);
+    if (!pl) return NULL;
+    struct slab_class *c = &pl->cls[cls];
+    pthread_mutex_lock(&c->lock);
+    /* Ownership changes only through `moving`, set under the owner's lock: re-check under it. */
+    if (LOAD(&s->pages[page].clsid) != cls || LOAD(&s->pages[page].nsid) != nsid ||
+        LOAD(&s->pages[page].moving)) {
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+    }
+    *clsid = cls;
+    return c;
+}
+
 uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max,
                         slab_visit_fn fn, void *ctx)
 {
-    if (page >= slab_pages_used(s)) return SLAB_NONE;
-    int clsid = LOAD(&s->pages[page].clsid);
-    if (clsid == 0) return SLAB_NONE;
-    uint16_t nsid = LOAD(&s->pages[page].nsid);
-    struct slab_pool *pl = __atomic_load_n(&s->pools[nsid], __ATOMIC_ACQUIRE);
-    if (!pl) return SLAB_NONE;
-    struct slab_class *c = &pl->cls[clsid];
-    pthread_mutex_lock(&c->lock);
-    /* Ownership changes only through `moving`, set under the owner's lock: re-check under it. */
-    if (LOAD(&s->pages[page].clsid) != clsid || LOAD(&s->pages[page].nsid) != nsid ||
-        LOAD(&s->pages[page].moving)) {
-        pthread_mutex_unlock(&c->lock);
-        return SLAB_NONE;
-    }
+    int clsid;
+    struct slab_class *c = page_owner_lock(s, page, 0, &clsid);
+    if (c == NULL) return SLAB_NONE;
     uint32_t n = s->pages[page].carved;
     uint32_t end = from + max < n ? from + max : n;
     for (uint32_t i = from; i < end; i++) {
@@ -770,20 +782,9 @@ uint32_t slab_walk_page(struct slab *s, uint32_t page, uint32_t from, uint32_t m
 uint32_t slab_peek_page(struct slab *s, uint32_t page, uint32_t from, uint32_t max, int clsid,
                         void (*fn)(void *ctx, struct item *it, int clsid), void *ctx)
 {
-    if (page >= slab_pages_used(s)) return SLAB_NONE;
-    int cls = LOAD(&s->pages[page].clsid);
-    if (cls == 0 || (clsid != 0 && cls != clsid)) return SLAB_NONE;
-    uint16_t nsid = LOAD(&s->pages[page].nsid);
-    struct slab_pool *pl = __atomic_load_n(&s->pools[nsid], __ATOMIC_ACQUIRE);
-    if (!pl) return SLAB_NONE;
-    struct slab_class *c = &pl->cls[cls];
-    pthread_mutex_lock(&c->lock);
-    /* as slab_walk_page: the owner may have changed before we took its lock */
-    if (LOAD(&s->pages[page].clsid) != cls || LOAD(&s->pages[page].nsid) != nsid ||
-        LOAD(&s->pages[page].moving)) {
-        pthread_mutex_unlock(&c->lock);
-        return SLAB_NONE;
-    }
+    int cls;
+    struct slab_class *c = page_owner_lock(s, page, clsid, &cls);
+    if (c == NULL) return SLAB_NONE;
     uint32_t n = s->pages[page].carved;
     uint32_t end = from + max < n ? from + max : n;
     for (uint32_t i = from; i < end; i++) {

@@ -74,6 +74,13 @@ void rreq_destroy(struct rreq *rq)
     free(rq);
 }
 
+void rreq_discard(struct rreq *rq)
+{
+    for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
+    rq->nfrags = 0;
+    rreq_destroy(rq);
+}
+
 struct frag *frag_create(struct rreq *rq, uint16_t idx)
 {
     struct frag *f = frag_pool;

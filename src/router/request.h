@@ -109,6 +109,9 @@ struct rreq {
 struct rreq *rreq_create(struct client *cl, enum rreq_kind kind, enum proto_cmd cmd);
 /* Free the request; fragments still queued upstream are orphaned (their replies dropped). */
 void rreq_destroy(struct rreq *rq);
+/* Destroy a request none of whose fragments was submitted yet (they are destroyed with it),
+ * as when building it failed halfway. */
+void rreq_discard(struct rreq *rq);
 /* Allocate a fragment for rq at index idx (rq->frags must have room). NULL on no memory. */
 struct frag *frag_create(struct rreq *rq, uint16_t idx);
 

@@ -371,13 +371,11 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         refused = !route_line_fits(c, req, buf_used(&rq->frags[k]->out));
     if (bad || refused) {
         free(dest);
-        for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
-        rq->nfrags = 0;
         if (refused) {
-            rreq_destroy(rq);
+            rreq_discard(rq);
             return;
         }
-        goto oom;
+        goto oom; /* which discards rq */
     }
     rq->pending = rq->nfrags;
     client_enqueue(c, rq);
@@ -389,7 +387,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
     return;
 oom:
     if (kr != stack) free(kr);
-    rreq_destroy(rq);
+    rreq_discard(rq); /* no fragment was submitted yet */
     client_oom(c);
 }
 
@@ -430,11 +428,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
     for (uint32_t i = 0; i < n; i++) upnode_submit(c->w->map[nodes[i]], rq->frags[i]);
     return;
 oom:
-    if (rq) {
-        for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
-        rq->nfrags = 0;
-        rreq_destroy(rq);
-    }
+    if (rq) rreq_discard(rq);
     if (!answered) client_oom(c);
 }
 

@@ -56,11 +56,7 @@ static void sm_fanout_x(struct client *c, enum rreq_kind kind, uint8_t merge, co
     }
     return;
 oom:
-    if (rq) {
-        for (uint16_t k = 0; k < rq->nfrags; k++) frag_destroy(rq->frags[k]);
-        rq->nfrags = 0;
-        rreq_destroy(rq);
-    }
+    if (rq) rreq_discard(rq);
     client_oom(c);
 }
 

@@ -250,3 +250,18 @@ def http(port, method, path, body=None):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def rss_bytes(pid):
+    """The resident memory of process `pid`, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def sanitized(pid):
+    """Whether process `pid` runs with ASAN (whose quarantine keeps freed memory resident)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mcraw import McRaw
+from mcraw import McRaw, rss_bytes, sanitized
 
 pytestmark = pytest.mark.shoal_only
 
@@ -134,19 +134,6 @@ def test_pylibmc_get_multi_of_3000_keys(target):
     got = c.get_multi([key(i) for i in range(NKEYS)])
     assert {k: bytes(v) for k, v in got.items()} == \
         {key(i): value(i) for i in range(NKEYS) if is_hit(i)}
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def sanitized(pid):
-    with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
 
 
 def test_200000_key_line_in_small_pieces_keeps_memory_bounded(target):

@@ -9,26 +9,13 @@ import threading
 
 import pytest
 
-from mcraw import McRaw, wait_until
+from mcraw import McRaw, wait_until, rss_bytes, sanitized
 
 pytestmark = pytest.mark.shoal_only
 
 VALUE = bytes((i * 7 + 13) % 251 for i in range(400_000))
 DROPPED = b"SERVER_ERROR shoal-router: reply dropped"
 ROUNDS = 100  # 40 MB each way: far beyond --out-max and every socket buffer
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def sanitized(pid):
-    with open(f"/proc/{pid}/maps") as f:
-        return "libasan" in f.read()
 
 
 @pytest.mark.parametrize("ring", ["1", "0"])
