@@ -154,6 +154,28 @@ def launch(*extra, tmp_dir):
     raise AssertionError("unreachable")
 
 
+def launch_memcached(tmp_dir):
+    """Debian's memcached on a free port, whatever SHOAL_TEST_SERVER says: the reference."""
+    binary = os.environ.get("SHOAL_MEMCACHED_BIN", "/usr/bin/memcached")
+    if not os.path.exists(binary):
+        message = f"{binary} not found: apt-get install memcached (scripts/deps.sh)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    for attempt in range(3):
+        port = free_port()
+        args = [binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
+        if os.geteuid() == 0:
+            args += ["-u", "root"]
+        fd, err_path = tempfile.mkstemp(prefix="memcached-", suffix=".stderr", dir=tmp_dir)
+        with os.fdopen(fd, "w") as err:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        if _wait_ready(proc, port, err_path):
+            return Server(args, port, proc, err_path)
+    pytest.fail(f"memcached did not start: {Path(err_path).read_text(errors='replace')}")
+
+
 def _register(node, server):
     if not hasattr(node, "_servers"):
         node._servers = []

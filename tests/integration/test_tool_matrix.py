@@ -27,15 +27,13 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import Server, _die_with_parent, _register, _wait_ready, topology
-from mcraw import McRaw, free_port, wait_until
+from conftest import _register, launch_memcached, topology
+from mcraw import McRaw, wait_until
 
-MEMCACHED_BIN = os.environ.get("SHOAL_MEMCACHED_BIN", "/usr/bin/memcached")
 MEMCACHED_TOOL = "/usr/share/memcached/scripts/memcached-tool"
 SCRIPTS = Path(__file__).resolve().parent / "tools"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -124,27 +122,6 @@ class Target:
             with McRaw(b.host, b.port, timeout=10) as c:
                 total += int(c.stats()[name])
         return total
-
-
-def launch_memcached(tmp_dir):
-    """Debian's memcached on a free port, whatever SHOAL_TEST_SERVER says: the reference."""
-    if not os.path.exists(MEMCACHED_BIN):
-        message = f"{MEMCACHED_BIN} not found: apt-get install memcached"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    for attempt in range(3):
-        port = free_port()
-        args = [MEMCACHED_BIN, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
-        if os.geteuid() == 0:
-            args += ["-u", "root"]
-        fd, err_path = tempfile.mkstemp(prefix="memcached-", suffix=".stderr", dir=tmp_dir)
-        with os.fdopen(fd, "w") as err:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
-        if _wait_ready(proc, port, err_path):
-            return Server(args, port, proc, err_path)
-    pytest.fail(f"memcached did not start: {Path(err_path).read_text(errors='replace')}")
 
 
 @pytest.fixture
