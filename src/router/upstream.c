@@ -413,8 +413,9 @@ static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
 
 /* The head fragment f is answered with a list of lines (reply_want.list: stats, dumps): pass
  * each whole line of the list on as it arrives (frag_part), so a dump of any size goes through
- * without being held, and each line pushes the fragment's deadline back (a long dump is not a
- * slow node). Returns the length of the reply's last line (END, or the one line that is the whole
+ * without being held, and each line of a dump pushes the fragment's deadline back (a long dump
+ * is not a slow node). A stats reply is held and summed whole, so it keeps its deadline: one
+ * that never ends times out instead of holding its client forever. Returns the length of the reply's last line (END, or the one line that is the whole
  * reply), left at the start of rbuf for the caller to complete f with; 0 when it has not
  * arrived; -1 when the connection failed (a line that cannot be in the reply). uc->rscan counts
  * the lines passed on. */
@@ -434,7 +435,8 @@ static long upconn_list(struct upconn *uc, struct frag *f)
         frag_part(f, buf_start(&uc->rbuf), ll);
         buf_consume(&uc->rbuf, ll);
         uc->rscan++;
-        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
+        if (f->want.list == RLIST_ITEM || f->want.list == RLIST_KEY)
+            f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     }
 }
 

@@ -8,6 +8,7 @@ Skipped when SHOAL_TEST_SERVER=memcached."""
 
 
 import re
+import threading
 
 import pytest
 
@@ -192,6 +193,52 @@ def test_a_stats_or_dump_reply_of_the_wrong_kind_leaves_the_node_out(start_serve
             assert b"key=plain " in dump and b"key=a " in dump, dump  # a's line came before
             assert b"STAT" not in dump
             assert _protocol_errors(router) == before + 2
+            _still_serves(r)
+        assert router.alive()
+    finally:
+        bad.close()
+
+
+class EndlessStatsNode(BadNode):
+    """Answers `stats` with well-formed STAT lines that never end (a thread sends them until
+    the node is closed); everything else as BadNode."""
+
+    def _serve(self, conn):
+        self._conn = conn
+        super()._serve(conn)
+
+    def answer_line(self, line):
+        if line == b"stats":
+            threading.Thread(target=self._spew, args=(self._conn,), daemon=True).start()
+            return b""
+        return super().answer_line(line)
+
+    def _spew(self, conn):
+        i = 0
+        try:
+            while not self.stop.is_set():
+                conn.sendall(b"".join(b"STAT f%d 1\r\n" % (i + k) for k in range(100)))
+                i += 100
+                self.stop.wait(0.001)
+        except OSError:
+            pass
+
+
+def test_a_stats_reply_that_never_ends_times_out(start_server, start_router):
+    """Each line of a dump pushes its deadline back (a long dump is not a slow node), but a
+    stats reply is held whole and summed: one that never ends must not hold the client's
+    `stats` past --timeout-ms."""
+    bad = EndlessStatsNode(b"END\r\n")
+    try:
+        good = start_server()
+        doc = {"version": 1,
+               "pools": {"good": {"nodes": [f"{good.host}:{good.port}"]},
+                         "bad": {"nodes": [bad.addr]}},
+               "namespaces": {"default": {"pool": "good"}, "b": {"pool": "bad"}}}
+        router, _, _ = start_router(doc, "-t", "1", "--timeout-ms", "300")
+        with McRaw(router.host, router.port, timeout=3) as r:
+            st = r.stats()
+            assert st["nodes_answered"] == "1" and st["nodes_total"] == "2", st
             _still_serves(r)
         assert router.alive()
     finally:
