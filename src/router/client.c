@@ -184,7 +184,8 @@ void client_oom(struct client *c)
 }
 
 /* Parse and route one request line. `avail` counts the bytes buffered from the line's start.
- * Returns the bytes consumed, or 0 when a storage command's data block is not all here. */
+ * Returns the bytes consumed, or 0 when the line must wait: a storage command's data block is
+ * not all here, or a metadump waits for the answers to earlier requests (c->paused set). */
 static size_t client_run_line(struct client *c, char *line, size_t len, size_t avail)
 {
     struct rworker *w = c->w;
@@ -271,6 +272,12 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         break;
     case CMD_LRU_CRAWLER: /* metadump asks every node; the other forms tune nothing a router has */
         if (req.narg >= 8 && !memcmp(req.arg, "metadump", 8) && (req.narg == 8 || req.arg[8] == ' ')) {
+            /* the dump goes on each node's dump connection, which would overtake this client's
+             * earlier requests: start it once they are answered, so it sees their writes */
+            if (c->npending > 0) {
+                c->paused = true; /* client_finish runs the line again as replies drain */
+                return 0;
+            }
             statsmerge_lru_crawler(c, line, len);
             break;
         }
