@@ -7,7 +7,8 @@
  * slice looks at a bounded number of chunks and queues what it found, then the connection
  * waits for its output to drain (conn.c calls dump_continue again), so a dump of a huge cache
  * neither stalls the worker's other connections nor piles up more than a slice of output.
- * Requests pipelined behind the dump wait for its END. */
+ * Requests pipelined behind the dump wait for its END. `stats detail dump` (up to 65,536
+ * prefixes) goes out in slices the same way. */
 #include "node/cmd_dump.h"
 
 #include <stdlib.h>
@@ -23,7 +24,7 @@
 /* memcached's class ids run 1..63; ours may go further (stats slabs says how far). */
 #define DUMP_MEMCACHED_CLASSES 64
 
-enum dump_kind { DUMP_META, DUMP_CACHE };
+enum dump_kind { DUMP_META, DUMP_CACHE, DUMP_DETAIL };
 
 struct dump {
     enum dump_kind kind;
@@ -36,6 +37,7 @@ struct dump {
     struct conn *c;
     int64_t epoch;
     bool oom;
+    int bucket;           /* DUMP_DETAIL: the next prefix bucket (detail.h) */
 };
 
 void dump_free(struct dump **dp)
@@ -171,7 +173,11 @@ bool dump_continue(struct conn *c)
     uint32_t chunks = 0;
     bool more = true;
     d->epoch = (int64_t)clock_epoch();
-    while (more && chunks < DUMP_SLICE_CHUNKS && buf_used(&c->wbuf) - start < DUMP_SLICE_BYTES &&
+    if (d->kind == DUMP_DETAIL) {
+        d->bucket = detail_dump(&c->node->detail, &c->wbuf, d->bucket, DUMP_SLICE_BYTES);
+        more = d->bucket < DETAIL_BUCKETS;
+    }
+    while (d->kind != DUMP_DETAIL && more && chunks < DUMP_SLICE_CHUNKS && buf_used(&c->wbuf) - start < DUMP_SLICE_BYTES &&
            !d->oom && !(d->kind == DUMP_CACHE && d->limit && d->seen >= d->limit)) {
         more = store_dump_step(c->node->store, &d->cur, d->clsid, STORE_DUMP_BATCH, dump_item, d);
         chunks += STORE_DUMP_BATCH;
@@ -270,6 +276,18 @@ void cmd_lru_crawler(struct conn *c, struct proto_req *req)
         }
     }
 #undef IS
+}
+
+void cmd_detail_dump(struct conn *c)
+{
+    struct dump *d = calloc(1, sizeof *d);
+    if (d == NULL) {
+        c->w->m.conn_oom++;
+        conn_reply_str(c, "SERVER_ERROR out of memory\r\n");
+        return;
+    }
+    d->kind = DUMP_DETAIL;
+    dump_start(c, d);
 }
 
 void cmd_cachedump(struct conn *c, const char *arg, size_t n)

@@ -11,6 +11,8 @@ struct dump;
 
 /* `lru_crawler <args>`: metadump starts a dump on c (c->dump); the rest answer at once. */
 void cmd_lru_crawler(struct conn *c, struct proto_req *req);
+/* `stats detail dump`: the prefix counts, in slices like a key dump. */
+void cmd_detail_dump(struct conn *c);
 /* `stats cachedump <args>` (arg: the text after "cachedump"). */
 void cmd_cachedump(struct conn *c, const char *arg, size_t n);
 /* Queue the next slice of c->dump. Returns true when the dump has ended (END or an error

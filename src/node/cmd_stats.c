@@ -258,8 +258,7 @@ static void stats_detail(struct conn *c, const char *arg, size_t n)
         detail_set(d, false);
         conn_reply_str(c, "OK\r\n");
     } else if (w == 4 && !memcmp(arg, "dump", 4)) {
-        detail_dump(d, &c->wbuf);
-        conn_reply(c, "END\r\n", 5);
+        cmd_detail_dump(c); /* in slices, END at the end */
     } else {
         conn_reply_str(c, "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
     }

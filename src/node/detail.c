@@ -87,13 +87,16 @@ void detail_record(struct detail *d, const char *key, size_t nkey, enum detail_o
     pthread_mutex_unlock(&d->lock);
 }
 
-void detail_dump(struct detail *d, struct buf *out)
+int detail_dump(struct detail *d, struct buf *out, int from, size_t max_bytes)
 {
+    size_t start = buf_used(out);
+    int i = from < 0 ? 0 : from;
     pthread_mutex_lock(&d->lock);
-    for (int i = 0; i < DETAIL_BUCKETS; i++)
+    for (; i < DETAIL_BUCKETS && buf_used(out) - start < max_bytes; i++)
         for (const struct detail_prefix *p = d->bucket[i]; p; p = p->next)
             buf_printf(out, "PREFIX %.*s get %llu hit %llu set %llu del %llu\r\n", (int)p->n,
                        p->name, (unsigned long long)p->get, (unsigned long long)p->hit,
                        (unsigned long long)p->set, (unsigned long long)p->del);
     pthread_mutex_unlock(&d->lock);
+    return i;
 }

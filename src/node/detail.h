@@ -44,8 +44,11 @@ static inline bool detail_enabled(const struct detail *d)
 void detail_set(struct detail *d, bool on);
 /* Count one request on `key` (call only when detail_enabled). `hit`: a get that found it. */
 void detail_record(struct detail *d, const char *key, size_t nkey, enum detail_op op, bool hit);
-/* Append "PREFIX <p> get N hit N set N del N\r\n" per prefix (no END). */
-void detail_dump(struct detail *d, struct buf *out);
+/* Append "PREFIX <p> get N hit N set N del N\r\n" for the prefixes of buckets `from` on (no
+ * END), stopping after the bucket that brings what was appended to `max_bytes`. Returns the
+ * next bucket to dump, DETAIL_BUCKETS when every one was. Prefixes added meanwhile to buckets
+ * already dumped are missed, as a memcached dump is no snapshot either. */
+int detail_dump(struct detail *d, struct buf *out, int from, size_t max_bytes);
 /* Forget every prefix (`stats reset`). */
 void detail_clear(struct detail *d);
 

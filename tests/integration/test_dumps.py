@@ -5,6 +5,7 @@ memcached-tool display/stats/dump) finishing with the right keys.
 Runs against memcached too (SHOAL_TEST_SERVER=memcached) except where marked."""
 
 import re
+import socket
 import shutil
 import subprocess
 import threading
@@ -305,3 +306,42 @@ def test_detail_counts_a_namespace_under_its_name(ns_node):
     raw.get("team:k")
     raw.send("stats detail dump\r\n")
     assert raw.read_until(b"END\r\n") == b"PREFIX team get 1 hit 1 set 1 del 0\r\nEND\r\n"
+
+
+@pytest.mark.shoal_only  # memcached builds this reply whole; shoal sends it in slices
+def test_detail_dump_to_clients_that_do_not_read_keeps_memory_bounded(server):
+    """`stats detail dump` of 60,000 long prefixes is about 13 MB; 30 clients that ask for it
+    and never read must not make the node hold 30 copies: it goes out in slices, each queued
+    only once the last one was read (a review probe took a node to 722 MB this way)."""
+    from mcraw import rss_bytes, sanitized
+    if sanitized(server.proc.pid):
+        pytest.skip("ASAN's quarantine keeps freed memory resident")
+    r = server.raw()
+    assert r.cmd("stats detail on") == "OK"
+    pad = "x" * 180
+    for start in range(0, 60000, 5000):
+        r.send("".join(f"delete p{i:06d}{pad}:k noreply\r\n" for i in range(start, start + 5000)))
+        assert r.cmd("mn") == "MN"
+    before = rss_bytes(server.proc.pid)
+    stalled = []
+    for _ in range(30):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+        s.connect((server.host, server.port))
+        s.sendall(b"stats detail dump\r\nversion\r\n")
+        stalled.append(s)
+    # every stalled client's request has been taken up once the node answers on each of them
+    # the first slice; then give the workers a moment to queue whatever they would
+    for s in stalled:
+        s.settimeout(5)
+        assert s.recv(64).startswith(b"PREFIX ")
+    assert r.cmd("version").startswith("VERSION"), "the node still answers"
+    grown = rss_bytes(server.proc.pid) - before
+    assert grown < 64 * 1024 * 1024, f"node grew {grown >> 20} MiB for 30 unread detail dumps"
+    for s in stalled:
+        s.close()
+    lines = []
+    r.send("stats detail dump\r\n")
+    while (line := r.read_line()) != "END":
+        lines.append(line)
+    assert len(lines) == 60000 and all(l.endswith(" get 0 hit 0 set 0 del 1") for l in lines)

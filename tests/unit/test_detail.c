@@ -30,7 +30,7 @@ static int teardown(void **state)
 static const char *dump(struct detail *d, struct buf *b)
 {
     buf_init(b);
-    detail_dump(d, b);
+    assert_int_equal(detail_dump(d, b, 0, SIZE_MAX), DETAIL_BUCKETS);
     buf_append(b, "", 1);
     return buf_start(b);
 }
@@ -92,6 +92,33 @@ static void test_clear_forgets_everything(void **state)
     assert_int_equal(d->count, 0);
 }
 
+/* A dump in slices lists every prefix once, and each slice stops soon after its byte budget. */
+static void test_dump_in_slices_lists_each_prefix_once(void **state)
+{
+    struct detail *d = *state;
+    char key[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(key, sizeof key, "p%d:k", i);
+        REC(d, key, DETAIL_SET, false);
+    }
+    struct buf whole, sliced;
+    dump(d, &whole);
+    buf_init(&sliced);
+    int from = 0, slices = 0;
+    while (from < DETAIL_BUCKETS) {
+        size_t before = buf_used(&sliced);
+        from = detail_dump(d, &sliced, from, 1024);
+        assert_true(buf_used(&sliced) - before < 1024 + 64 * 64); /* a bucket past the budget */
+        slices++;
+    }
+    buf_append(&sliced, "", 1);
+    assert_true(slices > 10);
+    assert_int_equal(buf_used(&sliced), buf_used(&whole));
+    assert_string_equal(buf_start(&sliced), buf_start(&whole));
+    buf_release(&whole);
+    buf_release(&sliced);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -102,6 +129,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_empty_prefix_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefixes_are_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clear_forgets_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dump_in_slices_lists_each_prefix_once, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
