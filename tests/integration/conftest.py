@@ -129,19 +129,16 @@ def _wait_ready(proc, port, stderr_path):
                 f"stderr:\n{Path(stderr_path).read_text(errors='replace')}")
 
 
-def launch(*extra, tmp_dir):
-    binary = server_binary()
-    if not binary.exists():
-        hint = ("build it with `make`, set SHOAL_NODE_BIN, or run against the reference with "
-                "SHOAL_TEST_SERVER=memcached") if SERVER_KIND == "shoal" else "apt-get install memcached"
-        pytest.fail(f"server binary {binary} not found: {hint}")
+def _spawn(binary, extra, tmp_dir, name):
+    """Start `binary` with memcached's flags on a free port and wait for it. Retries when the
+    port was taken meanwhile; fails the test with the server's stderr otherwise."""
     for attempt in range(3):  # a port found free may be taken before the server binds it
         port = free_port()
         args = [str(binary), "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
         if os.geteuid() == 0:
             args += ["-u", "root"]
         args += list(extra)
-        fd, stderr_path = tempfile.mkstemp(prefix="server-", suffix=".stderr", dir=tmp_dir)
+        fd, stderr_path = tempfile.mkstemp(prefix=f"{name}-", suffix=".stderr", dir=tmp_dir)
         with os.fdopen(fd, "w") as err:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                     start_new_session=True, preexec_fn=_die_with_parent)
@@ -154,7 +151,16 @@ def launch(*extra, tmp_dir):
     raise AssertionError("unreachable")
 
 
-def launch_memcached(tmp_dir):
+def launch(*extra, tmp_dir):
+    binary = server_binary()
+    if not binary.exists():
+        hint = ("build it with `make`, set SHOAL_NODE_BIN, or run against the reference with "
+                "SHOAL_TEST_SERVER=memcached") if SERVER_KIND == "shoal" else "apt-get install memcached"
+        pytest.fail(f"server binary {binary} not found: {hint}")
+    return _spawn(binary, extra, tmp_dir, "server")
+
+
+def launch_memcached(tmp_dir, *extra):
     """Debian's memcached on a free port, whatever SHOAL_TEST_SERVER says: the reference."""
     binary = os.environ.get("SHOAL_MEMCACHED_BIN", "/usr/bin/memcached")
     if not os.path.exists(binary):
@@ -162,18 +168,7 @@ def launch_memcached(tmp_dir):
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
         pytest.skip(message)
-    for attempt in range(3):
-        port = free_port()
-        args = [binary, "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
-        if os.geteuid() == 0:
-            args += ["-u", "root"]
-        fd, err_path = tempfile.mkstemp(prefix="memcached-", suffix=".stderr", dir=tmp_dir)
-        with os.fdopen(fd, "w") as err:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
-        if _wait_ready(proc, port, err_path):
-            return Server(args, port, proc, err_path)
-    pytest.fail(f"memcached did not start: {Path(err_path).read_text(errors='replace')}")
+    return _spawn(binary, extra, tmp_dir, "memcached")
 
 
 def _register(node, server):

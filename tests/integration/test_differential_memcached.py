@@ -26,8 +26,6 @@ import copy
 import os
 import re
 import socket
-import subprocess
-import tempfile
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -36,13 +34,11 @@ import pytest
 
 import conftest
 from memgrammar import CAS_LAST, sequence
-from mcraw import free_port
 
 pytestmark = pytest.mark.shoal_only  # compares shoal with memcached; meaningless against itself
 
 SEED = int(os.environ.get("SHOAL_DIFF_SEED", "1"))
 COUNT = int(os.environ.get("SHOAL_DIFF_COUNT", "2000"))
-MEMCACHED_BIN = Path(os.environ.get("SHOAL_MEMCACHED_BIN", "/usr/bin/memcached"))
 SEQ_TIMEOUT = 3.0     # a sequence's replies must be complete (the target closed) by then
 SYNC_TIMEOUT = 0.5    # a sync marker swallowed by a pending store is answered by a timeout
 MAX_EXPLAIN = 100000    # differing sequences examined in depth (explained or shrunk) per target
@@ -93,25 +89,9 @@ def explains(row, cmd):
 
 # --- servers ------------------------------------------------------------------------------------
 
-def launch_memcached(tmp_dir):
-    if not MEMCACHED_BIN.exists():
-        pytest.skip(f"{MEMCACHED_BIN} not installed (apt-get install memcached)")
-    for attempt in range(3):
-        port = free_port()
-        args = [str(MEMCACHED_BIN), "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2",
-                "-m", "64"] + (["-u", "root"] if os.geteuid() == 0 else [])
-        fd, err_path = tempfile.mkstemp(prefix="memcached-", suffix=".stderr", dir=tmp_dir)
-        with os.fdopen(fd, "w") as err:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                    start_new_session=True, preexec_fn=conftest._die_with_parent)
-        if conftest._wait_ready(proc, port, err_path):
-            return conftest.Server(args, port, proc, err_path)
-    pytest.fail("memcached did not start")
-
-
 @pytest.fixture
 def targets(start_server, start_router, tmp_path):
-    mc = launch_memcached(tmp_path)
+    mc = conftest.launch_memcached(tmp_path)
     node = start_server()
     router_node = start_server()
     router, _, _ = start_router([router_node])
