@@ -68,23 +68,6 @@ static bool dump_u32(const char *s, size_t n, uint32_t *out)
     return true;
 }
 
-/* Split `arg` on spaces into at most `max` tokens; returns the count (max + 1: too many). */
-static int dump_tokens(const char *arg, size_t n, const char **tok, size_t *ntok, int max)
-{
-    int k = 0;
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && arg[i] == ' ') i++;
-        if (i == n) break;
-        size_t s = i;
-        while (i < n && arg[i] != ' ') i++;
-        if (k == max) return max + 1;
-        tok[k] = arg + s;
-        ntok[k++] = i - s;
-    }
-    return k;
-}
-
 /* Append `key` with every byte outside [A-Za-z0-9-._~] as %XX, as memcached's metadump. */
 static char *dump_urlencode(char *p, const char *key, size_t n)
 {
@@ -230,10 +213,9 @@ static bool dump_crawler_off(const struct conn *c)
 
 void cmd_lru_crawler(struct conn *c, struct proto_req *req)
 {
-    const char *tok[3];
-    size_t ntok[3];
-    int n = dump_tokens(req->arg, req->arg ? req->narg : 0, tok, ntok, 2);
-#define IS(i, s) (ntok[i] == sizeof(s) - 1 && !memcmp(tok[i], s, ntok[i]))
+    struct proto_tok t[3];
+    size_t n = proto_split(req->arg, req->arg ? req->arg + req->narg : NULL, t, 2);
+#define IS(i, s) (t[i].n == sizeof(s) - 1 && !memcmp(t[i].p, s, t[i].n))
     if (n == 1 && IS(0, "enable")) {
         /* memcached answers so when its crawler already runs, which ours always does */
         if (!dump_crawler_off(c)) {
@@ -249,7 +231,7 @@ void cmd_lru_crawler(struct conn *c, struct proto_req *req)
         struct dump tmp = {.kind = DUMP_META};
         if (IS(1, "all") || IS(1, "hash")) {
             tmp.all = true;
-        } else if (!dump_class_list(c, tok[1], ntok[1], &tmp)) {
+        } else if (!dump_class_list(c, t[1].p, t[1].n, &tmp)) {
             conn_reply_str(c, "BADCLASS invalid class id\r\n");
             return;
         }
@@ -292,16 +274,15 @@ void cmd_detail_dump(struct conn *c)
 
 void cmd_cachedump(struct conn *c, const char *arg, size_t n)
 {
-    const char *tok[3];
-    size_t ntok[3];
+    struct proto_tok t[3];
     /* memcached ignores tokens after the limit */
-    int k = dump_tokens(arg, n, tok, ntok, 2);
+    size_t k = proto_split(arg, arg + n, t, 2);
     if (k < 2) {
         conn_reply_str(c, "CLIENT_ERROR bad command line\r\n");
         return;
     }
     uint32_t id, limit;
-    if (!dump_u32(tok[0], ntok[0], &id) || !dump_u32(tok[1], ntok[1], &limit)) {
+    if (!dump_u32(t[0].p, t[0].n, &id) || !dump_u32(t[1].p, t[1].n, &limit)) {
         conn_reply_str(c, "CLIENT_ERROR bad command line format\r\n");
         return;
     }

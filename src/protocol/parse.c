@@ -23,14 +23,7 @@ static const char e_delta[] = "CLIENT_ERROR invalid numeric delta argument";
 static const char e_exptime[] = "CLIENT_ERROR invalid exptime argument";
 static const char e_delete[] = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]";
 
-struct tok {
-    const char *p;
-    size_t n;
-};
-
-/* Split [p, end) on runs of ' ' into at most `max` tokens. Returns how many were found, or
- * max + 1 when more follow (every caller treats that as "too many arguments"). */
-static size_t split(const char *p, const char *end, struct tok *t, size_t max)
+size_t proto_split(const char *p, const char *end, struct proto_tok *t, size_t max)
 {
     size_t n = 0;
     for (;;) {
@@ -45,7 +38,7 @@ static size_t split(const char *p, const char *end, struct tok *t, size_t max)
     }
 }
 
-static inline bool is_noreply(const struct tok *t)
+static inline bool is_noreply(const struct proto_tok *t)
 {
     return t->n == 7 && memcmp(t->p, "noreply", 7) == 0;
 }
@@ -262,9 +255,9 @@ enum proto_cmd proto_command(const char *s, size_t n)
 static enum proto_status parse_storage(struct proto_req *req, const char *p, const char *end,
                                        size_t item_max, const char **errmsg)
 {
-    struct tok t[6];
+    struct proto_tok t[6];
     size_t want = req->cmd == CMD_CAS ? 5 : 4;
-    size_t n = split(p, end, t, want + 1);
+    size_t n = proto_split(p, end, t, want + 1);
     if (n < want || n > want + 1) return unknown(errmsg);
     req->noreply = is_noreply(&t[n - 1]);
     int32_t nbytes, exptime;
@@ -324,8 +317,8 @@ static enum proto_status parse_retrieval(struct proto_req *req, const char *p, c
 static enum proto_status parse_delete(struct proto_req *req, const char *p, const char *end,
                                       const char **errmsg)
 {
-    struct tok t[3];
-    size_t n = split(p, end, t, 3);
+    struct proto_tok t[3];
+    size_t n = proto_split(p, end, t, 3);
     if (n == 0 || n > 3) return unknown(errmsg);
     req->noreply = n > 1 && is_noreply(&t[n - 1]); /* "delete noreply" deletes "noreply" */
     size_t nargs = n - 1 - req->noreply;
@@ -344,8 +337,8 @@ static enum proto_status parse_delete(struct proto_req *req, const char *p, cons
 static enum proto_status parse_key_num(struct proto_req *req, const char *p, const char *end,
                                        const char **errmsg)
 {
-    struct tok t[3];
-    size_t n = split(p, end, t, 3);
+    struct proto_tok t[3];
+    size_t n = proto_split(p, end, t, 3);
     if (n < 2 || n > 3) return unknown(errmsg);
     req->noreply = is_noreply(&t[n - 1]);
     if (!proto_key_ok(t[0].p, t[0].n)) return client(errmsg, PROTO_E_BADFMT);
@@ -366,8 +359,8 @@ static enum proto_status parse_key_num(struct proto_req *req, const char *p, con
 static enum proto_status parse_flush_all(struct proto_req *req, const char *p, const char *end,
                                          const char **errmsg)
 {
-    struct tok t[2];
-    size_t n = split(p, end, t, 2);
+    struct proto_tok t[2];
+    size_t n = proto_split(p, end, t, 2);
     if (n > 2) return unknown(errmsg);
     if (n > 0 && is_noreply(&t[n - 1])) req->noreply = true;
     if (n > (size_t)req->noreply) {
@@ -385,8 +378,8 @@ static enum proto_status parse_flush_all(struct proto_req *req, const char *p, c
 static enum proto_status parse_one_num(struct proto_req *req, const char *p, const char *end,
                                        const char **errmsg)
 {
-    struct tok t[2];
-    size_t n = split(p, end, t, 2);
+    struct proto_tok t[2];
+    size_t n = proto_split(p, end, t, 2);
     if (n == 0 || n > 2) return unknown(errmsg);
     if (is_noreply(&t[n - 1])) req->noreply = true;
     uint32_t v;

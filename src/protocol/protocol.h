@@ -143,6 +143,15 @@ bool proto_keys_valid(const char *keys, const char *end);
 int proto_base64_decode(const char *in, size_t n, char *out, size_t outcap);
 int proto_base64_encode(const char *in, size_t n, char *out, size_t outcap);
 
+/* A token of a request line: n bytes at p, into the line. */
+struct proto_tok {
+    const char *p;
+    size_t n;
+};
+/* Split [p, end) on runs of ' ' into at most `max` tokens. Returns how many were found, or
+ * max + 1 when more follow (callers treat that as "too many arguments"). A NULL p is none. */
+size_t proto_split(const char *p, const char *end, struct proto_tok *t, size_t max);
+
 /* Parse a whole decimal unsigned 64-bit number (no sign, no junk, no overflow). */
 bool proto_parse_u64(const char *s, size_t n, uint64_t *out);
 /* Signed 64-bit decimal (leading '-' allowed). */
