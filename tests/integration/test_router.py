@@ -584,6 +584,9 @@ def test_a_clients_pipeline_keeps_its_order_while_its_connection_is_down(start_r
                                     "--timeout-ms", "5000")
         with McRaw(router.host, router.port) as r:
             assert r.get("own") == []  # opens the three connections; the client's own takes it
+            # Closing the listener resets connections the node has not accepted yet: wait until
+            # all three are, or the stand-ins die with it (seen on the SAN build).
+            wait_until(lambda: len(node.conns) == 3, message="the node accepted 3 connections")
             node.stop_listening()
             node.conn_of[b"own"].shutdown(socket.SHUT_RDWR)
             # its own connection failed and cannot be reopened (each reply is one line here)
