@@ -37,6 +37,10 @@
 #   --bench-bin PATH    BENCH_BIN       default build/bin/shoal-bench
 #   --policies "P ..."  POLICIES        run shoal once per eviction policy of the default
 #                                       namespace (lru, lfu, s3fifo; default: the node's own)
+#   --ns-quota MB       NS_QUOTA        shoal runs with -m NS_NODE_MEM and the keys in a namespace
+#                                       ("key", the bench's key prefix) with a quota of MB;
+#                                       memcached runs with -m MB (default: off)
+#   --ns-node-memory MB NS_NODE_MEM     -m of the shoal node holding that namespace (default 64)
 #   --keep-logs         KEEP_LOGS=1     keep server and bench output (path is printed)
 # At the defaults a run takes about 2 minutes (~30k gets/s at pipeline 1 on 2 cores), the
 # whole script about 8. 3M gets after 2M warm-up takes about 12 minutes at --pipeline 1, or
@@ -65,6 +69,8 @@ MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
 BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
 KEEP_LOGS=${KEEP_LOGS:-0}
 POLICIES=${POLICIES:-}
+NS_QUOTA=${NS_QUOTA:-}
+NS_NODE_MEM=${NS_NODE_MEM:-64}
 
 die() { echo "bench-hitratio.sh: $*" >&2; exit 1; }
 
@@ -92,6 +98,8 @@ while [ $# -gt 0 ]; do
     --memcached-bin) need_arg "$@"; MEMCACHED_BIN=$2; shift 2 ;;
     --bench-bin) need_arg "$@"; BENCH_BIN=$2; shift 2 ;;
     --policies) need_arg "$@"; POLICIES=$2; shift 2 ;;
+    --ns-quota) need_arg "$@"; NS_QUOTA=$2; shift 2 ;;
+    --ns-node-memory) need_arg "$@"; NS_NODE_MEM=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -100,6 +108,13 @@ done
 
 SCAN_KEYS=${SCAN_KEYS:-$KEYS}
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+if [ -n "$NS_QUOTA" ]; then
+    for v in NS_QUOTA NS_NODE_MEM; do
+        is_uint "${!v}" && [ "${!v}" -ge 1 ] || die "$v: '${!v}' is not a whole number >= 1"
+    done
+    [ "$NS_NODE_MEM" -ge "$NS_QUOTA" ] || die "--ns-node-memory must be at least --ns-quota"
+    SERVER_MEM=$NS_QUOTA # memcached's -m; shoal's node gets NS_NODE_MEM
+fi
 for v in GETS WARMUP_GETS KEYS SCAN_EVERY SCAN_LENGTH SCAN_KEYS CONNS PIPELINE SEED SERVER_MEM \
     SERVER_THREADS RUN_TIMEOUT; do
     is_uint "${!v}" || die "$v: '${!v}' is not a whole number"
@@ -169,13 +184,20 @@ bench_args() { # bench_args WORKLOAD: shoal-bench's workload options, port exclu
 # one replay, its stats; results in the arrays below.
 measure() {
     local wl=$1 name=$2 bin=$3 policy=${4:-} label="$1-$2" t0=$SECONDS
-    local saved=("${SERVER_EXTRA_FLAGS[@]}")
-    if [ -n "$policy" ]; then
+    local saved=("${SERVER_EXTRA_FLAGS[@]}") saved_mem=$SERVER_MEM
+    if [ -n "$NS_QUOTA" ] && [ "$name" != memcached ]; then
+        # the bench's keys are "key:<n>": their namespace is "key"
+        printf '{"key": {"memory": %d%s}}\n' $((NS_QUOTA * 1048576)) \
+            "${policy:+, \"eviction\": \"$policy\"}" >"$WORK/ns-$label.json"
+        SERVER_EXTRA_FLAGS+=(--namespaces "$WORK/ns-$label.json")
+        SERVER_MEM=$NS_NODE_MEM
+    elif [ -n "$policy" ]; then
         printf '{"default": {"eviction": "%s"}}\n' "$policy" >"$WORK/ns-$policy.json"
         SERVER_EXTRA_FLAGS+=(--namespaces "$WORK/ns-$policy.json")
     fi
     start_server "$name" "$bin"
     SERVER_EXTRA_FLAGS=("${saved[@]}")
+    SERVER_MEM=$saved_mem
     COMMANDS+=("$label server: ${SERVER_CMD[*]}")
     local args
     read -r -a args <<<"$(bench_args "$wl" | tr '\n' ' ')"
@@ -203,13 +225,14 @@ measure() {
     VALUE_MEAN=$(json_field "$out" value_mean)
     EVICT[$label]=$(stat_field "$WORK/$label.stats" evictions)
     ITEMS[$label]=$(stat_field "$WORK/$label.stats" curr_items)
+    BYTES[$label]=$(stat_field "$WORK/$label.stats" bytes)
     SECS[$label]=$((SECONDS - t0))
     printf '   miss ratio %.4f (all gets %.4f)  %s gets  %.0f ops/s  errors %s  evictions %s  curr_items %s  %s s\n' \
         "${MISS[$label]}" "${MISS_ALL[$label]}" "${GETS_DONE[$label]}" "${OPS_S[$label]}" \
         "${ERRS[$label]}" "${EVICT[$label]:-?}" "${ITEMS[$label]:-?}" "${SECS[$label]}" >&2
 }
 
-declare -A MISS MISS_ALL GETS_DONE SCAN_GETS ERRS OPS_S EVICT ITEMS SECS
+declare -A MISS MISS_ALL GETS_DONE SCAN_GETS ERRS OPS_S EVICT ITEMS BYTES SECS
 VALUE_MEAN=""
 MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
 START=$SECONDS
@@ -232,7 +255,12 @@ pct() { awk -v r="$1" 'BEGIN{ printf "%.2f%%", 100 * r }'; }
 
 echo
 echo "cache-aside miss ratio: shoal-node ($SHOAL_NODE_BIN) vs ${MC_VERSION:-memcached} ($MEMCACHED_BIN)"
-echo "servers: -m $SERVER_MEM -t $SERVER_THREADS, each run on a fresh server on 127.0.0.1"
+if [ -n "$NS_QUOTA" ]; then
+    echo "servers: shoal -m $NS_NODE_MEM with the keys' namespace \"key\" quota'd to $NS_QUOTA MiB;" \
+        "memcached -m $NS_QUOTA; -t $SERVER_THREADS, each run on a fresh server on 127.0.0.1"
+else
+    echo "servers: -m $SERVER_MEM -t $SERVER_THREADS, each run on a fresh server on 127.0.0.1"
+fi
 echo "load: zipf $THETA over $KEYS keys, values $VALUE_SIZE B (log-uniform per key, mean ${VALUE_MEAN:-?} B," \
     "so the key space holds about $(awk -v k="$KEYS" -v v="${VALUE_MEAN:-0}" 'BEGIN{printf "%.0f", k * v / 1048576}') MB of values);"
 echo "      $GETS measured gets after $WARMUP_GETS warm-up gets, 1 client thread, $CONNS conns, pipeline $PIPELINE, seed $SEED"
@@ -240,20 +268,22 @@ case " $WORKLOADS " in *" scan "*)
     echo "scan: after every $SCAN_EVERY key gets, a one-pass scan of $SCAN_LENGTH keys of a $SCAN_KEYS-key cold range" ;;
 esac
 echo
-printf '%-8s %-13s %10s %10s %14s %12s %11s\n' workload server miss "all gets" \
-    "(mc-x)/mc" evictions items
+printf '%-8s %-13s %10s %10s %14s %12s %11s %9s\n' workload server miss "all gets" \
+    "(mc-x)/mc" evictions items "item MB"
 for wl in $WORKLOADS; do
     m="$wl-memcached"
     for name in "${SHOALS[@]}" memcached; do
         x="$wl-$name"
-        printf '%-8s %-13s %10s %10s %14s %12s %11s\n' "$wl" "$name" "$(pct "${MISS[$x]}")" \
+        printf '%-8s %-13s %10s %10s %14s %12s %11s %9s\n' "$wl" "$name" "$(pct "${MISS[$x]}")" \
             "$(pct "${MISS_ALL[$x]}")" "$(rel "${MISS[$x]}" "${MISS[$m]}")" \
-            "${EVICT[$x]:-?}" "${ITEMS[$x]:-?}"
+            "${EVICT[$x]:-?}" "${ITEMS[$x]:-?}" \
+            "$(awk -v b="${BYTES[$x]:-0}" 'BEGIN{printf "%.2f", b / 1048576}')"
     done
 done
 echo "(miss = misses / gets of the zipf keys, scans excluded; all = over every get, scans included;"
 echo " (mc-x)/mc > 0: that server misses less than memcached; evictions/items = the servers' stats"
-echo " evictions and curr_items after the run)"
+echo " evictions and curr_items after the run; item MB = their stats bytes: memcached gives every"
+echo " size class its first 1 MiB page even past -m, so at a small -m it holds more than -m)"
 for wl in $WORKLOADS; do
     for name in "${SHOALS[@]}" memcached; do
         l="$wl-$name"
