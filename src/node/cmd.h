@@ -60,7 +60,7 @@ static inline bool cmd_is_storage(enum proto_cmd cmd)
 bool cmd_store_check(struct conn *c, struct proto_req *req);
 /* An item for the request's key, flags and req->nbytes of value, or NULL after replying
  * `SERVER_ERROR out of memory storing object` (and dropping a set's old value). May evict:
- * call it only once the value has arrived. */
+ * call it only once the value has arrived (in the input buffer or the socket's queue). */
 struct item *cmd_store_alloc(struct conn *c, struct proto_req *req);
 /* Finish a storage request whose value is complete. `crlf_ok` is false when the data block was
  * not followed by \r\n ("CLIENT_ERROR bad data chunk"); `it` may then be NULL. Consumes `it`. */

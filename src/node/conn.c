@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,8 +16,8 @@
 #include "node/cmd_store.h"
 
 #define CONN_READ_CHUNK 16384
-/* Values with at least this much left to come are read straight into their staging buffer
- * when the input buffer is empty. */
+/* Values with at least this much left to come are read straight into their item or staging
+ * buffer when the input buffer is empty. */
 #define CONN_DIRECT_READ 8192
 /* Buffers larger than this are freed when the connection goes idle. */
 #define CONN_BUF_KEEP (64 * 1024)
@@ -62,6 +63,7 @@ void conn_destroy(struct conn *c)
     connlist_remove(&w->node->conns, &c->listed);
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    if (c->it) store_free(c->node->store, c->it);
     conn_stage_free(c);
     dump_free(&c->dump);
     if (c->prev) c->prev->next = c->next;
@@ -117,6 +119,16 @@ static int conn_keep_request(struct conn *c, const char *line, size_t len, struc
     for (int i = 0; i < r->meta.nflags; i++) REBASE(r->meta.flag[i].tok);
 #undef REBASE
     return 0;
+}
+
+/* Has the rest of a data block, `missing` bytes, already reached the socket's receive queue?
+ * Then it is received, if not yet read, and may take item memory now. Asked only of blocks
+ * large enough for a direct read (the system call is not worth it for less). */
+static bool conn_block_queued(const struct conn *c, size_t missing)
+{
+    int queued = 0;
+    return missing >= CONN_DIRECT_READ && ioctl(c->fd, FIONREAD, &queued) == 0 &&
+           (size_t)queued >= missing;
 }
 
 /* Parse and run one request line. `avail` is what the input buffer holds from the line's start
@@ -175,8 +187,6 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
         cmd_store_finish(c, &req, it, v[req.nbytes] == '\r' && v[req.nbytes + 1] == '\n');
         return used + need;
     }
-    /* The rest is still on its way: stage it (conn_stage.c), so that a client that never sends
-     * it holds no item memory. */
     if (conn_keep_request(c, line, len, &req) < 0) {
         c->w->m.conn_oom++;
         cmd_store_refuse(c, &req, "SERVER_ERROR out of memory storing object\r\n");
@@ -185,6 +195,17 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
         return used;
     }
     c->vgot = 0;
+    /* A large block that has all reached the socket is read straight into its item; any other
+     * is staged (conn_stage.c) until complete, so a client that never sends the rest holds no
+     * item memory. */
+    if (conn_block_queued(c, need - (avail - used))) {
+        c->it = cmd_store_alloc(c, &c->preq);
+        if (c->it == NULL) {
+            c->swallow = need;
+            c->state = CONN_SWALLOW;
+            return used;
+        }
+    }
     c->state = CONN_VALUE;
     return used;
 }
@@ -208,8 +229,9 @@ static void conn_value_done(struct conn *c)
     bool ok = !c->badchunk;
     c->badchunk = false;
     c->state = CONN_LINE;
-    struct item *it = NULL;
-    if (ok) { /* only now, with every byte here, may the store make room for it */
+    struct item *it = c->it;
+    c->it = NULL;
+    if (ok && it == NULL) { /* staged: only now, with every byte here, may the store make room */
         it = cmd_store_alloc(c, &c->preq);
         if (it) conn_stage_copy(c, it);
     }
@@ -229,7 +251,12 @@ static void conn_fill_value(struct conn *c)
         if (c->vgot < nbytes) {
             char *dst;
             size_t room;
-            if (!conn_stage_room(c, &dst, &room)) break; /* refused: swallowing the rest */
+            if (c->it) {
+                dst = item_value(c->it) + c->vgot;
+                room = (size_t)(nbytes - c->vgot);
+            } else if (!conn_stage_room(c, &dst, &room)) {
+                break; /* refused: swallowing the rest */
+            }
             size_t n = room < avail - i ? room : avail - i;
             memcpy(dst, src + i, n);
             c->vgot += n, i += n;
@@ -321,17 +348,23 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-/* Where the next read goes: straight into the staging buffer for the rest of a large value
- * (returns 1), else the input buffer, grown to take a chunk (returns 0). -1 when the buffer
- * cannot grow. */
+/* Where the next read goes: straight into the item or the staging buffer for the rest of a
+ * large value (returns 1), else the input buffer, grown to take a chunk (returns 0). -1 when
+ * the buffer cannot grow. */
 static int conn_read_target(struct conn *c, char **dst, size_t *len)
 {
-    /* vgot also counts the \r\n after the value, so check it is still inside the value; a
-     * refused value (conn_stage_room false) is swallowed through the input buffer */
+    /* vgot also counts the \r\n after the value, so check it is still inside the value */
     if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
         c->vgot < (uint64_t)c->preq.nbytes &&
-        (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ && conn_stage_room(c, dst, len))
-        return 1;
+        (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
+        if (c->it) {
+            *dst = item_value(c->it) + c->vgot;
+            *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
+            return 1;
+        }
+        /* a refused value (conn_stage_room false) is swallowed through the input buffer */
+        if (conn_stage_room(c, dst, len)) return 1;
+    }
     if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
         c->w->m.conn_oom++;
         return -1;

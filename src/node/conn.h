@@ -9,8 +9,9 @@
  * protocol/longget.h); new requests are not taken while
  * more than out_max/4 reply bytes wait to be sent, and a single reply that would push the
  * queue past out_max is refused with a SERVER_ERROR. A storage command's value that has not
- * all arrived with its line is staged in the connection (conn_stage.c), within inflight_max
- * for all connections together, and becomes an item only once complete. */
+ * all reached the input buffer or the socket with its line is staged in the connection
+ * (conn_stage.c), within inflight_max for all connections together, and becomes an item only
+ * once complete. */
 #ifndef SHOAL_NODE_CONN_H
 #define SHOAL_NODE_CONN_H
 
@@ -25,7 +26,7 @@
 
 enum conn_state {
     CONN_LINE,    /* waiting for a request line */
-    CONN_VALUE,   /* receiving a storage command's data block into `stage` */
+    CONN_VALUE,   /* receiving a storage command's data block into `it` or `stage` */
     CONN_SWALLOW, /* discarding the data block of a refused storage command */
     CONN_LGET,    /* answering a get line over line_max as it arrives (`lget`) */
     CONN_CLOSE,   /* close once the output is written */
@@ -50,12 +51,14 @@ struct conn {
     bool paused;    /* EPOLLIN is off while output drains */
     struct buf rbuf;
     struct buf wbuf;
-    /* storage command in progress (CONN_VALUE): its value is staged until complete */
+    /* storage command in progress (CONN_VALUE): its value goes into `it` when the whole data
+     * block had reached the socket as its line was parsed, else into `stage` until complete */
+    struct item *it;
     struct conn_stage stage;
     uint64_t vgot;     /* value bytes received so far (then up to 2 of its \r\n) */
     bool badchunk;     /* the data block was not followed by \r\n */
     uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
-    bool ring_direct;  /* the recv queued on the worker's io_uring reads into `stage` */
+    bool ring_direct;  /* the recv queued on the worker's io_uring reads into `it` or `stage` */
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;

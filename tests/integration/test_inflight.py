@@ -155,7 +155,8 @@ def test_bad_terminator_after_a_staged_value_is_refused(server):
 # -- the cap: --inflight-max ------------------------------------------------------------------
 
 def fill_cap(server):
-    """Hold a value that stages 507,904 bytes (chunks of 16..256 KiB) and wait for it."""
+    """Hold a value that stages 507,904 bytes (chunks of 16..256 KiB) and wait for it. At
+    --inflight-max 1m this leaves room for less than another 512 KiB."""
     h = server.raw()
     h.send(f"set held 0 0 {MB}\r\n".encode() + b"h" * 500_000)
     raw = server.raw()
@@ -163,15 +164,23 @@ def fill_cap(server):
     return h
 
 
+def send_over_cap(c, line, block):
+    """Send `line` and the first 600,000 bytes of `block` (a data block still on its way, so it
+    is staged) and return the reply that comes before the rest is sent; then send the rest."""
+    c.send(line.encode() + b"\r\n" + block[:600_000])
+    reply = c.read_line(timeout=10)
+    c.send(block[600_000:])
+    return reply
+
+
 @pytest.mark.shoal_only
 def test_value_over_the_cap_is_refused_and_swallowed(start_server):
     server = start_server("--inflight-max", "1m")
     held = fill_cap(server)
     c = server.raw()
-    # the whole block and a store after it in one go: the block must not be read as commands
-    c.send(f"set over 0 0 {MB}\r\n".encode() + b"set x 0 0 1\r\nX\r\n" * (MB // 16)
-           + b"\r\nset after 0 0 2\r\nok\r\n")
-    assert c.read_line(timeout=10) == OOM
+    # a block of commands, then a store: the block must not be read as commands
+    block = b"set x 0 0 1\r\nX\r\n" * (MB // 16) + b"\r\nset after 0 0 2\r\nok\r\n"
+    assert send_over_cap(c, f"set over 0 0 {MB}", block) == OOM
     assert c.read_line(timeout=10) == "STORED", "the connection must stay in step"
     raw = server.raw()
     assert raw.get("over", "x") == []
@@ -189,8 +198,7 @@ def test_refused_staged_set_removes_the_old_value(start_server):
     assert raw.store("set", "k", "old") == "STORED"
     held = fill_cap(server)
     c = server.raw()
-    c.send(f"set k 0 0 {MB}\r\n".encode() + b"n" * MB + b"\r\n")
-    assert c.read_line(timeout=10) == OOM
+    assert send_over_cap(c, f"set k 0 0 {MB}", b"n" * MB + b"\r\n") == OOM
     assert raw.get("k") == []
     held.close()
 
@@ -200,8 +208,7 @@ def test_refused_staged_ms_answers_the_error(start_server):
     server = start_server("--inflight-max", "1m")
     held = fill_cap(server)
     c = server.raw()
-    c.send(f"ms m {MB} T0\r\n".encode() + b"m" * MB + b"\r\nmn\r\n")
-    assert c.read_line(timeout=10) == OOM
+    assert send_over_cap(c, f"ms m {MB} T0", b"m" * MB + b"\r\nmn\r\n") == OOM
     assert c.read_line(timeout=10) == "MN"
     held.close()
 
@@ -211,7 +218,7 @@ def test_held_value_is_stored_once_finished_after_a_refusal(start_server):
     server = start_server("--inflight-max", "1m")
     held = fill_cap(server)
     c = server.raw()
-    assert c.cmd(f"set over 0 0 {MB}", b"o" * MB) == OOM
+    assert send_over_cap(c, f"set over 0 0 {MB}", b"o" * MB + b"\r\n") == OOM
     held.send(b"h" * (MB - 500_000) + b"\r\n")
     assert held.read_line(timeout=10) == "STORED"
     raw = server.raw()
@@ -244,7 +251,7 @@ def test_staging_gauge_and_refusals_in_metrics(start_server):
     wait_until(lambda: accepts(port), message="the admin port")
     held = fill_cap(server)
     c = server.raw()
-    assert c.cmd(f"set over 0 0 {MB}", b"o" * MB) == OOM
+    assert send_over_cap(c, f"set over 0 0 {MB}", b"o" * MB + b"\r\n") == OOM
     status, body = http(port, "GET", "/metrics")
     assert status == 200
     values = dict(re.findall(r"^(shoal_node_\w+) (\S+)$", body, re.M))
