@@ -87,7 +87,7 @@ int main(int argc, char **argv)
         node.cfg.inflight_max = share > floor ? share : floor;
     } else if (node.cfg.inflight_max < node.cfg.store.item_max) {
         log_warn("--inflight-max %llu is below -I %llu: larger values are stored only when "
-                 "they arrive with their command line",
+                 "they have all arrived by the time their command line is read",
                  (unsigned long long)node.cfg.inflight_max,
                  (unsigned long long)node.cfg.store.item_max);
     }

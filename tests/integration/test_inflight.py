@@ -174,8 +174,9 @@ def send_over_cap(c, line, block):
 
 
 @pytest.mark.shoal_only
-def test_value_over_the_cap_is_refused_and_swallowed(start_server):
-    server = start_server("--inflight-max", "1m")
+@pytest.mark.parametrize("io_uring", ["1", "0"])
+def test_value_over_the_cap_is_refused_and_swallowed(start_server, io_uring):
+    server = start_server("--inflight-max", "1m", "--io-uring", io_uring)
     held = fill_cap(server)
     c = server.raw()
     # a block of commands, then a store: the block must not be read as commands
