@@ -260,3 +260,25 @@ def test_staging_gauge_and_refusals_in_metrics(start_server):
     assert values["shoal_node_store_inflight_refused_total"] == "1"
     assert "# TYPE shoal_node_inflight_bytes gauge" in body
     held.close()
+
+
+def test_half_sent_values_through_the_router_leave_stored_items_alone(start_server, start_router):
+    """shoal-router holds a value until it is whole (its own limits), so the flood does not
+    reach the node; the cache behind it keeps its items and takes sets."""
+    node = start_server()
+    router, _, _ = start_router([node])
+    r = router.raw()
+    seed(r)
+    before = int(r.stats()["router_bytes_read"])
+    holders = []
+    for i in range(HOLDERS):
+        h = router.raw()
+        h.send(f"set big{i} 0 0 {MB}\r\n".encode() + b"h" * 1000)
+        holders.append(h)
+    wait_until(lambda: int(r.stats()["router_bytes_read"]) >= before + HOLDERS * 1000,
+               message="the router to read every holder's bytes")
+    assert held_items(r) == SEEDED
+    assert r.store("set", "new", b"n" * 500) == "STORED"
+    assert node.raw().stats()["evictions"] == "0"
+    for h in holders:
+        h.close()
