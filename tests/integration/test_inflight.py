@@ -9,7 +9,10 @@ together is capped by --inflight-max, beyond which a store is refused with memca
 
 Tests that need nothing but the protocol run against memcached too (SHOAL_TEST_SERVER=memcached);
 the ones reading shoal's staging gauge, counter or option are shoal_only. The half-sent scenario
-is also run against Debian's memcached whatever the server under test, as the reference."""
+is also run against Debian's memcached whatever the server under test, as the reference, and
+through shoal-router, which holds a value until it is whole and so never passes the flood on.
+The refusals send half a block and wait for the reply, so that block is surely still on its way
+(a block that has all reached the socket goes straight into an item, as before)."""
 
 import os
 import random
