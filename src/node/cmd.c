@@ -34,25 +34,29 @@ void cmd_store_refuse(struct conn *c, struct proto_req *req, const char *msg)
     if (meta || !req->noreply) conn_reply_str(c, msg); /* ms always reports errors */
 }
 
-struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallow)
+bool cmd_store_check(struct conn *c, struct proto_req *req)
 {
-    struct store *st = c->node->store;
-    *swallow = true;
     /* Flags are part of the item's size: they are known before the value arrives. */
     uint32_t flags = req->cmd == CMD_MS ? req->meta.flags : req->flags;
-    if (store_item_size(st, req->nkey, (size_t)req->nbytes, flags) == 0) {
+    if (store_item_size(c->node->store, req->nkey, (size_t)req->nbytes, flags) == 0) {
         c->w->m.store_too_large++;
         cmd_store_refuse(c, req, "SERVER_ERROR object too large for cache\r\n");
-        return NULL;
+        return false;
     }
     if (req->cmd != CMD_MS && detail_enabled(&c->node->detail))
         detail_record(&c->node->detail, req->key, req->nkey, DETAIL_SET, false);
+    return true;
+}
+
+struct item *cmd_store_alloc(struct conn *c, struct proto_req *req)
+{
+    uint32_t flags = req->cmd == CMD_MS ? req->meta.flags : req->flags;
     uint16_t nsid = cmd_ns(c, req->key, req->nkey)->id;
-    struct item *it = store_alloc(st, nsid, req->key, req->nkey, (size_t)req->nbytes, flags);
+    struct item *it =
+        store_alloc(c->node->store, nsid, req->key, req->nkey, (size_t)req->nbytes, flags);
     if (it == NULL) {
         c->w->m.store_no_memory++;
         cmd_store_refuse(c, req, "SERVER_ERROR out of memory storing object\r\n");
-        return NULL;
     }
     return it;
 }
@@ -60,7 +64,7 @@ struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallo
 void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bool crlf_ok)
 {
     if (!crlf_ok) {
-        store_free(c->node->store, it);
+        if (it) store_free(c->node->store, it);
         c->w->m.protocol_errors++;
         if (req->cmd == CMD_MS || !req->noreply) conn_reply_str(c, "CLIENT_ERROR bad data chunk\r\n");
         return;

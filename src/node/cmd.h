@@ -1,8 +1,9 @@
 /* cmd.h — shoal-node's request handlers: what each memcache command does to the store.
  *
- * The connection layer parses a line and calls cmd_run(). Storage commands come in two steps:
- * cmd_store_begin() allocates the item (or refuses the command), the connection fills in the
- * data block, then cmd_store_finish() applies the command. All replies go through conn_reply*. */
+ * The connection layer parses a line and calls cmd_run(). Storage commands come in steps:
+ * cmd_store_check() vets the line, the connection receives the data block (into a staging
+ * buffer while it is incomplete, conn_stage.c), cmd_store_alloc() makes the item once every
+ * byte is in, then cmd_store_finish() applies the command. All replies go through conn_reply*. */
 #ifndef SHOAL_NODE_CMD_H
 #define SHOAL_NODE_CMD_H
 
@@ -54,11 +55,15 @@ static inline bool cmd_is_storage(enum proto_cmd cmd)
     return (cmd >= CMD_SET && cmd <= CMD_CAS) || cmd == CMD_MS;
 }
 
-/* Start a storage request: returns an item to receive req->nbytes of value, or NULL after
- * replying with an error; *swallow is then set when the data block must be discarded. */
-struct item *cmd_store_begin(struct conn *c, struct proto_req *req, bool *swallow);
+/* Vet a storage request's line before its data block: false after replying with an error (the
+ * item would be too large); the caller then discards the data block. */
+bool cmd_store_check(struct conn *c, struct proto_req *req);
+/* An item for the request's key, flags and req->nbytes of value, or NULL after replying
+ * `SERVER_ERROR out of memory storing object` (and dropping a set's old value). May evict:
+ * call it only once the value has arrived (in the input buffer or the socket's queue). */
+struct item *cmd_store_alloc(struct conn *c, struct proto_req *req);
 /* Finish a storage request whose value is complete. `crlf_ok` is false when the data block was
- * not followed by \r\n ("CLIENT_ERROR bad data chunk"). Consumes `it`. */
+ * not followed by \r\n ("CLIENT_ERROR bad data chunk"); `it` may then be NULL. Consumes `it`. */
 void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bool crlf_ok);
 
 /* A part of a get line over line_max (conn_lget.c): answer the valid keys in [keys, end) like

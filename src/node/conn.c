@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,7 +16,8 @@
 #include "node/cmd_store.h"
 
 #define CONN_READ_CHUNK 16384
-/* Values at least this large are read straight into the item when the input buffer is empty. */
+/* Values with at least this much left to come are read straight into their item or staging
+ * buffer when the input buffer is empty. */
 #define CONN_DIRECT_READ 8192
 /* Buffers larger than this are freed when the connection goes idle. */
 #define CONN_BUF_KEEP (64 * 1024)
@@ -62,6 +64,7 @@ void conn_destroy(struct conn *c)
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->it) store_free(c->node->store, c->it);
+    conn_stage_free(c);
     dump_free(&c->dump);
     if (c->prev) c->prev->next = c->next;
     else w->conns = c->next;
@@ -118,6 +121,16 @@ static int conn_keep_request(struct conn *c, const char *line, size_t len, struc
     return 0;
 }
 
+/* Has the rest of a data block, `missing` bytes, already reached the socket's receive queue?
+ * Then it is received, if not yet read, and may take item memory now. Asked only of blocks
+ * large enough for a direct read (the system call is not worth it for less). */
+static bool conn_block_queued(const struct conn *c, size_t missing)
+{
+    int queued = 0;
+    return missing >= CONN_DIRECT_READ && ioctl(c->fd, FIONREAD, &queued) == 0 &&
+           (size_t)queued >= missing;
+}
+
 /* Parse and run one request line. `avail` is what the input buffer holds from the line's start
  * (line, \n and anything after). Returns the bytes consumed. */
 static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail)
@@ -156,32 +169,43 @@ static size_t conn_run_line(struct conn *c, char *line, size_t len, size_t avail
         cmd_run(c, &req);
         return used;
     }
-    bool swallow = false;
-    struct item *it = cmd_store_begin(c, &req, &swallow);
-    if (it == NULL) {
-        if (swallow) {
-            c->swallow = (uint64_t)req.nbytes + 2;
-            c->state = CONN_SWALLOW;
-        }
+    size_t need = (size_t)req.nbytes + 2;
+    if (!cmd_store_check(c, &req)) {
+        c->swallow = need;
+        c->state = CONN_SWALLOW;
         return used;
     }
-    size_t need = (size_t)req.nbytes + 2;
     if (avail - used >= need) { /* whole data block already here: the common, copy-once case */
+        struct item *it = cmd_store_alloc(c, &req);
+        if (it == NULL) {
+            c->swallow = need;
+            c->state = CONN_SWALLOW;
+            return used;
+        }
         const char *v = line + used;
         memcpy(item_value(it), v, (size_t)req.nbytes);
         cmd_store_finish(c, &req, it, v[req.nbytes] == '\r' && v[req.nbytes + 1] == '\n');
         return used + need;
     }
     if (conn_keep_request(c, line, len, &req) < 0) {
-        store_free(c->node->store, it);
         c->w->m.conn_oom++;
-        conn_reply_str(c, "SERVER_ERROR out of memory storing object\r\n");
+        cmd_store_refuse(c, &req, "SERVER_ERROR out of memory storing object\r\n");
         c->swallow = need;
         c->state = CONN_SWALLOW;
         return used;
     }
-    c->it = it;
     c->vgot = 0;
+    /* A large block that has all reached the socket is read straight into its item; any other
+     * is staged (conn_stage.c) until complete, so a client that never sends the rest holds no
+     * item memory. */
+    if (conn_block_queued(c, need - (avail - used))) {
+        c->it = cmd_store_alloc(c, &c->preq);
+        if (c->it == NULL) {
+            c->swallow = need;
+            c->state = CONN_SWALLOW;
+            return used;
+        }
+    }
     c->state = CONN_VALUE;
     return used;
 }
@@ -199,35 +223,51 @@ static bool conn_binary_request(struct conn *c, const char *start)
     return true;
 }
 
+/* The value and its terminator are all in: store it, or answer why not. */
+static void conn_value_done(struct conn *c)
+{
+    bool ok = !c->badchunk;
+    c->badchunk = false;
+    c->state = CONN_LINE;
+    struct item *it = c->it;
+    c->it = NULL;
+    if (ok && it == NULL) { /* staged: only now, with every byte here, may the store make room */
+        it = cmd_store_alloc(c, &c->preq);
+        if (it) conn_stage_copy(c, it);
+    }
+    conn_stage_free(c);
+    if (ok && it == NULL) return; /* refused for want of memory, answered */
+    cmd_store_finish(c, &c->preq, it, ok);
+}
+
 /* Feed buffered input to the value being received; finish the command when complete. */
 static void conn_fill_value(struct conn *c)
 {
-    uint64_t need = (uint64_t)c->preq.nbytes + 2;
-    size_t avail = buf_used(&c->rbuf);
-    uint64_t want = need - c->vgot;
-    size_t take = avail < want ? avail : (size_t)want;
+    uint64_t nbytes = (uint64_t)c->preq.nbytes, need = nbytes + 2;
+    size_t avail = buf_used(&c->rbuf), i = 0;
     const char *src = buf_start(&c->rbuf);
     /* bytes into the value proper, then up to two into the terminator check */
-    for (size_t i = 0; i < take;) {
-        if (c->vgot < (uint64_t)c->preq.nbytes) {
-            size_t n = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
-            if (n > take - i) n = take - i;
-            memcpy(item_value(c->it) + c->vgot, src + i, n);
+    while (i < avail && c->vgot < need) {
+        if (c->vgot < nbytes) {
+            char *dst;
+            size_t room;
+            if (c->it) {
+                dst = item_value(c->it) + c->vgot;
+                room = (size_t)(nbytes - c->vgot);
+            } else if (!conn_stage_room(c, &dst, &room)) {
+                break; /* refused: swallowing the rest */
+            }
+            size_t n = room < avail - i ? room : avail - i;
+            memcpy(dst, src + i, n);
             c->vgot += n, i += n;
         } else {
-            size_t k = (size_t)(c->vgot - (uint64_t)c->preq.nbytes);
+            size_t k = (size_t)(c->vgot - nbytes);
             if (src[i] != (k == 0 ? '\r' : '\n')) c->badchunk = true;
             c->vgot++, i++;
         }
     }
-    buf_consume(&c->rbuf, take);
-    if (c->vgot < need) return;
-    struct item *it = c->it;
-    c->it = NULL;
-    bool ok = !c->badchunk;
-    c->badchunk = false;
-    c->state = CONN_LINE;
-    cmd_store_finish(c, &c->preq, it, ok);
+    buf_consume(&c->rbuf, i);
+    if (c->state == CONN_VALUE && c->vgot == need) conn_value_done(c);
 }
 
 /* Run requests from the input buffer until it runs dry, output backs up, or the connection
@@ -308,18 +348,22 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-/* Where the next read goes: straight into the item for the rest of a large value (returns 1),
- * else the input buffer, grown to take a chunk (returns 0). -1 when the buffer cannot grow. */
+/* Where the next read goes: straight into the item or the staging buffer for the rest of a
+ * large value (returns 1), else the input buffer, grown to take a chunk (returns 0). -1 when
+ * the buffer cannot grow. */
 static int conn_read_target(struct conn *c, char **dst, size_t *len)
 {
     /* vgot also counts the \r\n after the value, so check it is still inside the value */
     if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
         c->vgot < (uint64_t)c->preq.nbytes &&
         (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
-        /* large value: straight into the item, skipping the input buffer */
-        *dst = item_value(c->it) + c->vgot;
-        *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
-        return 1;
+        if (c->it) {
+            *dst = item_value(c->it) + c->vgot;
+            *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
+            return 1;
+        }
+        /* a refused value (conn_stage_room false) is swallowed through the input buffer */
+        if (conn_stage_room(c, dst, len)) return 1;
     }
     if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
         c->w->m.conn_oom++;

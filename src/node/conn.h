@@ -8,7 +8,10 @@
  * except a get/gets/gat/gats line, which is answered in parts as it arrives (conn_lget.c,
  * protocol/longget.h); new requests are not taken while
  * more than out_max/4 reply bytes wait to be sent, and a single reply that would push the
- * queue past out_max is refused with a SERVER_ERROR. */
+ * queue past out_max is refused with a SERVER_ERROR. A storage command's value that has not
+ * all reached the input buffer or the socket with its line is staged in the connection
+ * (conn_stage.c), within inflight_max for all connections together, and becomes an item only
+ * once complete. */
 #ifndef SHOAL_NODE_CONN_H
 #define SHOAL_NODE_CONN_H
 
@@ -23,10 +26,19 @@
 
 enum conn_state {
     CONN_LINE,    /* waiting for a request line */
-    CONN_VALUE,   /* receiving a storage command's data block into `it` */
+    CONN_VALUE,   /* receiving a storage command's data block into `it` or `stage` */
     CONN_SWALLOW, /* discarding the data block of a refused storage command */
     CONN_LGET,    /* answering a get line over line_max as it arrives (`lget`) */
     CONN_CLOSE,   /* close once the output is written */
+};
+
+/* The chunks a value still arriving is received into (conn_stage.c): chunk i holds 16 KiB << i
+ * bytes, the last one cut to the value's length. */
+#define CONN_STAGE_CHUNKS 17
+struct conn_stage {
+    char *chunk[CONN_STAGE_CHUNKS];
+    unsigned n;     /* chunks allocated */
+    uint64_t bytes; /* their total size, counted in the node's inflight_bytes */
 };
 
 struct conn {
@@ -39,12 +51,14 @@ struct conn {
     bool paused;    /* EPOLLIN is off while output drains */
     struct buf rbuf;
     struct buf wbuf;
-    /* storage command in progress (CONN_VALUE) */
+    /* storage command in progress (CONN_VALUE): its value goes into `it` when the whole data
+     * block had reached the socket as its line was parsed, else into `stage` until complete */
     struct item *it;
-    uint64_t vgot;     /* value bytes received so far */
+    struct conn_stage stage;
+    uint64_t vgot;     /* value bytes received so far (then up to 2 of its \r\n) */
     bool badchunk;     /* the data block was not followed by \r\n */
     uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
-    bool ring_direct;  /* the recv queued on the worker's io_uring reads into the item */
+    bool ring_direct;  /* the recv queued on the worker's io_uring reads into `it` or `stage` */
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;
@@ -68,7 +82,7 @@ bool conn_event(struct conn *c, uint32_t events, struct uring *r);
 bool conn_read_done(struct conn *c, int res, struct uring *r);
 /* The queued send completed with `res`: finish the event as conn_event would. May destroy it. */
 void conn_send_done(struct conn *c, int res);
-/* Close the socket, free buffers and any item being received, unlink from the worker. */
+/* Close the socket, free buffers and any value being received, unlink from the worker. */
 void conn_destroy(struct conn *c);
 
 /* Reply helpers for command handlers: append to the output buffer. Allocation failure marks
@@ -84,5 +98,16 @@ bool conn_out_room(const struct conn *c, size_t n);
  * nothing could be done until more input arrives. */
 bool conn_lget_begin(struct conn *c, const char *start, size_t avail);
 bool conn_lget_step(struct conn *c);
+
+/* Staging of values still arriving (conn_stage.c); `c->preq` is the storage command and
+ * `c->vgot` < its nbytes. conn_stage_room: where value byte vgot goes and how many bytes may
+ * follow it there (*len > 0), allocating a chunk when needed; false when it cannot be had
+ * (--inflight-max would be passed, or memory ran out): the command has then been answered
+ * `SERVER_ERROR out of memory storing object` and the connection is swallowing the rest of its
+ * data block (CONN_SWALLOW). conn_stage_copy: the value is complete, copy it into `it`.
+ * conn_stage_free: release the chunks (any time; idempotent). */
+bool conn_stage_room(struct conn *c, char **dst, size_t *len);
+void conn_stage_copy(const struct conn *c, struct item *it);
+void conn_stage_free(struct conn *c);
 
 #endif

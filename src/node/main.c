@@ -81,6 +81,16 @@ int main(int argc, char **argv)
         return 0;
     }
     log_set_level((int)(node.cfg.verbose > 2 ? 2 : node.cfg.verbose));
+    if (node.cfg.inflight_max == 0) { /* auto: a share of -m, but room for the largest item */
+        uint64_t share = node.cfg.store.memory_mb * (1024 * 1024 / 8);
+        uint64_t floor = node.cfg.store.item_max > (1 << 20) ? node.cfg.store.item_max : 1 << 20;
+        node.cfg.inflight_max = share > floor ? share : floor;
+    } else if (node.cfg.inflight_max < node.cfg.store.item_max) {
+        log_warn("--inflight-max %llu is below -I %llu: larger values are stored only when "
+                 "they have all arrived by the time their command line is read",
+                 (unsigned long long)node.cfg.inflight_max,
+                 (unsigned long long)node.cfg.store.item_max);
+    }
     if (node.cfg.udp_port != 0)
         log_warn("UDP is not supported; -U %llu ignored, UDP stays off",
                  (unsigned long long)node.cfg.udp_port);

@@ -47,13 +47,16 @@
     X(namespaces, 0, STR, NULL, 0, 0, "JSON file of namespaces to create at start", NULL)        \
     X(lease_keys, 0, UINT, "65536", 64, 1 << 24,                                                 \
       "keys whose last lease win is remembered, for lease_period and lease_ttl", NULL)            \
+    X(inflight_max, 0, SIZE, "0", 0, 1ull << 40,                                                 \
+      "most bytes of storage values still arriving, staged for all connections together "        \
+      "(0: an eighth of -m, at least -I and 1m)", NULL)                                           \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the reads and sends of all ready connections with io_uring (0: a system call "  \
       "each)", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, io_uring;
+        admin_port, lease_keys, inflight_max, io_uring;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -93,7 +96,11 @@ struct node_config {
     X(conn_closed_line_too_long, COUNTER, "connections closed for a request line over line_max") \
     X(long_gets, COUNTER, "get, gets, gat and gats lines over line_max, answered in parts")      \
     X(conn_closed_out_limit, COUNTER, "replies refused because out_max would be exceeded")      \
-    X(conn_oom, COUNTER, "connection buffer allocations that failed")
+    X(conn_oom, COUNTER, "connection buffer allocations that failed")                            \
+    X(store_inflight_refused, COUNTER,                                                           \
+      "stores refused: staging their value would pass inflight_max")                             \
+    /* node-wide, from struct node's inflight_bytes (node_metrics_sum): not counted per worker */ \
+    X(inflight_bytes, GAUGE, "bytes staged for storage values still arriving")
 
 struct node_metrics {
     NODE_METRICS(METRIC_FIELD)
@@ -150,6 +157,8 @@ struct node {
     uint64_t curr_conns;
     uint64_t total_conns;
     uint64_t rejected_conns;
+    /* bytes of every connection's staging buffers (conn_stage.c), at most cfg.inflight_max */
+    uint64_t inflight_bytes;
     struct connlist conns; /* every worker's connections, for `stats conns` (connlist.h) */
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */

@@ -320,4 +320,5 @@ void node_metrics_sum(struct node *n, struct node_metrics *out)
     for (uint64_t i = 0; i < n->cfg.threads; i++)
         metrics_sum((uint64_t *)out, (const uint64_t *)&n->workers[i].m,
                     sizeof *out / sizeof(uint64_t));
+    out->inflight_bytes = __atomic_load_n(&n->inflight_bytes, __ATOMIC_RELAXED);
 }
