@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -165,22 +166,23 @@ int index_create(struct index **out, unsigned hash_power, char *err, size_t errl
     if (power > 31) power = 31;
     uint32_t nslots = (uint32_t)1 << power; /* <= INDEX_SLOTS_MAX */
     if (nslots < INDEX_BUCKET_SLOTS) nslots = INDEX_BUCKET_SLOTS;
+    ix->first_bytes = (size_t)INDEX_SHARDS * nslots * sizeof(uint64_t);
+    void *first = mmap(NULL, ix->first_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (first == MAP_FAILED) goto oom;
+    ix->first = first;
+    ix->first_left = INDEX_SHARDS;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
         struct index_shard *sh = &ix->shards[i];
         sh->nslots = nslots;
         sh->ns = ix->ns;
         sh->alloc = index_table_alloc;
-        sh->slots = index_table_alloc(nslots, sizeof *sh->slots);
-        if (!sh->slots || lock_init(&sh->lock)) {
-            free(sh->slots);
-            sh->slots = NULL;
-            /* shards before i are complete; free exactly those */
-            for (unsigned j = 0; j < i; j++) {
-                free(ix->shards[j].slots);
-                pthread_mutex_destroy(&ix->shards[j].lock);
-            }
-            free(ix->shards);
-            ix->shards = NULL;
+        sh->owner = ix;
+        sh->in_first = true;
+        sh->slots = ix->first + (size_t)i * nslots;
+        if (lock_init(&sh->lock)) {
+            for (unsigned j = 0; j < i; j++) pthread_mutex_destroy(&ix->shards[j].lock);
+            munmap(ix->first, ix->first_bytes);
             goto oom;
         }
     }
@@ -196,12 +198,26 @@ oom:
     return -1;
 }
 
+/* Let go of a shard's table: free it, or if it is its part of the first mapping, unmap the
+ * mapping once no shard uses it any more. */
+static void index_table_drop(struct index_shard *sh)
+{
+    if (!sh->in_first) {
+        free(sh->slots);
+        return;
+    }
+    sh->in_first = false;
+    struct index *ix = sh->owner;
+    if (__atomic_sub_fetch(&ix->first_left, 1, __ATOMIC_ACQ_REL) == 0)
+        munmap(ix->first, ix->first_bytes);
+}
+
 void index_destroy(struct index **ixp)
 {
     struct index *ix = *ixp;
     if (!ix) return;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
-        free(ix->shards[i].slots);
+        index_table_drop(&ix->shards[i]);
         pthread_mutex_destroy(&ix->shards[i].lock);
     }
     free(ix->shards);
@@ -251,7 +267,7 @@ static bool index_grow(struct index_shard *sh)
         const struct item *it = index_slot_item(s);
         index_place(nt, nb, index_home(index_hash(it->data, it->nkey), nb), s);
     }
-    free(sh->slots);
+    index_table_drop(sh);
     sh->slots = nt;
     sh->nslots = nn;
     sh->expansions++;

@@ -93,11 +93,19 @@ struct index_shard {
      * one cache line; whatever it returns is released with free). Tests replace it to make
      * growth fail. */
     void *(*alloc)(size_t nmemb, size_t size);
+    struct index *owner;
+    bool in_first; /* slots is this shard's part of owner->first */
 } __attribute__((aligned(64)));
 
 struct index {
     struct index_shard *shards; /* INDEX_SHARDS of them */
     struct index_ns *ns;        /* STORE_NS_MAX of them */
+    /* The first tables of all shards, one anonymous mapping: its pages are resident only once
+     * used (an idle node pays nothing for them), and it is unmapped whole when the last shard
+     * has grown out of it, so it leaves no holes in the malloc heap. */
+    uint64_t *first;
+    size_t first_bytes;
+    uint32_t first_left; /* shards whose table is still in `first` (atomic) */
 };
 
 static inline uint64_t index_hash(const char *key, size_t nkey) { return XXH3_64bits(key, nkey); }
