@@ -134,13 +134,38 @@ static inline unsigned index_tag_match(const uint64_t *k, uint64_t tag)
 #endif
 }
 
+/* index_match(k, INDEX_PTR_MASK, 0): the bucket's empty slots, whose address bits (the low
+ * 32-bit half and the low 13 bits of the high one) are all 0. SSE2 as in index_tag_match. */
+static inline unsigned index_empty_match(const uint64_t *k)
+{
+#ifdef __SSE2__
+    _Static_assert(INDEX_PTR_BITS > 32 && INDEX_PTR_BITS < 64, "the address spans both halves");
+    const __m128i *v = (const __m128i *)k;
+    __m128 a = _mm_castsi128_ps(_mm_load_si128(v)), b = _mm_castsi128_ps(_mm_load_si128(v + 1));
+    __m128 c = _mm_castsi128_ps(_mm_load_si128(v + 2)), d = _mm_castsi128_ps(_mm_load_si128(v + 3));
+    __m128i lo0 = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    __m128i hi0 = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m128i lo1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(2, 0, 2, 0)));
+    __m128i hi1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m128i hmask = _mm_set1_epi32((int)(uint32_t)(INDEX_PTR_MASK >> 32)), zero = _mm_setzero_si128();
+    __m128i e0 = _mm_and_si128(_mm_cmpeq_epi32(lo0, zero),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi0, hmask), zero));
+    __m128i e1 = _mm_and_si128(_mm_cmpeq_epi32(lo1, zero),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi1, hmask), zero));
+    return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e0)) |
+           (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e1)) << 4;
+#else
+    return index_match(k, INDEX_PTR_MASK, 0);
+#endif
+}
+
 /* Put entry `e` in the first bucket from `home` with a free slot (there is one), counting it in
  * the overflow count of every full bucket it passes. */
 static void index_place(uint64_t *t, size_t nb, size_t home, uint64_t e)
 {
     for (size_t b = home, d = 0;; b = index_next(b, nb), d++) {
         uint64_t *k = t + b * B;
-        unsigned free_slots = index_match(k, INDEX_PTR_MASK, 0);
+        unsigned free_slots = index_empty_match(k);
         if (free_slots) {
             index_put(&k[__builtin_ctz(free_slots)], e, d);
             return;
