@@ -134,12 +134,15 @@ static inline unsigned index_tag_match(const uint64_t *k, uint64_t tag)
 #endif
 }
 
-/* index_match(k, INDEX_PTR_MASK, 0): the bucket's empty slots, whose address bits (the low
- * 32-bit half and the low 13 bits of the high one) are all 0. SSE2 as in index_tag_match. */
-static inline unsigned index_empty_match(const uint64_t *k)
+/* index_match(k, INDEX_TAG_MASK | INDEX_PTR_MASK, want): the bucket's slots holding entry
+ * `want` (tag | address), or with want = 0 its empty slots (an empty slot's tag is 0 too).
+ * SSE2 as in index_tag_match: both 32-bit halves must match, the high one under the mask. */
+static inline unsigned index_entry_match(const uint64_t *k, uint64_t want)
 {
 #ifdef __SSE2__
-    _Static_assert(INDEX_PTR_BITS > 32 && INDEX_PTR_BITS < 64, "the address spans both halves");
+    const uint64_t m = INDEX_TAG_MASK | INDEX_PTR_MASK;
+    _Static_assert((uint32_t)(INDEX_TAG_MASK | INDEX_PTR_MASK) == UINT32_MAX,
+                   "the low half is all address");
     const __m128i *v = (const __m128i *)k;
     __m128 a = _mm_castsi128_ps(_mm_load_si128(v)), b = _mm_castsi128_ps(_mm_load_si128(v + 1));
     __m128 c = _mm_castsi128_ps(_mm_load_si128(v + 2)), d = _mm_castsi128_ps(_mm_load_si128(v + 3));
@@ -147,15 +150,16 @@ static inline unsigned index_empty_match(const uint64_t *k)
     __m128i hi0 = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
     __m128i lo1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(2, 0, 2, 0)));
     __m128i hi1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
-    __m128i hmask = _mm_set1_epi32((int)(uint32_t)(INDEX_PTR_MASK >> 32)), zero = _mm_setzero_si128();
-    __m128i e0 = _mm_and_si128(_mm_cmpeq_epi32(lo0, zero),
-                               _mm_cmpeq_epi32(_mm_and_si128(hi0, hmask), zero));
-    __m128i e1 = _mm_and_si128(_mm_cmpeq_epi32(lo1, zero),
-                               _mm_cmpeq_epi32(_mm_and_si128(hi1, hmask), zero));
+    __m128i hmask = _mm_set1_epi32((int)(uint32_t)(m >> 32));
+    __m128i wlo = _mm_set1_epi32((int)(uint32_t)want), whi = _mm_set1_epi32((int)(uint32_t)(want >> 32));
+    __m128i e0 = _mm_and_si128(_mm_cmpeq_epi32(lo0, wlo),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi0, hmask), whi));
+    __m128i e1 = _mm_and_si128(_mm_cmpeq_epi32(lo1, wlo),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi1, hmask), whi));
     return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e0)) |
            (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e1)) << 4;
 #else
-    return index_match(k, INDEX_PTR_MASK, 0);
+    return index_match(k, INDEX_TAG_MASK | INDEX_PTR_MASK, want);
 #endif
 }
 
@@ -165,7 +169,7 @@ static void index_place(uint64_t *t, size_t nb, size_t home, uint64_t e)
 {
     for (size_t b = home, d = 0;; b = index_next(b, nb), d++) {
         uint64_t *k = t + b * B;
-        unsigned free_slots = index_empty_match(k);
+        unsigned free_slots = index_entry_match(k, 0);
         if (free_slots) {
             index_put(&k[__builtin_ctz(free_slots)], e, d);
             return;
@@ -353,7 +357,7 @@ static size_t index_locate(const struct index_shard *sh, uint64_t hv, const stru
     size_t b = index_home(hv, nb);
     for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
         const uint64_t *k = t + b * B;
-        unsigned m = index_match(k, INDEX_TAG_MASK | INDEX_PTR_MASK, want);
+        unsigned m = index_entry_match(k, want);
         if (m) {
             *dist = step;
             return b * B + (size_t)__builtin_ctz(m);
