@@ -1,68 +1,181 @@
-/* index.c — the sharded hash index of items (see index.h): one open-addressing table per shard,
- * linear probing, 16-bit tags and 4-bit displacements beside item addresses, backward-shift
- * deletion.
+/* index.c — the sharded hash index of items (see index.h): one table per shard of 8-slot buckets
+ * (a cache line each), bucketized linear probing with 13-bit tags, per-bucket overflow counts
+ * that end a miss at its home bucket, removal that moves displaced entries back, and tables of
+ * any whole number of buckets grown by 5/4.
  *
- * Load limit 3/4. Linear probing at load a costs about (1 + 1/(1-a))/2 probes for a hit and
- * (1 + 1/(1-a)^2)/2 for a miss: at 3/4 that is 2.5 and 8.5 slots, i.e. one or two cache lines of
- * the table, and thanks to the tags almost never a look at an item. Above ~0.8 the miss cost
- * climbs steeply (13 slots at 0.8, 50 at 0.9), a removal walks the rest of its run, which grows
- * the same way, and more displacements reach 15 (where a removal must rehash a key); below 3/4,
- * memory rises for little gain.
+ * Why buckets. The slot-level linear probing this replaces kept its load under 3/4 and doubled:
+ * 10.7 bytes per item at the threshold, 21.3 after a doubling, 15.4 on average over item counts
+ * spread evenly on a log scale (19.5 in the -m 64 benchmark, which lands just after one). Growing
+ * by 5/4 instead puts the load between 0.64 and 0.8 (8 / 0.8 = 10, 12.5 just after, 11.2 on
+ * average), but at 0.8 a slot-level probe is 3 slots for a hit and 13 for a miss, of variable
+ * length, which cost ~25% more per lookup in bench_index. Here a lookup reads one line and
+ * compares its 8 tags in a loop of fixed length; it goes on to the next bucket only if entries
+ * overflowed the home one. At load 0.8 (simulated with churn, 8 slots a bucket) a hit reads 1.16
+ * buckets and a miss 1.9, at 0.85 1.23 and 2.7, at 0.9 1.45 and 5.7: 0.8 is where misses still
+ * end in about two adjacent lines.
  *
- * Memory (outside -m, like memcached's hash table): 8 bytes per slot, so 8 / 0.75 = 10.7 bytes
- * per item at the growth threshold and 21.3 just after a doubling; 15.4 averaged over item
- * counts spread evenly on a log scale. The chained index it replaces cost an 8-byte bucket per
- * 1.5 items plus the 8-byte `hnext` in every item: 5.3 + 8 = 13.3 bytes per item at its
- * threshold, 18.7 after doubling, 15.7 on the same average, the 8 in the item counted inside -m.
- * So the total stays about the same while the item header can lose 8 bytes.
+ * Why 5/4: each item is rehashed about 4 times (1/(1.25-1)) on its way to a table's final size
+ * instead of once, paid on inserts while the cache fills, never on lookups; growing prefetches
+ * the items it rehashes. Smaller steps save little more memory (1.125: 10.6 bytes per item on
+ * average) for twice the rehashing.
  *
- * Full table: one slot always stays empty, so a probe always ends at an empty slot. When a
- * shard's doubling fails (no memory, or INDEX_POWER_MAX reached) it keeps accepting items up to
- * 2^power - 1, then index_insert returns false and the store answers as for a failed allocation.
- * Doubling is retried on every insert past the limit, so it recovers once memory is back. */
+ * Removal. Without moving entries back, a table under churn (a full cache evicting) drifts:
+ * entries stay far from homes that have room again and the overflow counts stay up (simulated at
+ * 0.8: misses read 15 buckets instead of 2). So when the freed bucket's overflow count is not 0,
+ * an entry from a later bucket whose probe passed over it moves into the hole, and so on from
+ * the bucket it left; which entries may move is told by their displacement field, so only a
+ * saturated one (7 buckets or more: about 1 entry in 500 at 0.8) costs a read of its item.
+ *
+ * Full table: a probe stops after visiting every bucket once, so it ends even with every slot
+ * full. When a shard's growth fails (no memory, or INDEX_SLOTS_MAX reached) it keeps accepting
+ * items up to nslots, then index_insert returns false and the store answers as for a failed
+ * allocation. Growth is retried on every insert past the limit, so it recovers once memory is
+ * back.
+ *
+ * Memory (outside -m, like memcached's hash table): 8 bytes per slot. A freed old table goes back
+ * to malloc; tables are small (a few KiB each at a million items), so freed ones are reused by
+ * the next shards to grow rather than kept as holes. */
 #include "node/index.h"
 #include "node/lock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
-static inline uint64_t index_tag(uint64_t hv)
-{
-    return (hv >> INDEX_SHARD_BITS) & (((uint64_t)1 << INDEX_TAG_BITS) - 1);
-}
+#define B INDEX_BUCKET_SLOTS
 
-/* Slot value with displacement 0 (index_place sets it). */
+/* Slot value of an entry, without displacement or bucket bits. */
 static inline uint64_t index_slot_make(uint64_t hv, const struct item *it)
 {
-    return index_tag(hv) << INDEX_TAG_SHIFT | (uint64_t)(uintptr_t)it >> INDEX_ADDR_SHIFT;
+    return index_tag(hv) | (uint64_t)(uintptr_t)it >> INDEX_ADDR_SHIFT;
 }
 
-/* `s` with its displacement field set to `d` (saturated at INDEX_DISP_MAX). */
-static inline uint64_t index_with_disp(uint64_t s, size_t d)
+static inline size_t index_disp_field(uint64_t s)
+{
+    return (size_t)(s >> INDEX_DISP_SHIFT) & INDEX_DISP_MAX;
+}
+
+/* Write entry `e` (its displacement set to d, saturated) into slot *p, keeping the slot's bucket
+ * bits. */
+static inline void index_put(uint64_t *p, uint64_t e, size_t d)
 {
     uint64_t f = d < INDEX_DISP_MAX ? d : INDEX_DISP_MAX;
-    return (s & ~INDEX_DISP_MASK) | f << INDEX_DISP_SHIFT;
+    *p = (*p & INDEX_OVF_MASK) | (e & (INDEX_TAG_MASK | INDEX_PTR_MASK)) | f << INDEX_DISP_SHIFT;
 }
 
-/* The home slot of a hash in a table of 2^power slots: the high bits, since the low ones chose
- * the shard and the middle ones are the tag. */
-static inline size_t index_home(uint64_t hv, uint32_t power)
+static inline void index_clear(uint64_t *p) { *p &= INDEX_OVF_MASK; }
+
+static inline bool index_full(uint64_t s) { return (s & INDEX_PTR_MASK) != 0; }
+
+static inline size_t index_next(size_t b, size_t nb) { return b + 1 == nb ? 0 : b + 1; }
+
+/* Bit j set for each slot j of the bucket whose tag and address bits, masked with `mask`, equal
+ * `want`. Branch-free over the 8 slots, so a probe's cost does not depend on where in the
+ * bucket its entry is (a data-dependent loop exit mispredicts about once per lookup). */
+static inline unsigned index_match(const uint64_t *k, uint64_t mask, uint64_t want)
 {
-    return power ? (size_t)(hv >> (64 - power)) : 0;
+    unsigned m = 0;
+    for (unsigned j = 0; j < B; j++) m |= (unsigned)((k[j] & mask) == want) << j;
+    return m;
 }
 
-static inline size_t index_mask(const struct index_shard *sh)
+static void index_ovf_set(uint64_t *bucket, unsigned c)
 {
-    return ((size_t)1 << sh->power) - 1;
+    bucket[0] = (bucket[0] & ~INDEX_OVF_MASK) | (uint64_t)(c & 7) << INDEX_OVF_SHIFT;
+    bucket[1] = (bucket[1] & ~INDEX_OVF_MASK) | (uint64_t)(c >> 3) << INDEX_OVF_SHIFT;
 }
 
-/* Put slot value `s` in the first empty slot from its home on (there is one). */
-static inline void index_place(uint64_t *t, size_t mask, size_t home, uint64_t s)
+static void index_ovf_inc(uint64_t *bucket)
 {
-    size_t i = home;
-    while (t[i]) i = (i + 1) & mask;
-    t[i] = index_with_disp(s, (i - home) & mask);
+    unsigned c = index_ovf(bucket);
+    if (c < INDEX_OVF_MAX) index_ovf_set(bucket, c + 1);
+}
+
+static void index_ovf_dec(uint64_t *bucket)
+{
+    unsigned c = index_ovf(bucket);
+    if (c < INDEX_OVF_MAX) index_ovf_set(bucket, c - 1); /* a saturated count stays */
+}
+
+void *index_table_alloc(size_t nmemb, size_t size)
+{
+    size_t bytes = nmemb * size;
+    if (size && bytes / size != nmemb) return NULL;
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+/* index_match(k, INDEX_TAG_MASK, tag) for a lookup, where it matters most: fewer instructions
+ * per lookup leave room for more lookups in flight at once, each waiting on a cache miss. With
+ * SSE2 (every x86-64), the tags sit in the high 32-bit halves of the slots: gather the eight
+ * halves into two vectors, mask, compare, and take the sign bits. */
+static inline unsigned index_tag_match(const uint64_t *k, uint64_t tag)
+{
+#ifdef __SSE2__
+    _Static_assert(INDEX_TAG_SHIFT >= 32, "the tag lies in a slot's high half");
+    const __m128i *v = (const __m128i *)k; /* 16-byte aligned: malloc's least alignment */
+    __m128 h0 = _mm_shuffle_ps(_mm_castsi128_ps(_mm_load_si128(v)),
+                               _mm_castsi128_ps(_mm_load_si128(v + 1)), _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 h1 = _mm_shuffle_ps(_mm_castsi128_ps(_mm_load_si128(v + 2)),
+                               _mm_castsi128_ps(_mm_load_si128(v + 3)), _MM_SHUFFLE(3, 1, 3, 1));
+    __m128i mask = _mm_set1_epi32((int)(uint32_t)(INDEX_TAG_MASK >> 32));
+    __m128i want = _mm_set1_epi32((int)(uint32_t)(tag >> 32));
+    __m128i e0 = _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(h0), mask), want);
+    __m128i e1 = _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(h1), mask), want);
+    return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e0)) |
+           (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e1)) << 4;
+#else
+    return index_match(k, INDEX_TAG_MASK, tag);
+#endif
+}
+
+/* index_match(k, INDEX_TAG_MASK | INDEX_PTR_MASK, want): the bucket's slots holding entry
+ * `want` (tag | address), or with want = 0 its empty slots (an empty slot's tag is 0 too).
+ * SSE2 as in index_tag_match: both 32-bit halves must match, the high one under the mask. */
+static inline unsigned index_entry_match(const uint64_t *k, uint64_t want)
+{
+#ifdef __SSE2__
+    const uint64_t m = INDEX_TAG_MASK | INDEX_PTR_MASK;
+    _Static_assert((uint32_t)(INDEX_TAG_MASK | INDEX_PTR_MASK) == UINT32_MAX,
+                   "the low half is all address");
+    const __m128i *v = (const __m128i *)k;
+    __m128 a = _mm_castsi128_ps(_mm_load_si128(v)), b = _mm_castsi128_ps(_mm_load_si128(v + 1));
+    __m128 c = _mm_castsi128_ps(_mm_load_si128(v + 2)), d = _mm_castsi128_ps(_mm_load_si128(v + 3));
+    __m128i lo0 = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    __m128i hi0 = _mm_castps_si128(_mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m128i lo1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(2, 0, 2, 0)));
+    __m128i hi1 = _mm_castps_si128(_mm_shuffle_ps(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m128i hmask = _mm_set1_epi32((int)(uint32_t)(m >> 32));
+    __m128i wlo = _mm_set1_epi32((int)(uint32_t)want), whi = _mm_set1_epi32((int)(uint32_t)(want >> 32));
+    __m128i e0 = _mm_and_si128(_mm_cmpeq_epi32(lo0, wlo),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi0, hmask), whi));
+    __m128i e1 = _mm_and_si128(_mm_cmpeq_epi32(lo1, wlo),
+                               _mm_cmpeq_epi32(_mm_and_si128(hi1, hmask), whi));
+    return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e0)) |
+           (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e1)) << 4;
+#else
+    return index_match(k, INDEX_TAG_MASK | INDEX_PTR_MASK, want);
+#endif
+}
+
+/* Put entry `e` in the first bucket from `home` with a free slot (there is one), counting it in
+ * the overflow count of every full bucket it passes. */
+static void index_place(uint64_t *t, size_t nb, size_t home, uint64_t e)
+{
+    for (size_t b = home, d = 0;; b = index_next(b, nb), d++) {
+        uint64_t *k = t + b * B;
+        unsigned free_slots = index_entry_match(k, 0);
+        if (free_slots) {
+            index_put(&k[__builtin_ctz(free_slots)], e, d);
+            return;
+        }
+        index_ovf_inc(k);
+    }
 }
 
 int index_create(struct index **out, unsigned hash_power, char *err, size_t errlen)
@@ -79,23 +192,26 @@ int index_create(struct index **out, unsigned hash_power, char *err, size_t errl
     if (!ix->ns) goto oom;
 
     uint32_t power = hash_power > INDEX_SHARD_BITS ? hash_power - INDEX_SHARD_BITS : 0;
-    if (power > INDEX_POWER_MAX) power = INDEX_POWER_MAX;
+    if (power > 31) power = 31;
+    uint32_t nslots = (uint32_t)1 << power; /* <= INDEX_SLOTS_MAX */
+    if (nslots < INDEX_BUCKET_SLOTS) nslots = INDEX_BUCKET_SLOTS;
+    ix->first_bytes = (size_t)INDEX_SHARDS * nslots * sizeof(uint64_t);
+    void *first = mmap(NULL, ix->first_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+    if (first == MAP_FAILED) goto oom;
+    ix->first = first;
+    ix->first_left = INDEX_SHARDS;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
         struct index_shard *sh = &ix->shards[i];
-        sh->power = power;
+        sh->nslots = nslots;
         sh->ns = ix->ns;
-        sh->alloc = calloc;
-        sh->slots = calloc((size_t)1 << power, sizeof *sh->slots);
-        if (!sh->slots || lock_init(&sh->lock)) {
-            free(sh->slots);
-            sh->slots = NULL;
-            /* shards before i are complete; free exactly those */
-            for (unsigned j = 0; j < i; j++) {
-                free(ix->shards[j].slots);
-                pthread_mutex_destroy(&ix->shards[j].lock);
-            }
-            free(ix->shards);
-            ix->shards = NULL;
+        sh->alloc = index_table_alloc;
+        sh->owner = ix;
+        sh->in_first = true;
+        sh->slots = ix->first + (size_t)i * nslots;
+        if (lock_init(&sh->lock)) {
+            for (unsigned j = 0; j < i; j++) pthread_mutex_destroy(&ix->shards[j].lock);
+            munmap(ix->first, ix->first_bytes);
             goto oom;
         }
     }
@@ -111,12 +227,26 @@ oom:
     return -1;
 }
 
+/* Let go of a shard's table: free it, or if it is its part of the first mapping, unmap the
+ * mapping once no shard uses it any more. */
+static void index_table_drop(struct index_shard *sh)
+{
+    if (!sh->in_first) {
+        free(sh->slots);
+        return;
+    }
+    sh->in_first = false;
+    struct index *ix = sh->owner;
+    if (__atomic_sub_fetch(&ix->first_left, 1, __ATOMIC_ACQ_REL) == 0)
+        munmap(ix->first, ix->first_bytes);
+}
+
 void index_destroy(struct index **ixp)
 {
     struct index *ix = *ixp;
     if (!ix) return;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
-        free(ix->shards[i].slots);
+        index_table_drop(&ix->shards[i]);
         pthread_mutex_destroy(&ix->shards[i].lock);
     }
     free(ix->shards);
@@ -128,41 +258,47 @@ void index_destroy(struct index **ixp)
 struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey)
 {
     const uint64_t *t = sh->slots;
-    size_t mask = index_mask(sh);
-    size_t i = index_home(hv, sh->power);
+    size_t nb = sh->nslots / B;
+    size_t b = index_home(hv, nb);
     uint64_t tag = index_tag(hv);
-    for (;;) {
-        uint64_t s = t[i];
-        if (!s) return NULL;
-        if (s >> INDEX_TAG_SHIFT == tag) {
+    for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
+        const uint64_t *k = t + b * B;
+        for (unsigned m = index_tag_match(k, tag); m; m &= m - 1) {
+            uint64_t s = k[__builtin_ctz(m)];
+            if (!index_full(s)) continue; /* an empty slot has tag 0 */
             struct item *it = index_slot_item(s);
             if (it->nkey == nkey && memcmp(it->data, key, nkey) == 0) return it;
         }
-        i = (i + 1) & mask;
+        if (!index_ovf(k)) break;
     }
+    return NULL;
 }
 
-/* Double the shard's table. Items do not keep their hash (it would cost 8 bytes each), so each
- * key is hashed again; that is paid once per doubling, amortised over the inserts that led to it.
- * A slot's tag does not depend on the table size, so the slot value moves as it is. Returns
- * false, leaving the table as it was, when the new one cannot be had. */
+/* Grow the shard's table by 5/4 (index_grown_size). Items do not keep their hash (it would cost
+ * 8 bytes each), so each key is hashed again: paid once per growth, amortised over the inserts
+ * that led to it, with the item a few slots ahead prefetched since each is a likely cache miss.
+ * A slot's tag does not depend on the table size, so the entry moves as it is. Returns false,
+ * leaving the table as it was, when the new one cannot be had. */
 static bool index_grow(struct index_shard *sh)
 {
-    if (sh->power >= INDEX_POWER_MAX) return false;
-    uint32_t np = sh->power + 1;
-    uint64_t *nt = sh->alloc((size_t)1 << np, sizeof *nt);
+    enum { AHEAD = 8 };
+    uint32_t nn = index_grown_size(sh->nslots);
+    if (nn == sh->nslots) return false;
+    uint64_t *nt = sh->alloc(nn, sizeof *nt);
     if (!nt) return false;
-    size_t nmask = ((size_t)1 << np) - 1;
-    size_t old = (size_t)1 << sh->power;
+    const uint64_t *t = sh->slots;
+    size_t old = sh->nslots, nb = nn / B;
     for (size_t i = 0; i < old; i++) {
-        uint64_t s = sh->slots[i];
-        if (!s) continue;
+        if (i + AHEAD < old && index_full(t[i + AHEAD]))
+            __builtin_prefetch(index_slot_item(t[i + AHEAD]));
+        uint64_t s = t[i];
+        if (!index_full(s)) continue;
         const struct item *it = index_slot_item(s);
-        index_place(nt, nmask, index_home(index_hash(it->data, it->nkey), np), s);
+        index_place(nt, nb, index_home(index_hash(it->data, it->nkey), nb), s);
     }
-    free(sh->slots);
+    index_table_drop(sh);
     sh->slots = nt;
-    sh->power = np;
+    sh->nslots = nn;
     sh->expansions++;
     return true;
 }
@@ -201,57 +337,93 @@ static void index_bad_pointer(const struct item *it)
 bool index_insert(struct index_shard *sh, uint64_t hv, struct item *it)
 {
     if (index_bad_address(it)) index_bad_pointer(it);
-    uint64_t n = (uint64_t)1 << sh->power;
-    if ((sh->curr_items + 1) * 4 > n * 3 && index_grow(sh)) n <<= 1;
-    if (sh->curr_items + 1 >= n) return false; /* the last empty slot ends every probe */
-    index_place(sh->slots, index_mask(sh), index_home(hv, sh->power), index_slot_make(hv, it));
+    if ((sh->curr_items + 1) * INDEX_LOAD_DEN > (uint64_t)sh->nslots * INDEX_LOAD_NUM)
+        index_grow(sh);
+    if (sh->curr_items >= sh->nslots) return false;
+    size_t nb = sh->nslots / B;
+    index_place(sh->slots, nb, index_home(hv, nb), index_slot_make(hv, it));
     index_count(sh, it, 1);
     return true;
 }
 
-/* Index of the slot holding `it`, or SIZE_MAX. Compares whole slot values: no item is read. */
-static size_t index_locate(const struct index_shard *sh, uint64_t hv, const struct item *it)
+/* Index of the slot holding `it`, or SIZE_MAX; *dist gets its bucket's distance from the home.
+ * Compares tag and address: no item is read. */
+static size_t index_locate(const struct index_shard *sh, uint64_t hv, const struct item *it,
+                           size_t *dist)
 {
     const uint64_t *t = sh->slots;
-    size_t mask = index_mask(sh);
+    size_t nb = sh->nslots / B;
     uint64_t want = index_slot_make(hv, it);
-    for (size_t i = index_home(hv, sh->power);; i = (i + 1) & mask) {
-        if ((t[i] & ~INDEX_DISP_MASK) == want) return i;
-        if (!t[i]) return SIZE_MAX;
+    size_t b = index_home(hv, nb);
+    for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
+        const uint64_t *k = t + b * B;
+        unsigned m = index_entry_match(k, want);
+        if (m) {
+            *dist = step;
+            return b * B + (size_t)__builtin_ctz(m);
+        }
+        if (!index_ovf(k)) break;
     }
+    return SIZE_MAX;
 }
 
-/* Empty slot `hole` and close the gap: walk the rest of the run and move back every entry whose
- * home is not between the hole and its place (cyclically), so that each entry stays reachable
- * from its home through full slots. The home is the slot's place minus its displacement; only a
- * saturated displacement costs a read of the item and a rehash of its key. */
-static void index_delete_at(struct index_shard *sh, size_t hole)
+/* The true displacement of the entry `s` in bucket b: its field, or when that is
+ * saturated, the distance from its key's home (a read of the item and a rehash). */
+static size_t index_disp_of(const struct index_shard *sh, size_t b, uint64_t s)
+{
+    size_t d = index_disp_field(s);
+    if (d < INDEX_DISP_MAX) return d;
+    size_t nb = sh->nslots / B;
+    const struct item *e = index_slot_item(s);
+    size_t home = index_home(index_hash(e->data, e->nkey), nb);
+    return b >= home ? b - home : b + nb - home;
+}
+
+/* Slot `hole` of bucket x was just emptied. While x has entries overflowing past it, move one of
+ * them back into the hole: in the first bucket after x holding any whose displacement reaches
+ * back to x, the one displaced most; the hole is then where it was. A bucket with an overflow count of 0 ends the search: no
+ * entry beyond it passed over x. */
+static void index_fill_hole(struct index_shard *sh, size_t x, size_t hole)
 {
     uint64_t *t = sh->slots;
-    size_t mask = index_mask(sh);
-    for (size_t k = (hole + 1) & mask; t[k]; k = (k + 1) & mask) {
-        uint64_t s = t[k];
-        size_t d = (size_t)(s >> INDEX_DISP_SHIFT) & INDEX_DISP_MAX;
-        if (d == 0) continue; /* at home: stays */
-        if (d == INDEX_DISP_MAX) {
-            const struct item *e = index_slot_item(s);
-            d = (k - index_home(index_hash(e->data, e->nkey), sh->power)) & mask;
+    size_t nb = sh->nslots / B;
+    while (index_ovf(t + x * B)) {
+        size_t k = x, from = SIZE_MAX, d = 0, gap = 0;
+        for (size_t step = 1; step < nb && from == SIZE_MAX; step++) {
+            k = index_next(k, nb);
+            const uint64_t *kb = t + k * B;
+            for (size_t j = 0; j < B; j++) { /* the one furthest from home: its path shrinks most */
+                uint64_t s = kb[j];
+                if (!index_full(s)) continue;
+                size_t f = index_disp_field(s); /* exact below 7: reaches back to x iff >= step */
+                if ((f < step && f < INDEX_DISP_MAX) || (from != SIZE_MAX && f <= d)) continue;
+                size_t fd = index_disp_of(sh, k, s);
+                if (fd < step || (from != SIZE_MAX && fd <= d)) continue;
+                from = k * B + j;
+                gap = step;
+                d = fd;
+            }
+            if (from == SIZE_MAX && !index_ovf(kb)) return;
         }
-        /* movable iff its home is not cyclically in (hole, k], i.e. d >= dist(hole, k) */
-        size_t gap = (k - hole) & mask;
-        if (d >= gap) {
-            t[hole] = index_with_disp(s, d - gap);
-            hole = k;
-        }
+        if (from == SIZE_MAX) return; /* only a saturated count said there was one */
+        index_put(&t[hole], t[from], d - gap);
+        index_clear(&t[from]);
+        for (size_t i = 0, b = x; i < gap; i++, b = index_next(b, nb)) index_ovf_dec(t + b * B);
+        x = k;
+        hole = from;
     }
-    t[hole] = 0;
 }
 
 bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it)
 {
-    size_t i = index_locate(sh, hv, it);
+    size_t d;
+    size_t i = index_locate(sh, hv, it, &d);
     if (i == SIZE_MAX) return false;
-    index_delete_at(sh, i);
+    size_t nb = sh->nslots / B;
+    for (size_t n = 0, b = index_home(hv, nb); n < d; n++, b = index_next(b, nb))
+        index_ovf_dec(sh->slots + b * B);
+    index_clear(&sh->slots[i]);
+    index_fill_hole(sh, i / B, i);
     index_count(sh, it, -1);
     return true;
 }
@@ -259,9 +431,10 @@ bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it)
 bool index_swap(struct index_shard *sh, uint64_t hv, struct item *old, struct item *it)
 {
     if (index_bad_address(it)) index_bad_pointer(it);
-    size_t i = index_locate(sh, hv, old);
+    size_t d;
+    size_t i = index_locate(sh, hv, old, &d);
     if (i == SIZE_MAX) return false;
-    sh->slots[i] = index_slot_make(hv, it) | (sh->slots[i] & INDEX_DISP_MASK);
+    index_put(&sh->slots[i], index_slot_make(hv, it), d);
     index_count(sh, old, -1);
     index_count(sh, it, 1);
     return true;
@@ -273,7 +446,7 @@ uint64_t index_buckets(struct index *ix)
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
         struct index_shard *sh = &ix->shards[i];
         pthread_mutex_lock(&sh->lock);
-        n += (uint64_t)1 << sh->power;
+        n += sh->nslots;
         pthread_mutex_unlock(&sh->lock);
     }
     return n;

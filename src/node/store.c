@@ -567,7 +567,7 @@ void store_stats(struct store *st, struct store_stats *out)
         out->expired_unfetched += sh->expired_unfetched;
         out->hash_expansions += sh->expansions;
         out->transient_reclaimed += st->transient[i].reclaimed;
-        buckets += (uint64_t)1 << sh->power;
+        buckets += sh->nslots;
         pthread_mutex_unlock(&sh->lock);
     }
     struct slab_counters c = {0};

@@ -6,7 +6,9 @@
  *
  *   cc -O2 -g -Isrc -D_GNU_SOURCE tests/unit/bench_index.c src/node/index.c \
  *      -o /tmp/bench_index -lxxhash -lpthread
- *   /tmp/bench_index [items] [chunk_bytes]          wall-clock ns per operation
+ *   /tmp/bench_index [items] [chunk_bytes] [rounds]  wall-clock ns per operation: the lookup
+ *      phases run `rounds` times (default 5) and the best round is reported, since a shared
+ *      machine's noise only ever adds time
  *   valgrind --tool=callgrind /tmp/bench_index 200000   then callgrind_annotate --inclusive=yes:
  *      instructions of bench_insert, bench_hit, bench_miss, bench_remove / items
  *
@@ -102,12 +104,23 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < n; i++) c.hv[i] = index_hash(c.items[i]->data, c.items[i]->nkey);
 
+    int rounds = argc > 3 ? atoi(argv[3]) : 5;
     double t0 = now_s();
     bench_insert(&c);
     double t1 = now_s();
-    size_t hits = bench_hit(&c);
-    double t2 = now_s();
-    size_t false_hits = bench_miss(&c);
+    double hit_s = 1e30, miss_s = 1e30;
+    size_t hits = n, false_hits = 0;
+    for (int r = 0; r < rounds || r < 1; r++) {
+        double a = now_s();
+        size_t h = bench_hit(&c);
+        double b = now_s();
+        size_t f = bench_miss(&c);
+        double e = now_s();
+        if (h != n) hits = h;
+        false_hits += f;
+        if (b - a < hit_s) hit_s = b - a;
+        if (e - b < miss_s) miss_s = e - b;
+    }
     double t3 = now_s();
     bench_remove(&c);
     double t4 = now_s();
@@ -119,7 +132,7 @@ int main(int argc, char **argv)
     printf("items %zu  slots/buckets %llu  load %.3f\n", n, (unsigned long long)slots,
            (double)n / (double)slots);
     printf("ns/op: insert %.1f  hit %.1f  miss %.1f  remove %.1f\n", (t1 - t0) * 1e9 / (double)n,
-           (t2 - t1) * 1e9 / (double)n, (t3 - t2) * 1e9 / (double)n,
+           hit_s * 1e9 / (double)n, miss_s * 1e9 / (double)n,
            (t4 - t3) * 1e9 / (double)(n / 2));
     index_destroy(&c.ix);
     free(arena);

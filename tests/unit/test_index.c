@@ -1,6 +1,7 @@
-/* test_index.c — unit tests of the sharded open-addressing hash index (src/node/index.h):
- * insert/find/remove/swap, counters, forced collisions (same home slot, same tag), backward-shift
- * deletion, growth with items present, and a full table whose doubling fails. */
+/* test_index.c — unit tests of the sharded bucketized hash index (src/node/index.h):
+ * insert/find/remove/swap, counters, forced collisions (same home bucket, same tag), removal
+ * that moves displaced entries back, growth by 5/4 with items present (checked at every step),
+ * a full table whose growth fails, random operations against a model, and probe lengths. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,27 +74,75 @@ static uint64_t rng(void)
     return rng_state;
 }
 
-/* The linear-probing invariant, checked on every slot of a shard: every slot from an entry's
- * home to the entry is full, its tag is its hash's, its displacement field is right, and
- * the number of full slots is curr_items, with at least one slot empty. */
+static size_t n_buckets(const struct index_shard *sh) { return sh->nslots / INDEX_BUCKET_SLOTS; }
+
+/* Home bucket computed here, not with index_home: (top 32 bits) * nb / 2^32. */
+static size_t home_of(uint64_t hv, size_t nb) { return (size_t)((hv >> 32) * nb >> 32); }
+
+static size_t bucket_dist(size_t from, size_t to, size_t nb) { return to >= from ? to - from : to + nb - from; }
+
+/* The index's invariants, checked on every slot of a shard: every full slot's tag is its hash's
+ * and its displacement field is its bucket's distance from home (saturated at 7); every bucket
+ * from an entry's home to the one before its own is full (so no entry could sit nearer home);
+ * each bucket's overflow count is the number of entries whose probe passes over it (or stuck at
+ * 63); the full slots are curr_items; the size is whole buckets. */
 static void check_shard(const struct index_shard *sh)
 {
-    size_t n = (size_t)1 << sh->power, mask = n - 1, full = 0;
+    size_t n = sh->nslots, nb = n_buckets(sh), full = 0;
+    assert_int_equal(n % INDEX_BUCKET_SLOTS, 0);
+    assert_true(nb >= 1);
+    unsigned *over = calloc(nb, sizeof *over), *used = calloc(nb, sizeof *used);
+    assert_non_null(over);
+    assert_non_null(used);
+    for (size_t p = 0; p < n; p++)
+        if (sh->slots[p] & INDEX_PTR_MASK) used[p / INDEX_BUCKET_SLOTS]++;
     for (size_t p = 0; p < n; p++) {
         uint64_t s = sh->slots[p];
-        if (!s) continue;
+        if (!(s & INDEX_PTR_MASK)) {
+            assert_int_equal(s & ~INDEX_OVF_MASK, 0); /* an empty slot has no tag or displacement */
+            continue;
+        }
         full++;
         const struct item *it = index_slot_item(s);
         uint64_t hv = index_hash(it->data, it->nkey);
-        assert_int_equal(s >> INDEX_TAG_SHIFT, (hv >> INDEX_SHARD_BITS) & 0xffff);
-        size_t home = sh->power ? (size_t)(hv >> (64 - sh->power)) : 0;
-        size_t d = (p - home) & mask;
+        assert_int_equal(s >> INDEX_TAG_SHIFT, (hv >> INDEX_SHARD_BITS) & ((1u << INDEX_TAG_BITS) - 1));
+        size_t b = p / INDEX_BUCKET_SLOTS, home = home_of(hv, nb), d = bucket_dist(home, b, nb);
         assert_int_equal((s >> INDEX_DISP_SHIFT) & INDEX_DISP_MAX, d < INDEX_DISP_MAX ? d : INDEX_DISP_MAX);
-        for (size_t q = home; q != p; q = (q + 1) & mask)
-            if (!sh->slots[q]) fail_msg("slot %zu empty between home %zu and entry at %zu", q, home, p);
+        for (size_t q = home; q != b; q = (q + 1) % nb) {
+            if (used[q] != INDEX_BUCKET_SLOTS)
+                fail_msg("bucket %zu not full between home %zu and entry in %zu", q, home, b);
+            over[q]++;
+        }
     }
+    for (size_t q = 0; q < nb; q++) {
+        unsigned c = index_ovf(sh->slots + q * INDEX_BUCKET_SLOTS);
+        if (c != INDEX_OVF_MAX) assert_int_equal(c, over[q]);
+    }
+    free(over);
+    free(used);
     assert_int_equal(full, sh->curr_items);
-    assert_true(full < n);
+    assert_true(full <= n);
+}
+
+/* Buckets a lookup reads, averaged: for a hit, over the entries (1 + displacement); for a miss,
+ * over every home bucket (1 + the run of buckets with a non-zero overflow count from it). */
+static void probe_lengths(const struct index_shard *sh, double *hit, double *miss)
+{
+    size_t nb = n_buckets(sh), full = 0, hsum = 0, msum = 0;
+    for (size_t p = 0; p < sh->nslots; p++) {
+        uint64_t s = sh->slots[p];
+        if (!(s & INDEX_PTR_MASK)) continue;
+        const struct item *it = index_slot_item(s);
+        full++;
+        hsum += 1 + bucket_dist(home_of(index_hash(it->data, it->nkey), nb), p / INDEX_BUCKET_SLOTS, nb);
+    }
+    for (size_t b = 0; b < nb; b++) {
+        size_t k = 1;
+        for (size_t q = b; k < nb && index_ovf(sh->slots + q * INDEX_BUCKET_SLOTS); q = (q + 1) % nb) k++;
+        msum += k;
+    }
+    *hit = full ? (double)hsum / (double)full : 1;
+    *miss = (double)msum / (double)nb;
 }
 
 static void check_all(struct index *ix)
@@ -191,16 +240,18 @@ static void test_basic(void **state)
     assert_null(ix);
 }
 
-/* Many keys with the same shard and the same home slot form one long run; removing from its
- * middle must leave every other key findable. Growth is disabled so the run stays put. */
-static void test_same_home_run(void **state)
+/* Many keys with the same shard and the same home bucket overflow into the next buckets,
+ * wrapping past the end of the table, and are counted in the overflow counts of the buckets
+ * they pass; removing from the home bucket pulls an overflowed one back. Growth is disabled so
+ * the layout stays put. */
+static void test_same_home_overflow(void **state)
 {
     (void)state;
-    struct index *ix = mk(INDEX_SHARD_BITS + 6); /* 64 slots per shard */
+    struct index *ix = mk(INDEX_SHARD_BITS + 6); /* 64 slots = 8 buckets per shard */
     enum { N = 24 };
-    /* shard 5, home slot 60 (top 6 bits = 60): the run wraps past the end of the table */
-    uint64_t mask = (INDEX_SHARDS - 1) | (0x3full << 58);
-    char **keys = keys_where("home", N, mask, 5 | (60ull << 58));
+    /* shard 5, home bucket 7 (top 3 bits = 7): the last bucket, so the overflow wraps */
+    uint64_t mask = (INDEX_SHARDS - 1) | (0x7ull << 61);
+    char **keys = keys_where("home", N, mask, 5 | (7ull << 61));
     struct index_shard *sh = &ix->shards[5];
     sh->alloc = fail_alloc;
     struct item *items[N];
@@ -209,11 +260,18 @@ static void test_same_home_run(void **state)
         assert_ptr_equal(index_shard_of(ix, hv_of(items[i])), sh);
         assert_true(insert(ix, items[i]));
     }
-    assert_int_equal(sh->power, 6);
+    assert_int_equal(sh->nslots, 64);
     check_shard(sh);
-    /* the run occupies 60..63 then 0..19 */
-    for (int i = 0; i < N; i++) assert_true(sh->slots[(60 + i) % 64] != 0);
-    assert_int_equal(sh->slots[20], 0);
+    /* buckets 7, 0 and 1 are full; 7 was passed by 16 entries, 0 by 8, 1 by none */
+    for (int q = 0; q < 8; q++) {
+        assert_true(sh->slots[7 * 8 + q] & INDEX_PTR_MASK);
+        assert_true(sh->slots[0 * 8 + q] & INDEX_PTR_MASK);
+        assert_true(sh->slots[1 * 8 + q] & INDEX_PTR_MASK);
+        assert_false(sh->slots[2 * 8 + q] & INDEX_PTR_MASK);
+    }
+    assert_int_equal(index_ovf(sh->slots + 7 * 8), 16);
+    assert_int_equal(index_ovf(sh->slots + 0 * 8), 8);
+    assert_int_equal(index_ovf(sh->slots + 1 * 8), 0);
 
     bool gone[N] = {false};
     int order[] = {N / 2, 1, N - 1, 0, 5, 17, 3};
@@ -221,15 +279,18 @@ static void test_same_home_run(void **state)
         int v = order[r];
         assert_true(remove_item(ix, items[v]));
         gone[v] = true;
-        check_shard(sh);
+        check_shard(sh); /* includes: buckets before an overflowed entry are full */
         for (int i = 0; i < N; i++) assert_ptr_equal(find(ix, keys[i]), gone[i] ? NULL : items[i]);
     }
+    /* 17 left: bucket 7 and 0 full, one in bucket 1 */
+    assert_int_equal(index_ovf(sh->slots + 7 * 8), 9);
+    assert_int_equal(index_ovf(sh->slots + 0 * 8), 1);
     for (int i = 0; i < N; i++) free(items[i]);
     free_keys(keys, N);
     index_destroy(&ix);
 }
 
-/* Two keys of one shard with the same 16-bit tag: a lookup must compare the keys too. */
+/* Two keys of one shard with the same 13-bit tag: a lookup must compare the keys too. */
 static void test_same_tag(void **state)
 {
     (void)state;
@@ -237,7 +298,8 @@ static void test_same_tag(void **state)
     enum { M = 3000 };
     char **keys = keys_where("tag", M, INDEX_SHARDS - 1, 9); /* all in shard 9 */
     static uint64_t tag[M];
-    for (int i = 0; i < M; i++) tag[i] = index_hash(keys[i], strlen(keys[i])) >> INDEX_SHARD_BITS & 0xffff;
+    for (int i = 0; i < M; i++)
+        tag[i] = index_hash(keys[i], strlen(keys[i])) >> INDEX_SHARD_BITS & ((1u << INDEX_TAG_BITS) - 1);
     int a = -1, b = -1;
     for (int i = 0; i < M && a < 0; i++)
         for (int j = i + 1; j < M; j++) {
@@ -264,12 +326,12 @@ static void test_same_tag(void **state)
 }
 
 /* Fill one shard until no slot is left with growth failing, then remove in random order,
- * checking the probing invariant and every key after each removal. */
+ * checking the invariants and every key after each removal. */
 static void test_full_table_and_shift(void **state)
 {
     (void)state;
     struct index *ix = mk(INDEX_SHARD_BITS + 6); /* 64 slots per shard */
-    enum { M = 64 };
+    enum { M = 65 };
     char **keys = keys_where("full", M, INDEX_SHARDS - 1, 3);
     struct index_shard *sh = &ix->shards[3];
     sh->alloc = fail_alloc;
@@ -279,15 +341,15 @@ static void test_full_table_and_shift(void **state)
         items[i] = mk_item(keys[i], 2, 1, 10);
         if (insert(ix, items[i])) in++;
     }
-    /* 63 fit (one slot stays empty), the 64th is refused and changes nothing */
-    assert_int_equal(in, 63);
-    assert_int_equal(sh->curr_items, 63);
-    assert_int_equal(ix->ns[1].items, 63);
-    assert_int_equal(sh->power, 6);
+    /* all 64 fit, the 65th is refused and changes nothing */
+    assert_int_equal(in, 64);
+    assert_int_equal(sh->curr_items, 64);
+    assert_int_equal(ix->ns[1].items, 64);
+    assert_int_equal(sh->nslots, 64);
     assert_int_equal(sh->expansions, 0);
     check_shard(sh);
-    assert_null(find(ix, keys[63])); /* a miss in an almost full table still ends */
-    for (int i = 0; i < 63; i++) assert_ptr_equal(find(ix, keys[i]), items[i]);
+    assert_null(find(ix, keys[64])); /* a miss in a full table still ends */
+    for (int i = 0; i < 64; i++) assert_ptr_equal(find(ix, keys[i]), items[i]);
     /* the table is full, but a swap needs no slot */
     struct item *nit = mk_item(keys[10], 2, 1, 20);
     uint64_t hv = hv_of(nit);
@@ -297,54 +359,68 @@ static void test_full_table_and_shift(void **state)
     assert_ptr_equal(find(ix, keys[10]), nit);
 
     /* remove all in a random order */
-    int order[63];
-    bool gone[63] = {false};
-    for (int i = 0; i < 63; i++) order[i] = i;
-    for (int i = 62; i > 0; i--) {
+    int order[64];
+    bool gone[64] = {false};
+    for (int i = 0; i < 64; i++) order[i] = i;
+    for (int i = 63; i > 0; i--) {
         int j = (int)(rng() % (uint64_t)(i + 1));
         int t = order[i];
         order[i] = order[j];
         order[j] = t;
     }
-    for (int r = 0; r < 63; r++) {
+    for (int r = 0; r < 64; r++) {
         assert_true(remove_item(ix, items[order[r]]));
         gone[order[r]] = true;
         check_shard(sh);
-        for (int i = 0; i < 63; i++) assert_ptr_equal(find(ix, keys[i]), gone[i] ? NULL : items[i]);
+        for (int i = 0; i < 64; i++) assert_ptr_equal(find(ix, keys[i]), gone[i] ? NULL : items[i]);
     }
     assert_int_equal(sh->curr_items, 0);
     assert_int_equal(sh->bytes, 0);
     assert_int_equal(ix->ns[1].items, 0);
     assert_int_equal(ix->ns[1].bytes, 0);
 
-    /* with memory back, the shard grows past where it stopped */
-    sh->alloc = calloc;
-    for (int i = 0; i < 63; i++) assert_true(insert(ix, items[i]));
-    assert_true(insert(ix, items[63]));
-    assert_int_equal(sh->power, 7);
+    /* with memory back, the shard grows by 5/4 where it would pass load 4/5: at the 52nd item */
+    sh->alloc = index_table_alloc;
+    for (int i = 0; i < 51; i++) assert_true(insert(ix, items[i]));
+    assert_int_equal(sh->nslots, 64);
+    assert_true(insert(ix, items[51]));
+    assert_int_equal(sh->nslots, 80);
     assert_int_equal(sh->expansions, 1);
+    for (int i = 52; i < 65; i++) assert_true(insert(ix, items[i]));
+    assert_int_equal(sh->nslots, 104); /* 80 * 5/4 = 100, rounded up to whole buckets */
     check_shard(sh);
-    for (int i = 0; i < 64; i++) assert_ptr_equal(find(ix, keys[i]), items[i]);
+    for (int i = 0; i < 65; i++) assert_ptr_equal(find(ix, keys[i]), items[i]);
     for (int i = 0; i < M; i++) free(items[i]);
     free_keys(keys, M);
     index_destroy(&ix);
 }
 
-/* Start with one slot per shard and grow every shard many times with items present. */
+/* Start with one bucket per shard and grow every shard many times with items present: each
+ * growth is by 5/4 in whole buckets and happens exactly when the load would pass 4/5, and the
+ * index stays correct across it. */
 static void test_growth(void **state)
 {
     (void)state;
-    struct index *ix = mk(8); /* below INDEX_SHARD_BITS: one slot per shard */
-    assert_int_equal(index_buckets(ix), INDEX_SHARDS);
+    struct index *ix = mk(8); /* below INDEX_SHARD_BITS + 3: one bucket per shard */
+    assert_int_equal(index_buckets(ix), INDEX_SHARDS * INDEX_BUCKET_SLOTS);
     enum { N = 150000 };
     struct item **items = calloc(N, sizeof *items);
     assert_non_null(items);
     char key[32];
+    unsigned checked = 0;
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof key, "grow:%d", i);
         items[i] = mk_item(key, 3, 2, 5);
+        struct index_shard *sh = index_shard_of(ix, hv_of(items[i]));
+        uint32_t before = sh->nslots;
+        uint64_t was = sh->expansions;
+        bool must_grow = (sh->curr_items + 1) * INDEX_LOAD_DEN > (uint64_t)before * INDEX_LOAD_NUM;
         assert_true(insert(ix, items[i]));
-        if (i % 10007 == 0) { /* earlier keys stay reachable across doublings */
+        assert_int_equal(sh->expansions, was + must_grow);
+        assert_int_equal(sh->nslots, must_grow ? index_grown_size(before) : before);
+        assert_true(sh->curr_items * INDEX_LOAD_DEN <= (uint64_t)sh->nslots * INDEX_LOAD_NUM);
+        if (must_grow && checked++ % 97 == 0) check_shard(sh); /* right after a resize */
+        if (i % 10007 == 0) { /* earlier keys stay reachable across growths */
             for (int j = 0; j <= i; j += 97) {
                 snprintf(key, sizeof key, "grow:%d", j);
                 assert_ptr_equal(find(ix, key), items[j]);
@@ -353,14 +429,24 @@ static void test_growth(void **state)
     }
     check_all(ix);
     uint64_t exp = 0, slots = index_buckets(ix);
+    double hit = 0, miss = 0;
     for (unsigned s = 0; s < INDEX_SHARDS; s++) {
         const struct index_shard *sh = &ix->shards[s];
-        assert_true(sh->curr_items * 4 <= ((uint64_t)1 << sh->power) * 3); /* load <= 3/4 */
         exp += sh->expansions;
+        /* a grown shard of 100+ items is at least 0.6 full (0.8 / 1.25, less rounding) */
+        if (sh->curr_items >= 100) assert_true(sh->curr_items * 5 >= (uint64_t)sh->nslots * 3);
+        double h, m;
+        probe_lengths(sh, &h, &m);
+        hit += h / INDEX_SHARDS;
+        miss += m / INDEX_SHARDS;
     }
-    assert_true(exp > INDEX_SHARDS * 6);
-    assert_true(slots * 3 / 4 >= N);
-    assert_true(slots <= (uint64_t)N * 4); /* no shard more than needed: load >= 3/8 on average */
+    assert_true(exp > INDEX_SHARDS * 10);
+    assert_true(slots * INDEX_LOAD_NUM / INDEX_LOAD_DEN >= N);
+    assert_true(slots * 8 <= (uint64_t)N * 14); /* 8-byte slots: under 14 bytes per item */
+    print_message("growth: %.2f bytes/item, lookups read %.3f buckets on a hit, %.3f on a miss\n",
+                  (double)slots * 8 / N, hit, miss);
+    assert_true(hit < 1.2);
+    assert_true(miss < 2.5);
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof key, "grow:%d", i);
         assert_ptr_equal(find(ix, key), items[i]);
@@ -373,6 +459,52 @@ static void test_growth(void **state)
     index_destroy(&ix);
 }
 
+/* One shard filled to just under its growth threshold (load ~0.8), then churned the way a full
+ * cache churns (remove a random item, insert a new key) with growth disabled: the invariants
+ * hold throughout and lookups stay short, i.e. removals keep entries near their homes. */
+static void test_probe_lengths_under_churn(void **state)
+{
+    (void)state;
+    struct index *ix = mk(INDEX_SHARD_BITS); /* one bucket per shard */
+    enum { K = 24000, CHURN = 16000 };
+    char **keys = keys_where("churn", K, INDEX_SHARDS - 1, 0); /* all in shard 0 */
+    struct index_shard *sh = &ix->shards[0];
+    struct item **live = calloc(K, sizeof *live);
+    assert_non_null(live);
+    int n = 0, next = 0;
+    /* fill until the next insert would grow a table of at least 4000 slots */
+    while (sh->nslots < 4000 || (sh->curr_items + 1) * INDEX_LOAD_DEN <= (uint64_t)sh->nslots * INDEX_LOAD_NUM) {
+        live[n] = mk_item(keys[next++], 1, 0, 0);
+        assert_true(insert(ix, live[n++]));
+    }
+    sh->alloc = fail_alloc;
+    uint32_t nslots = sh->nslots;
+    double hit0, miss0;
+    probe_lengths(sh, &hit0, &miss0);
+    for (int r = 0; r < CHURN; r++) {
+        int v = (int)(rng() % (uint64_t)n);
+        assert_true(remove_item(ix, live[v]));
+        free(live[v]);
+        live[v] = mk_item(keys[next++], 1, 0, 0);
+        assert_true(insert(ix, live[v]));
+        if (r % 2000 == 0) check_shard(sh);
+    }
+    check_shard(sh);
+    assert_int_equal(sh->nslots, nslots);
+    double hit, miss;
+    probe_lengths(sh, &hit, &miss);
+    print_message("churn at load %.3f: hit %.3f -> %.3f buckets, miss %.3f -> %.3f\n",
+                  (double)sh->curr_items / sh->nslots, hit0, hit, miss0, miss);
+    assert_true((double)sh->curr_items / sh->nslots > 0.75);
+    assert_true(hit < 1.3);  /* simulated steady state at 0.8: 1.16 */
+    assert_true(miss < 3.0); /* and 1.9 */
+    for (int i = 0; i < n; i++) assert_ptr_equal(find(ix, item_key(live[i])), live[i]);
+    for (int i = 0; i < n; i++) free(live[i]);
+    free(live);
+    free_keys(keys, K);
+    index_destroy(&ix);
+}
+
 /* Random mix of inserts, removes, swaps and lookups in a few small shards, against a model. */
 static void test_random_ops(void **state)
 {
@@ -381,6 +513,7 @@ static void test_random_ops(void **state)
     enum { K = 4000, OPS = 200000 };
     char **keys = keys_where("rnd", K, INDEX_SHARDS - 4, 0); /* four shards: 0..3 */
     struct item *model[K] = {0};
+    uint64_t grown[4] = {0};
     for (int op = 0; op < OPS; op++) {
         int k = (int)(rng() % K);
         uint64_t hv = index_hash(keys[k], strlen(keys[k]));
@@ -409,13 +542,15 @@ static void test_random_ops(void **state)
             break;
         default: assert_ptr_equal(index_find(sh, hv, keys[k], strlen(keys[k])), model[k]);
         }
+        if (sh->expansions != grown[sh - ix->shards]) { /* every resize */
+            grown[sh - ix->shards] = sh->expansions;
+            check_shard(sh);
+        }
         if (op % 20000 == 0) check_all(ix);
     }
     check_all(ix);
-    for (int k = 0; k < K; k++) {
-        assert_ptr_equal(find(ix, keys[k]), model[k]);
-        free(model[k]);
-    }
+    for (int k = 0; k < K; k++) assert_ptr_equal(find(ix, keys[k]), model[k]);
+    for (int k = 0; k < K; k++) free(model[k]); /* only now: a lookup may compare any key */
     free_keys(keys, K);
     index_destroy(&ix);
 }
@@ -424,10 +559,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),
-        cmocka_unit_test(test_same_home_run),
+        cmocka_unit_test(test_same_home_overflow),
         cmocka_unit_test(test_same_tag),
         cmocka_unit_test(test_full_table_and_shift),
         cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_probe_lengths_under_churn),
         cmocka_unit_test(test_random_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -715,7 +715,7 @@ static void test_hash_growth(void **state)
     char key[32];
     const int N = 200000;
     struct store_stats s = stats(st);
-    assert_int_equal(s.hash_power_level, 12);
+    assert_int_equal(s.hash_power_level, 13); /* 2^12 asked, but at least one 8-slot bucket per shard */
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof key, "key:%d", i);
         assert_true(put(st, key, 16, (char)i, 0, now));
@@ -731,8 +731,8 @@ static void test_hash_growth(void **state)
     assert_int_equal(s.evictions, 0);
     assert_true(s.hash_expansions > 0);
     assert_true(s.hash_power_level >= 17);
-    /* load at most 3/4 of the slots (8 bytes each) in every shard */
-    assert_true(s.hash_bytes / 8 * 3 / 4 >= (uint64_t)N);
+    /* load at most 4/5 of the slots (8 bytes each) in every shard */
+    assert_true(s.hash_bytes / 8 * 4 / 5 >= (uint64_t)N);
     for (int i = 0; i < N; i += 2) {
         snprintf(key, sizeof key, "key:%d", i);
         assert_true(del(st, key, now));
