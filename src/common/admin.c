@@ -1,59 +1,14 @@
-/* admin.c — admin HTTP listener on libmicrohttpd (see admin.h).
- *
- * libmicrohttpd is loaded with dlopen by the first admin_create, not linked: it pulls in
- * GnuTLS, p11-kit, nettle, gmp and more, whose load-time relocations and constructors cost
- * ~2.4 MB of resident memory in every daemon, while the admin listener is off by default. */
+/* admin.c — admin HTTP listener on libmicrohttpd (see admin.h). */
 #include "common/admin.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <microhttpd.h>
-#include <pthread.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
-
-/* The libmicrohttpd functions used here, typed from its header. */
-static struct {
-    __typeof__(&MHD_create_response_from_buffer) create_response_from_buffer;
-    __typeof__(&MHD_add_response_header) add_response_header;
-    __typeof__(&MHD_queue_response) queue_response;
-    __typeof__(&MHD_destroy_response) destroy_response;
-    __typeof__(&MHD_start_daemon) start_daemon;
-    __typeof__(&MHD_get_daemon_info) get_daemon_info;
-    __typeof__(&MHD_stop_daemon) stop_daemon;
-} mhd;
-static char mhd_error[256];
-static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
-
-static void mhd_load(void)
-{
-    static const char *const names[] = {"libmicrohttpd.so.12", "libmicrohttpd.so"};
-    void *h = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++)
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(mhd_error, sizeof mhd_error, "cannot load libmicrohttpd for the admin listener: %s",
-                 dlerror());
-        return;
-    }
-#define MHD_SYM(field, name)                                                                       \
-    if (!(*(void **)&mhd.field = dlsym(h, name))) {                                                \
-        snprintf(mhd_error, sizeof mhd_error, "libmicrohttpd lacks %s", name);                     \
-        return;                                                                                    \
-    }
-    MHD_SYM(create_response_from_buffer, "MHD_create_response_from_buffer")
-    MHD_SYM(add_response_header, "MHD_add_response_header")
-    MHD_SYM(queue_response, "MHD_queue_response")
-    MHD_SYM(destroy_response, "MHD_destroy_response")
-    MHD_SYM(start_daemon, "MHD_start_daemon")
-    MHD_SYM(get_daemon_info, "MHD_get_daemon_info")
-    MHD_SYM(stop_daemon, "MHD_stop_daemon")
-#undef MHD_SYM
-}
 
 struct admin {
     struct MHD_Daemon *d;
@@ -73,12 +28,12 @@ struct admin_req {
 static enum MHD_Result admin_reply(struct MHD_Connection *conn, unsigned status,
                                    const char *type, const char *body, size_t len)
 {
-    struct MHD_Response *r = mhd.create_response_from_buffer(len, (void *)body,
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body,
                                                              MHD_RESPMEM_MUST_COPY);
     if (r == NULL) return MHD_NO;
-    mhd.add_response_header(r, "Content-Type", type);
-    enum MHD_Result ok = mhd.queue_response(conn, status, r);
-    mhd.destroy_response(r);
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
     return ok;
 }
 
@@ -161,11 +116,6 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
                            const struct admin_route *routes, size_t nroutes, char *err,
                            size_t errlen)
 {
-    pthread_once(&mhd_once, mhd_load);
-    if (mhd_error[0]) {
-        snprintf(err, errlen, "%s", mhd_error);
-        return NULL;
-    }
     struct admin *a = calloc(1, sizeof *a);
     if (a == NULL) {
         snprintf(err, errlen, "out of memory starting the admin listener");
@@ -183,7 +133,7 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
         free(a);
         return NULL;
     }
-    a->d = mhd.start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
+    a->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
                             MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
                             MHD_OPTION_NOTIFY_COMPLETED, admin_done, NULL, MHD_OPTION_END);
@@ -195,7 +145,7 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
         free(a);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = mhd.get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
     a->port = info ? info->port : port;
     return a;
 }
@@ -205,7 +155,7 @@ unsigned admin_port(const struct admin *a) { return a->port; }
 void admin_destroy(struct admin **ap)
 {
     if (*ap == NULL) return;
-    mhd.stop_daemon((*ap)->d);
+    MHD_stop_daemon((*ap)->d);
     free(*ap);
     *ap = NULL;
 }
