@@ -8,6 +8,8 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from conftest import REPO_ROOT, pause_server, resume_server
 
 BENCH_BIN = REPO_ROOT / os.environ.get("SHOAL_BENCH_BIN", "build/bin/shoal-bench")
@@ -104,3 +106,16 @@ def test_split_puts_a_server_stall_in_the_server_part(server):
     assert res["server_max_us"] >= STALL * 1e6 * 0.9, res
     assert res["client_max_us"] < STALL * 1e6 / 2, res
     assert res["server_p50_us"] <= res["p50_us"] and res["client_p50_us"] <= res["p50_us"], res
+
+
+@pytest.mark.shoal_only
+@pytest.mark.parametrize("worker_yield", ["0", "1"])
+def test_pipelined_load_is_served_with_and_without_the_worker_yield(start_server, worker_yield):
+    """--worker-yield only changes when a worker hands its core over between batches, never what
+    it answers: a pipelined mixed load over many connections completes without an error."""
+    server = start_server("-t", "2", "--worker-yield", worker_yield)
+    rc, res, err = bench(server, "--keys", "2000", "--prefill", "-d", "0.5", "--warmup", "0",
+                         "-c", "16", "-t", "2", "-p", "8")
+    assert rc == 0, err
+    assert res["errors"] == 0 and res["ops"] > 1000
+    assert res["hit_ratio"] == 1.0
