@@ -5,10 +5,22 @@
 # (an idle server costs nothing). After a prefill of each, for every pipeline depth the script
 # alternates them for ROUNDS rounds: a short unmeasured warmup run and a measured run each,
 # sampling the server's CPU time (utime + stime from /proc/<pid>/stat) around the measured run.
-# Alternating spreads the machine's drift over both servers alike. Prints per depth the
-# throughput of both (sums over the rounds), their ratio and its range over rounds, server CPU
-# seconds per million operations and that ratio, then the exact commands used. Every step is
-# bounded by `timeout`; servers are stopped on any exit.
+# Alternating spreads the machine's drift over both servers alike. Prints each round's
+# throughput, p50, p99 and p99.9 as it goes; then per depth the throughput of both (sums over
+# the rounds), their ratio and its range over rounds, server CPU seconds per million operations
+# and that ratio; then per depth the median over rounds of each server's p50, p99 and p99.9
+# with the min..max over rounds and the ratio of the medians; then the exact commands used.
+# Every step is bounded by `timeout`; servers are stopped on any exit.
+#
+# What the latencies are: shoal-bench is a closed loop. Each connection has --pipeline requests
+# in flight and sends the next only when a reply comes, so a latency is the time from a
+# request's send() to the read() that brought its reply, as the client thread saw it: server
+# time plus both kernels' loopback work plus any time the client thread itself waited for a
+# CPU before reading. A stall does not pile requests up behind it (coordinated omission): the
+# client stops sending while it waits, so a stall of S ms shows as about one late reply per
+# connection, not as S ms worth of late requests. Percentiles therefore describe service time
+# under a fixed concurrency, not what an open-loop arrival stream would see (shoal-bench --rate
+# measures that). The histogram buckets are at most 0.78% wide (see src/bench/hist.h).
 #
 # Settings come from flags or, for unattended use, from the environment (flags win):
 #   --depths "1 16"     DEPTHS          pipeline depths to run
@@ -26,6 +38,8 @@
 #   --shoal-bin PATH    SHOAL_NODE_BIN  default build/bin/shoal-node
 #   --memcached-bin P   MEMCACHED_BIN   default /usr/bin/memcached
 #   --bench-bin PATH    BENCH_BIN       default build/bin/shoal-bench
+#   --bench-cpus LIST   BENCH_CPUS      run shoal-bench under `taskset -c LIST` (default: unpinned)
+#   --server-cpus LIST  SERVER_CPUS     run both servers under `taskset -c LIST` (default: unpinned)
 #   --keep-logs         KEEP_LOGS=1     keep server and bench output (path is printed)
 # SHOAL_NODE_BIN=/usr/bin/memcached runs memcached in both roles, to check the script itself.
 set -euo pipefail
@@ -46,6 +60,8 @@ SERVER_MEM=${SERVER_MEM:-1024}
 SHOAL_NODE_BIN=${SHOAL_NODE_BIN:-build/bin/shoal-node}
 MEMCACHED_BIN=${MEMCACHED_BIN:-/usr/bin/memcached}
 BENCH_BIN=${BENCH_BIN:-build/bin/shoal-bench}
+BENCH_CPUS=${BENCH_CPUS:-}
+SERVER_CPUS=${SERVER_CPUS:-}
 KEEP_LOGS=${KEEP_LOGS:-0}
 
 die() { echo "bench-node.sh: $*" >&2; exit 1; }
@@ -70,6 +86,8 @@ while [ $# -gt 0 ]; do
     --shoal-bin) need_arg "$@"; SHOAL_NODE_BIN=$2; shift 2 ;;
     --memcached-bin) need_arg "$@"; MEMCACHED_BIN=$2; shift 2 ;;
     --bench-bin) need_arg "$@"; BENCH_BIN=$2; shift 2 ;;
+    --bench-cpus) need_arg "$@"; BENCH_CPUS=$2; shift 2 ;;
+    --server-cpus) need_arg "$@"; SERVER_CPUS=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -142,6 +160,7 @@ run_bench() {
     local label=$1 limit=$2
     shift 2
     local cmd=("$BENCH_BIN" "$@")
+    [ -z "$BENCH_CPUS" ] || cmd=(taskset -c "$BENCH_CPUS" "${cmd[@]}")
     COMMANDS+=("$label: ${cmd[*]}")
     # In the background so that `wait` returns at once on INT/TERM and the trap can clean up.
     timeout -k 5 "$limit" "${cmd[@]}" >"$WORK/$label.out" 2>"$WORK/$label.err" &
@@ -162,6 +181,10 @@ prepare() {
     start_server "$name" "$bin"
     COMMANDS+=("$name server: ${SERVER_CMD[*]}")
     ALL_PIDS+=("$SERVER_PID")
+    if [ -n "$SERVER_CPUS" ]; then
+        taskset -a -c -p "$SERVER_CPUS" "$SERVER_PID" >/dev/null || die "taskset -c $SERVER_CPUS failed"
+        COMMANDS+=("$name server pinned: taskset -a -c -p $SERVER_CPUS <pid>")
+    fi
     SPID[$name]=$SERVER_PID
     SPORT[$name]=$PORT
     echo "== $name: $bin on 127.0.0.1:$PORT (pid $SERVER_PID)" >&2
@@ -191,14 +214,15 @@ run_round() {
     SECS[$name.$depth]=$(awk -v a="${SECS[$name.$depth]:-0}" -v b="$secs" 'BEGIN{print a + b}')
     TICKS[$name.$depth]=$(( ${TICKS[$name.$depth]:-0} + after - before ))
     ERRS[$name.$depth]=$(( ${ERRS[$name.$depth]:-0} + $(json_field "$out" errors) ))
-    P99[$name.$depth]="${P99[$name.$depth]:-} $(json_field "$out" p99_us)"
+    local q
+    for q in p50 p99 p999; do LAT[$name.$depth.$q]="${LAT[$name.$depth.$q]:-} $(json_field "$out" ${q}_us)"; done
     ROUND_OPS[$name.$depth.$round]=$(json_field "$out" ops_per_sec)
-    printf '   %-9s depth %-3s round %s: %10.0f ops/s  p99 %8.1f us  server cpu %s ticks\n' "$name" \
-        "$depth" "$round" "${ROUND_OPS[$name.$depth.$round]}" "$(json_field "$out" p99_us)" \
-        $((after - before)) >&2
+    printf '   %-9s depth %-3s round %s: %10.0f ops/s  p50 %8.1f  p99 %8.1f  p99.9 %8.1f us  server cpu %s ticks\n' \
+        "$name" "$depth" "$round" "${ROUND_OPS[$name.$depth.$round]}" "$(json_field "$out" p50_us)" \
+        "$(json_field "$out" p99_us)" "$(json_field "$out" p999_us)" $((after - before)) >&2
 }
 
-declare -A OPS SECS TICKS ERRS P99 ROUND_OPS
+declare -A OPS SECS TICKS ERRS LAT ROUND_OPS
 MC_VERSION=$("$MEMCACHED_BIN" -V 2>/dev/null | head -1 || true)
 prepare shoal "$SHOAL_NODE_BIN"
 prepare memcached "$MEMCACHED_BIN"
@@ -211,7 +235,8 @@ for depth in $DEPTHS; do
 done
 stop_all
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+spread() { tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR==1{lo=$1} {hi=$1} END{printf "%.0f..%.0f", lo, hi}'; }
 # cpu-s per million ops; "-" when there were no ops.
 per_mop() { awk -v c="$1" -v n="$2" 'BEGIN{ if (n > 0) printf "%.3f", c / (n / 1e6); else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0 && a != "-" && b != "-") printf "%.2f", a / b; else print "-" }'; }
@@ -220,12 +245,13 @@ echo
 echo "shoal-node ($SHOAL_NODE_BIN) vs ${MC_VERSION:-memcached} ($MEMCACHED_BIN)"
 echo "servers: -t $SERVER_THREADS -m $SERVER_MEM, side by side on 127.0.0.1, measured alternately;" \
     "load: $CONNS conns, $BENCH_THREADS bench threads, set:get $RATIO, $KEYS keys ($DIST, prefilled)," \
-    "$VALUE_SIZE B values, $ROUNDS rounds of ${DURATION} s per server and depth after ${WARMUP} s warmup"
+    "$VALUE_SIZE B values, $ROUNDS rounds of ${DURATION} s per server and depth after ${WARMUP} s warmup" \
+    "${BENCH_CPUS:+; bench on CPUs $BENCH_CPUS}${SERVER_CPUS:+; servers on CPUs $SERVER_CPUS}"
 echo "ops/s = all measured ops / all measured seconds; cpu/Mop = server CPU seconds per million ops;"
-echo "round ratios = min..max of the per-round throughput ratio; p99 = median of the rounds' p99"
+echo "round ratios = min..max of the per-round throughput ratio"
 echo
-printf '%-6s %12s %12s %7s %12s %13s %12s %7s %10s %10s %8s\n' depth "shoal ops/s" "mc ops/s" ratio \
-    "round ratios" "shoal cpu/Mop" "mc cpu/Mop" ratio "shoal p99" "mc p99" errors
+printf '%-6s %12s %12s %7s %12s %13s %12s %7s %8s\n' depth "shoal ops/s" "mc ops/s" ratio \
+    "round ratios" "shoal cpu/Mop" "mc cpu/Mop" ratio errors
 for depth in $DEPTHS; do
     s_ops=$(awk -v o="${OPS[shoal.$depth]}" -v t="${SECS[shoal.$depth]}" 'BEGIN{printf "%.0f", o / t}')
     m_ops=$(awk -v o="${OPS[memcached.$depth]}" -v t="${SECS[memcached.$depth]}" 'BEGIN{printf "%.0f", o / t}')
@@ -239,13 +265,25 @@ for depth in $DEPTHS; do
     done
     rmin=$(echo "$rr" | tr ' ' '\n' | grep -v '^$' | sort -n | head -1)
     rmax=$(echo "$rr" | tr ' ' '\n' | grep -v '^$' | sort -n | tail -1)
-    printf '%-6s %12s %12s %7s %12s %13s %12s %7s %10s %10s %8s\n' "$depth" "$s_ops" "$m_ops" \
+    printf '%-6s %12s %12s %7s %12s %13s %12s %7s %8s\n' "$depth" "$s_ops" "$m_ops" \
         "$(ratio "$s_ops" "$m_ops")" "$rmin..$rmax" "$s_mop" "$m_mop" "$(ratio "$s_mop" "$m_mop")" \
-        "$(echo "${P99[shoal.$depth]}" | median)" "$(echo "${P99[memcached.$depth]}" | median)" \
         "${ERRS[shoal.$depth]}/${ERRS[memcached.$depth]}"
 done
 echo "(throughput ratio = shoal/memcached, higher is better; cpu ratio = shoal/memcached, lower is better;"
-echo " p99 in us; errors = shoal/memcached)"
+echo " errors = shoal/memcached)"
+echo
+echo "latency in us: median over the $ROUNDS rounds of each round's percentile, [min..max over rounds];"
+echo "ratio = shoal median / memcached median (lower is better for shoal)"
+printf '%-6s %-6s %10s %15s %10s %15s %6s\n' depth pctl "shoal" "(rounds)" "mc" "(rounds)" ratio
+for depth in $DEPTHS; do
+    for q in p50 p99 p999; do
+        s_med=$(echo "${LAT[shoal.$depth.$q]}" | median)
+        m_med=$(echo "${LAT[memcached.$depth.$q]}" | median)
+        printf '%-6s %-6s %10.1f %15s %10.1f %15s %6s\n' "$depth" "${q/p999/p99.9}" "$s_med" \
+            "[$(echo "${LAT[shoal.$depth.$q]}" | spread)]" "$m_med" \
+            "[$(echo "${LAT[memcached.$depth.$q]}" | spread)]" "$(ratio "$s_med" "$m_med")"
+    done
+done
 echo
 echo "commands:"
 for c in "${COMMANDS[@]}"; do echo "  $c"; done

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Longest reply line accepted; far above any VALUE line (key <= 250 bytes) or error text. */
@@ -77,6 +78,15 @@ int bench_conn_open(struct bench_conn *c, const struct sockaddr *sa, socklen_t s
     int one = 1;
     /* Without NODELAY, Nagle would hold a batch back waiting for the previous one's ACK. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (c->split) {
+        /* the kernel stamps each arriving segment in CLOCK_REALTIME; latencies are monotonic */
+        if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) < 0) goto fail;
+        struct timespec rt, mono;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        c->rt_to_mono = ((int64_t)mono.tv_sec - rt.tv_sec) * 1000000000LL +
+                        ((int64_t)mono.tv_nsec - rt.tv_nsec);
+    }
     c->fd = fd;
     c->want_out = false;
     return 0;
@@ -157,7 +167,27 @@ ssize_t bench_conn_read(struct bench_conn *c)
         c->rpos = 0;
     }
     for (;;) {
-        ssize_t n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        ssize_t n;
+        if (c->split) {
+            struct iovec iov = {.iov_base = c->rbuf + c->rlen, .iov_len = c->rcap - c->rlen};
+            union {
+                char buf[CMSG_SPACE(sizeof(struct timespec))];
+                struct cmsghdr align;
+            } ctl;
+            struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                                .msg_controllen = sizeof(ctl.buf)};
+            n = recvmsg(c->fd, &mh, 0);
+            c->rx_ns = 0;
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n > 0 && cm; cm = CMSG_NXTHDR(&mh, cm))
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                    struct timespec ts;
+                    memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
+                    c->rx_ns = (uint64_t)((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec +
+                                          c->rt_to_mono);
+                }
+        } else {
+            n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+        }
         if (n > 0) {
             c->rlen += (size_t)n;
             return n;
@@ -237,8 +267,14 @@ static inline bool complete(struct bench_conn *c, enum bench_op op, uint64_t now
 {
     struct bench_req *r = &c->fifo[c->head];
     if (r->op != op) return false;
-    if (record && (r->flags & BENCH_REQ_MEASURED))
+    if (record && (r->flags & BENCH_REQ_MEASURED)) {
         bench_hist_record(&sink[1]->hist, now_ns > r->sent_ns ? now_ns - r->sent_ns : 0);
+        if (c->rx_ns) {
+            uint64_t rx = c->rx_ns < r->sent_ns ? r->sent_ns : c->rx_ns > now_ns ? now_ns : c->rx_ns;
+            bench_hist_record(&sink[1]->hist_server, rx - r->sent_ns);
+            bench_hist_record(&sink[1]->hist_client, now_ns - rx);
+        }
+    }
     *out = *r;
     if (++c->head == c->cap) c->head = 0;
     c->count--;

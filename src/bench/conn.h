@@ -46,6 +46,9 @@ struct bench_conn {
     bool want_out; /* EPOLLOUT currently armed */
     bool value_seen; /* parsing a get reply that had a VALUE */
     unsigned reopens; /* times this connection was reopened after a failure */
+    bool split; /* --split: sockets stamp arrivals; rx_ns is the last read's first byte's */
+    uint64_t rx_ns; /* CLOCK_MONOTONIC ns, 0 if unknown */
+    int64_t rt_to_mono; /* CLOCK_MONOTONIC minus CLOCK_REALTIME, taken when the socket opened */
     char lost_why[96]; /* set when bench_conn_parse() fails: what broke the framing */
     uint64_t skip; /* value bytes (incl. trailing CRLF) still to consume; 0: expecting a line */
 

@@ -37,6 +37,7 @@ enum {
     OPT_SCAN_LENGTH,
     OPT_SCAN_KEYS,
     OPT_RATE,
+    OPT_SPLIT,
 };
 
 static const struct option long_opts[] = {
@@ -65,6 +66,7 @@ static const struct option long_opts[] = {
     {"scan-length", required_argument, NULL, OPT_SCAN_LENGTH},
     {"scan-keys", required_argument, NULL, OPT_SCAN_KEYS},
     {"rate", required_argument, NULL, OPT_RATE},
+    {"split", no_argument, NULL, OPT_SPLIT},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -141,6 +143,12 @@ static void usage(FILE *f)
         "\n"
         "Output:\n"
         "      --json               also print one JSON line with every result\n"
+        "      --split              split each latency at the moment the reply reached the\n"
+        "                           client's socket (the kernel's receive timestamp): send to\n"
+        "                           arrival is the server's part (its wake-up, work and send,\n"
+        "                           plus loopback), arrival to read the client's (its own\n"
+        "                           wake-up and the replies it handled first). Exact at\n"
+        "                           --pipeline 1; deeper, a read's first reply stamps them all\n"
         "  -h, --help               show this help\n"
         "\n"
         "Exit status: 0 on a completed run, 1 if the server cannot be reached or no request\n"
@@ -477,6 +485,9 @@ int bench_opts_parse(struct bench_opts *o, int argc, char **argv)
             break;
         case OPT_JSON:
             o->json = true;
+            break;
+        case OPT_SPLIT:
+            o->split = true;
             break;
         case OPT_SEED:
             if (parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed) < 0) return -1;

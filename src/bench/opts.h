@@ -47,6 +47,7 @@ struct bench_opts {
     double warmup; /* seconds */
     bool prefill;
     bool json;
+    bool split; /* also time each reply's arrival in the client's socket (SO_TIMESTAMPNS) */
     uint64_t seed;
     uint64_t max_requests; /* 0: unbounded */
     uint64_t rate; /* open loop: requests/s in all; 0: closed loop */

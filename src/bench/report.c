@@ -133,6 +133,18 @@ void bench_report_print(FILE *f, const struct bench_report *r)
     fprintf(f, "\n  %-12s %10s %10s %10s %10s %10s\n", "latency (us)", "p50", "p99", "p99.9", "max",
             "mean");
     fprintf(f, "  %-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "", p50, p99, p999, max, mean);
+    if (o->split) {
+        const struct bench_hist *hs[2] = {&st->hist_server, &st->hist_client};
+        const char *names[2] = {"server part", "client part"};
+        for (int i = 0; i < 2; i++)
+            fprintf(f, "  %-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", names[i],
+                    bench_hist_percentile(hs[i], 50) / 1e3, bench_hist_percentile(hs[i], 99) / 1e3,
+                    bench_hist_percentile(hs[i], 99.9) / 1e3,
+                    hs[i]->count ? (double)hs[i]->max_ns / 1e3 : 0.0, bench_hist_mean(hs[i]) / 1e3);
+        fprintf(f, "  (split at the reply's arrival in the client's socket; %" PRIu64
+                   " of %" PRIu64 " replies stamped)\n",
+                st->hist_server.count, h->count);
+    }
     fprintf(f, "\n  client cpu %.2f s = %.2f us per op\n", r->client_cpu_s, cpu_per_op);
     if (errors) print_errors(f, "errors", st);
     if (r->warm && bench_counts_errors(&r->warm->c))
@@ -187,6 +199,18 @@ void bench_report_print(FILE *f, const struct bench_report *r)
             ",\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
             "\"mean_us\":%.1f",
             p50, p90, p99, p999, max, mean);
+    if (o->split) {
+        const struct bench_hist *hs[2] = {&st->hist_server, &st->hist_client};
+        const char *names[2] = {"server", "client"};
+        for (int i = 0; i < 2; i++)
+            fprintf(f,
+                    ",\"%s_p50_us\":%.1f,\"%s_p99_us\":%.1f,\"%s_p999_us\":%.1f,"
+                    "\"%s_max_us\":%.1f,\"%s_stamped\":%" PRIu64,
+                    names[i], bench_hist_percentile(hs[i], 50) / 1e3, names[i],
+                    bench_hist_percentile(hs[i], 99) / 1e3, names[i],
+                    bench_hist_percentile(hs[i], 99.9) / 1e3, names[i],
+                    hs[i]->count ? (double)hs[i]->max_ns / 1e3 : 0.0, names[i], hs[i]->count);
+    }
     fprintf(f, ",\"client_cpu_s\":%.3f,\"client_cpu_us_per_op\":%.3f}\n", r->client_cpu_s,
             cpu_per_op);
 }

@@ -18,6 +18,8 @@ void bench_stats_init(struct bench_stats *s)
     memset(&s->c, 0, sizeof(s->c));
     s->err_sample[0] = '\0';
     bench_hist_init(&s->hist);
+    bench_hist_init(&s->hist_server);
+    bench_hist_init(&s->hist_client);
 }
 
 void bench_stats_error(struct bench_stats *s, enum bench_err e, const char *text, size_t len)
@@ -53,4 +55,6 @@ void bench_stats_merge(struct bench_stats *dst, const struct bench_stats *src)
     for (int i = 0; i < BENCH_ERR_COUNT; i++) dst->c.err[i] += src->c.err[i];
     if (!dst->err_sample[0]) memcpy(dst->err_sample, src->err_sample, sizeof(dst->err_sample));
     bench_hist_merge(&dst->hist, &src->hist);
+    bench_hist_merge(&dst->hist_server, &src->hist_server);
+    bench_hist_merge(&dst->hist_client, &src->hist_client);
 }

@@ -43,6 +43,8 @@ struct bench_stats {
     struct bench_counts c;
     char err_sample[BENCH_ERR_SAMPLE]; /* first error text seen, for the report */
     struct bench_hist hist;
+    /* with --split: send to arrival in the client's socket, and arrival to read */
+    struct bench_hist hist_server, hist_client;
 };
 
 void bench_stats_init(struct bench_stats *s);

@@ -46,6 +46,7 @@ int bench_worker_init(struct bench_worker *w, unsigned id, const struct bench_ct
         if (bench_conn_init(&w->conns[i], depth, &ctx->keys, o->mode == BENCH_MODE_CACHE_ASIDE) <
             0)
             goto oom;
+    for (unsigned i = 0; i < nconns; i++) w->conns[i].split = o->split;
     return 0;
 oom:
     fprintf(stderr,

@@ -52,11 +52,14 @@
       "(0: an eighth of -m, at least -I and 1m)", NULL)                                           \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the reads and sends of all ready connections with io_uring (0: a system call "  \
-      "each)", NULL)
+      "each)", NULL)                                                                             \
+    X(worker_yield, 0, UINT, "1", 0, 1,                                                          \
+      "1: after a batch of requests from 4 or more connections a worker lets threads waiting "  \
+      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, inflight_max, io_uring;
+        admin_port, lease_keys, inflight_max, io_uring, worker_yield;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };

@@ -8,6 +8,8 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from conftest import REPO_ROOT, pause_server, resume_server
 
 BENCH_BIN = REPO_ROOT / os.environ.get("SHOAL_BENCH_BIN", "build/bin/shoal-bench")
@@ -76,3 +78,44 @@ def test_open_loop_is_for_mixed_runs_only(server):
     rc, res, err = bench(server, "--mode", "cache-aside", "--rate", "100", "-d", "1")
     assert rc == 2 and res is None
     assert "--rate is for --mode mixed" in err
+
+
+def test_split_puts_a_server_stall_in_the_server_part(server):
+    """--split times each reply's arrival in the client's socket. A server that stops for STALL
+    seconds mid-run leaves a request waiting that long before its reply arrives: the server part
+    carries the stall, the client part (arrival to read) does not."""
+    STALL = 0.3
+    proc = subprocess.Popen([str(BENCH_BIN), "--server", f"127.0.0.1:{server.port}", "--json",
+                             "--split", "--keys", "1000", "-d", "1.5", "--warmup", "0",
+                             "-c", "1", "-t", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)  # into the measured run: a point in time, not a condition to await
+        pause_server(server)
+        time.sleep(STALL)
+        resume_server(server)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        resume_server(server)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    assert res["errors"] == 0
+    assert res["server_stamped"] == res["ops"] == res["client_stamped"], res
+    assert res["server_max_us"] >= STALL * 1e6 * 0.9, res
+    assert res["client_max_us"] < STALL * 1e6 / 2, res
+    assert res["server_p50_us"] <= res["p50_us"] and res["client_p50_us"] <= res["p50_us"], res
+
+
+@pytest.mark.shoal_only
+@pytest.mark.parametrize("worker_yield", ["0", "1"])
+def test_pipelined_load_is_served_with_and_without_the_worker_yield(start_server, worker_yield):
+    """--worker-yield only changes when a worker hands its core over between batches, never what
+    it answers: a pipelined mixed load over many connections completes without an error."""
+    server = start_server("-t", "2", "--worker-yield", worker_yield)
+    rc, res, err = bench(server, "--keys", "2000", "--prefill", "-d", "0.5", "--warmup", "0",
+                         "-c", "16", "-t", "2", "-p", "8")
+    assert rc == 0, err
+    assert res["errors"] == 0 and res["ops"] > 1000
+    assert res["hit_ratio"] == 1.0
