@@ -142,6 +142,19 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
     }
 }
 
+struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas)
+{
+    const uint64_t *t = sh->slots;
+    size_t mask = index_mask(sh);
+    uint64_t tag = index_tag(hv);
+    for (size_t i = index_home(hv, sh->power); t[i]; i = (i + 1) & mask) {
+        if (t[i] >> INDEX_TAG_SHIFT != tag) continue;
+        struct item *it = index_slot_item(t[i]);
+        if (item_cas(it) == cas) return it;
+    }
+    return NULL;
+}
+
 /* Double the shard's table. Items do not keep their hash (it would cost 8 bytes each), so each
  * key is hashed again; that is paid once per doubling, amortised over the inserts that led to it.
  * A slot's tag does not depend on the table size, so the slot value moves as it is. Returns
