@@ -444,9 +444,9 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
                 it = place(s, pl, cur, len, nkey, nbytes, iflags, hv);
                 break;
             }
-            seg_seal_head(s, pl, q);
             uint32_t f = seg_take_free(s, pl, false);
-            /* Past a full turn of the pool's segments without room (every victim kept its items,
+            /* The head stays while room is made: a victim's items fill the rest of it first.
+             * Past a full turn of the pool's segments without room (every victim kept its items,
              * or they were busy), victims keep nothing: an allocation always ends. */
             uint32_t turn = LOAD(&pl->nsegs) + 8;
             if (f == SEG_NONE && (uint32_t)tries < 2 * turn &&
@@ -456,6 +456,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
              * pool (which takes it back later, as we are then beyond our guarantee). */
             if (f == SEG_NONE) f = seg_take_free(s, pl, true);
             if (f == SEG_NONE) break;
+            seg_seal_head(s, pl, q);
             install_head(s, pl, q, f);
         }
     }

@@ -190,7 +190,8 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
 
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
  * 1/16 of a segment; a run whose item is gone wins at once. SEG_NONE if none. */
-static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need, uint32_t skip)
+static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
+                                uint32_t skip)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -283,15 +284,21 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
         if (gave) return true;
     }
     if (seg_pool_roomy(s, pl)) {
-        /* A victim whose dead bytes sit before an item that cannot move (the caller's own, a
-         * busy one) frees less than it promised: the next look passes it over. */
-        uint32_t v = clean_candidate(s, pl, need, pl->clean_skip);
+        /* The victim's items first fill what is left of the head, so it must free only what
+         * the head lacks. A victim whose dead bytes sit before an item that cannot move (the
+         * caller's own, a busy one) frees less than it promised: the next look passes it. */
+        uint32_t h = pl->q[q].cur;
+        uint32_t room = h == SEG_NONE ? 0 : s->seg_size - s->meta[h].woff;
+        uint32_t v = clean_candidate(s, pl, need > room ? need - room : 0, pl->clean_skip);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
                 return true;
             }
-            if (process(s, pl, v, false, false, q, false, fn, ctx) >= need) return true;
+            int vq = s->meta[v].queue;
+            process(s, pl, v, false, false, q, false, fn, ctx);
+            h = pl->q[q].cur;
+            if (vq != q || (h != SEG_NONE && s->meta[h].woff + need <= s->seg_size)) return true;
             pl->clean_skip = v;
         }
     }
