@@ -38,6 +38,8 @@
 
 /* ---- creation ---------------------------------------------------------------------------- */
 
+static int bucket_search(const struct segs *s, size_t total);
+
 /* Fill s->size[1..] with bucket sizes: every SEG_FINE_STEP bytes from SEG_CHUNK_MIN to
  * SEG_FINE_MAX, then growing by SEG_GROWTH (rounded to SEG_ALIGN), and last one for item_max. */
 static int seg_build_buckets(struct segs *s, uint64_t item_max)
@@ -57,6 +59,8 @@ static int seg_build_buckets(struct segs *s, uint64_t item_max)
         sz = next > sz ? next : sz + SEG_ALIGN;
     }
     s->nbuckets = n;
+    for (uint32_t k = 0; k <= SEG_BUCKET_DIRECT / SEG_ALIGN; k++)
+        s->direct[k] = (uint8_t)bucket_search(s, k * SEG_ALIGN);
     return 0;
 }
 
@@ -156,7 +160,8 @@ void seg_destroy(struct segs **sp)
 
 int seg_bucket_count(const struct segs *s) { return s->nbuckets; }
 
-int seg_bucket_for(const struct segs *s, size_t total)
+/* Bucket of `total` bytes by binary search. */
+static int bucket_search(const struct segs *s, size_t total)
 {
     if (total > s->size[s->nbuckets]) return 0;
     int lo = 1, hi = s->nbuckets;
@@ -166,6 +171,12 @@ int seg_bucket_for(const struct segs *s, size_t total)
         else lo = mid + 1;
     }
     return lo;
+}
+
+int seg_bucket_for(const struct segs *s, size_t total)
+{
+    if (total <= SEG_BUCKET_DIRECT) return s->direct[(total + SEG_ALIGN - 1) / SEG_ALIGN];
+    return bucket_search(s, total);
 }
 
 uint32_t seg_bucket_size(const struct segs *s, int id)

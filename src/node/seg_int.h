@@ -13,6 +13,8 @@
 
 #include "node/seg.h"
 
+#define SEG_BUCKET_DIRECT 8192u /* records up to this size find their bucket in a table */
+
 enum seg_state { SS_FREE, SS_HEAD, SS_SEALED, SS_RUN, SS_RUN_TAIL, SS_BUSY };
 
 /* Queues of a pool: every policy uses Q_MAIN; s3fifo adds Q_SMALL for new items. */
@@ -61,6 +63,9 @@ struct segs {
     uint32_t item_max;
     int nbuckets;
     uint32_t size[SEG_CLASS_MAX + 1];
+    /* bucket of a record of n <= SEG_BUCKET_DIRECT bytes: direct[(n + 3) / 4] (every command
+     * counts per class, so this is on the hot path) */
+    uint8_t direct[SEG_BUCKET_DIRECT / SEG_ALIGN + 1];
     struct seg_meta *meta;
 
     pthread_mutex_t free_lock; /* the free map, pool segment counts, quotas, pools[] creation */
