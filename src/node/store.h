@@ -171,13 +171,15 @@ void store_lock(struct store *st, uint64_t hv);
 void store_unlock(struct store *st, uint64_t hv);
 
 /* Bytes the record of an item of this key, value length and client flags takes in the log (a
- * multiple of 4), or 0 when it exceeds item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
+ * multiple of 4), or 0 when it exceeds item_max. Callers answer "SERVER_ERROR object too large
+ * for cache" on 0. */
 size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags);
 
 /* Allocate an unlinked item of namespace `nsid` (from its pool) for `key` with room for
  * `nbytes` of value and client flags `flags` (fixed for the item's life); key, nkey, nbytes,
- * flags and nsid are set, every other field is zero (iflags: ITEM_FLAGS if flags != 0). Evicts when needed. Returns NULL when the size
- * exceeds item_max or nothing could be evicted (counted in alloc_failures). The caller owns the
+ * flags and nsid are set, every other field is zero (iflags: ITEM_FLAGS if flags != 0). Cleans
+ * or evicts when needed. Returns NULL when the size exceeds item_max or nothing could be
+ * evicted (counted in alloc_failures). The caller owns the
  * item until it links it or frees it. May be called with zero or one shard lock held; with one
  * held, items of that shard other than the one with this same key may be moved or evicted
  * during the call (cleaning), so keep no pointer to them across it. */
