@@ -1,7 +1,7 @@
 /* test_seg.c — unit tests of the segmented log behind the store (src/node/seg.h), through the
  * store's API: bump allocation, sealing, freeing, cleaning that moves items and keeps them
  * readable, no eviction below 90% live bytes with random size mixes, runs for large items,
- * pinned in-flight items, and quota isolation. */
+ * pinned in-flight items, quota isolation, and short-TTL items reaped after a move. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -376,6 +377,62 @@ static void test_quota_isolation_with_random_sizes(void **state)
     store_destroy(&st);
 }
 
+/* ---- transient items ---------------------------------------------------------------------- */
+
+static struct item *find(struct store *st, const char *key)
+{
+    size_t nkey = strlen(key);
+    uint64_t hv = store_hash(key, nkey);
+    store_lock(st, hv);
+    struct item *it = store_find(st, hv, key, nkey, clock_now(), NULL);
+    store_unlock(st, hv);
+    return it;
+}
+
+/* A short-TTL item is remembered by (hash, CAS): moved by cleaning, it is still reaped within
+ * about a second of its expiry. */
+static void test_transient_item_found_after_a_move(void **state)
+{
+    (void)state;
+    struct store *st = mk(2, MB / 2);
+    char key[32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(key, sizeof key, "a:%d", i);
+        assert_true(put(st, 0, key, 5000, 1));
+    }
+    size_t nkey = 1;
+    uint64_t hv = store_hash("t", nkey);
+    struct item *t = store_alloc(st, 0, "t", nkey, 100, 0);
+    assert_non_null(t);
+    uint32_t now = clock_now();
+    t->exptime = now + 2;
+    store_lock(st, hv);
+    assert_true(store_link(st, hv, t, now));
+    store_unlock(st, hv);
+    for (int i = 0; i < 10; i++) { /* the dead bytes before t make its segment the one cleaned */
+        snprintf(key, sizeof key, "a:%d", i);
+        del(st, key);
+    }
+    uint64_t x = 99;
+    for (int i = 0; stats(st).slab_pages_moved == 0 && i < 100000; i++) {
+        snprintf(key, sizeof key, "f:%d", (int)(rng(&x) % 1000));
+        assert_true(put(st, 0, key, 1000 + rng(&x) % 1000, 1)); /* ~1.5 MB of 2: cleans */
+    }
+    struct item *moved = find(st, "t");
+    assert_non_null(moved);
+    assert_ptr_not_equal(moved, t);
+    struct store_stats s;
+    for (int i = 0; i < 500; i++) {
+        s = stats(st);
+        if (s.transient_reclaimed) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(s.transient_reclaimed, 1);
+    assert_null(find(st, "t"));
+    store_destroy(&st);
+}
+
 int main(void)
 {
     clock_setup();
@@ -389,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_runs_hold_large_items),
         cmocka_unit_test(test_inflight_items_are_pinned),
         cmocka_unit_test(test_quota_isolation_with_random_sizes),
+        cmocka_unit_test(test_transient_item_found_after_a_move),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
