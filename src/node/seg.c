@@ -249,6 +249,8 @@ static void take_bits(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t 
         STORE(&m->pins, 0);
         m->prev = m->next = SEG_NONE;
         m->nrun = 0;
+        m->start = 0;
+        m->shares_tail = 0;
         STORE(&m->nsid, pl->id);
         STORE(&m->state, (uint8_t)SS_BUSY);
     }
@@ -274,20 +276,22 @@ uint32_t seg_take_free(struct segs *s, struct seg_pool *pl, bool force)
     return got;
 }
 
-/* n contiguous free segments for pl, if its quota allows (free_lock taken here). */
+/* n contiguous free segments for pl, if its quota allows (free_lock taken here). Runs are looked
+ * for from the top of the arena down and single segments from the bottom up, so that runs and
+ * heads do not interleave and leave contiguous room for the next runs. */
 static uint32_t take_free_run(struct segs *s, struct seg_pool *pl, uint32_t n, bool force)
 {
     uint32_t got = SEG_NONE;
     pthread_mutex_lock(&s->free_lock);
     if (pool_may_take(s, pl, n, force)) {
         uint32_t len = 0;
-        for (uint32_t i = 0; i < s->nsegs; i++) {
+        for (uint32_t i = s->nsegs; i-- > 0;) {
             if (!(s->freemap[i / 64] & (1ull << (i % 64)))) {
                 len = 0;
                 continue;
             }
             if (++len == n) {
-                got = i + 1 - n;
+                got = i;
                 break;
             }
         }
@@ -306,6 +310,8 @@ void seg_release(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n)
         STORE(&m->gen, m->gen + 1);
         m->prev = m->next = SEG_NONE;
         m->woff = 0;
+        m->start = 0;
+        m->shares_tail = 0;
         s->freemap[k / 64] |= 1ull << (k % 64);
     }
     if (i / 64 < s->free_hint) s->free_hint = i / 64;
@@ -400,26 +406,31 @@ static struct item *place(struct segs *s, struct seg_pool *pl, uint32_t i, uint3
     return it;
 }
 
-/* Make free segment i (just taken for pl) queue q's head. */
-static void install_head(struct segs *s, struct seg_pool *pl, int q, uint32_t i)
+void seg_install_head(struct segs *s, struct seg_pool *pl, int q, uint32_t i)
 {
     struct seg_meta *m = &s->meta[i];
-    m->woff = 0;
+    m->woff = m->start = 0;
     m->queue = (uint8_t)q;
     STORE(&m->gen, m->gen + 1);
     STORE(&m->state, (uint8_t)SS_HEAD);
     pl->q[q].cur = i;
 }
 
-/* A run of n segments holding one record of len bytes, queued in q. Pool lock held. */
+/* A run of n >= 2 segments holding one record of len bytes, queued in q. Pool lock held. When
+ * the item leaves more room in its last segment than q's head has (and at least a header's
+ * worth of it is the item's), that segment becomes q's head from the item's end on: the rest of
+ * a run is log space, not waste. */
 static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32_t len,
                               uint8_t nkey, uint32_t nbytes, uint8_t iflags, uint64_t hv,
                               seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
-    /* A quota'd pool first gives back what the run would take beyond its quota. */
+    /* A quota'd pool first gives back what the run would take beyond its quota: by cleaning
+     * while it is below 90% live, by eviction beyond. */
     for (uint32_t k = 0; k < 2 * s->nsegs && pl->quota_segs; k++)
-        if (LOAD(&pl->nsegs) + n <= pl->quota_segs || !seg_shrink(s, pl, fn, ctx)) break;
+        if (LOAD(&pl->nsegs) + n <= pl->quota_segs ||
+            (!seg_consolidate(s, pl, fn, ctx) && !seg_shrink(s, pl, fn, ctx)))
+            break;
     uint32_t i = take_free_run(s, pl, n, false);
     if (i == SEG_NONE) i = seg_make_run(s, pl, n, fn, ctx);
     if (i == SEG_NONE) i = take_free_run(s, pl, n, true);
@@ -427,11 +438,26 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
     struct seg_meta *m = &s->meta[i];
     STORE(&m->gen, m->gen + 1);
     m->woff = 0;
-    m->nrun = n;
-    for (uint32_t k = i + 1; k < i + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    uint32_t last = i + n - 1, end = len - (n - 1) * s->seg_size;
+    uint32_t cur = pl->q[q].cur;
+    uint32_t room = cur == SEG_NONE ? 0 : s->seg_size - s->meta[cur].woff;
+    bool share = end >= sizeof(struct item) && s->seg_size - end > room &&
+                 s->seg_size - end >= SEG_ALIGN * 8;
+    m->nrun = share ? n - 1 : n;
+    m->shares_tail = share;
+    for (uint32_t k = i + 1; k < i + m->nrun; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
     struct item *it = place(s, pl, i, len, nkey, nbytes, iflags, hv);
     STORE(&m->state, (uint8_t)SS_RUN);
     seg_q_push(s, pl, q, i);
+    if (share) {
+        struct seg_meta *t = &s->meta[last];
+        seg_seal_head(s, pl, q);
+        t->start = t->woff = end;
+        t->queue = (uint8_t)q;
+        STORE(&t->gen, t->gen + 1);
+        STORE(&t->state, (uint8_t)SS_HEAD);
+        pl->q[q].cur = last;
+    }
     return it;
 }
 
@@ -446,7 +472,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
     pthread_mutex_lock(&pl->lock);
     int q = evict_admit(pl, &tmp, hv);
     struct item *it = NULL;
-    if (len > s->seg_size / 2) {
+    if (len > s->seg_size) {
         it = alloc_run(s, pl, q, len, nkey, nbytes, iflags, hv, fn, ctx);
     } else {
         for (int tries = 0;; tries++) {
@@ -468,7 +494,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
             if (f == SEG_NONE) f = seg_take_free(s, pl, true);
             if (f == SEG_NONE) break;
             seg_seal_head(s, pl, q);
-            install_head(s, pl, q, f);
+            seg_install_head(s, pl, q, f);
         }
     }
     if (it) {

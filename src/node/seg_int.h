@@ -3,9 +3,12 @@
  * (policies). Nothing else includes it.
  *
  * A segment is free, a pool's head (being appended to), sealed (in one of its pool's FIFO
- * queues, in seal order), the start of a run (one large item over `nrun` contiguous segments,
- * queued like a sealed segment) or the rest of a run. Segments being worked on by a cleaner with
- * the pool lock released are BUSY. */
+ * queues, in seal order), the start of a run (one item larger than a segment over `nrun`
+ * contiguous segments, queued like a sealed segment) or the rest of a run. The segment after a
+ * run may hold the end of the run's item in [0, start) and records of its own from `start` on
+ * (the run "shares its tail"): it is a head or sealed like any other, but is never freed while
+ * start > 0; when the run's item goes, a dead filler record covers [0, start) and start is 0.
+ * Segments being worked on by a cleaner with the pool lock released are BUSY. */
 #ifndef SHOAL_NODE_SEG_INT_H
 #define SHOAL_NODE_SEG_INT_H
 
@@ -26,10 +29,12 @@ struct seg_meta {
     uint32_t pins;  /* records in flight (atomic) */
     uint32_t gen;   /* bumped when records move or the segment is reused (pool lock) */
     uint32_t prev, next; /* the pool queue, oldest first */
-    uint32_t nrun;  /* SEG_RUN: segments in the run */
+    uint32_t nrun;  /* SS_RUN: segments in the run (without a shared tail segment) */
+    uint32_t start; /* offset of the first record: the end of the run before it, or 0 */
     uint16_t nsid;  /* owning pool, while not free (relaxed atomic for walkers) */
     uint8_t state;  /* enum seg_state (relaxed atomic for walkers) */
     uint8_t queue;  /* Q_MAIN or Q_SMALL */
+    uint8_t shares_tail; /* SS_RUN: the item ends in segment start + nrun, which holds records */
 };
 
 struct seg_queue {
@@ -98,6 +103,9 @@ static inline struct seg_pool *seg_pool_at(struct segs *s, uint16_t nsid)
 /* seg.c: queue operations (pool lock held). */
 void seg_q_push(struct segs *s, struct seg_pool *pl, int q, uint32_t i);
 void seg_q_remove(struct segs *s, struct seg_pool *pl, uint32_t i);
+/* seg.c: make free segment i (just taken for pl) queue q's head (its old head stays: seal it
+ * first). */
+void seg_install_head(struct segs *s, struct seg_pool *pl, int q, uint32_t i);
 /* seg.c: seal queue q's head segment into its FIFO. */
 void seg_seal_head(struct segs *s, struct seg_pool *pl, int q);
 /* seg.c: free map (takes free_lock). Take one free segment for pl (force: ignore quotas and
@@ -119,9 +127,15 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
  * retaken), clearing the cheapest window when no free one exists. Returns its first segment. */
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
                       void *ctx);
+/* seg_reclaim.c: give back at least one segment of pool pl (lock held) without evicting, by
+ * moving live items of the segments with the most dead bytes into its heads; only while the
+ * pool is below 90% live. False when that freed nothing. */
+bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: give one segment (or run) of pool pl (lock held) back to the free segments,
  * evicting what it holds. False when nothing could be given. */
 bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
+/* seg_reclaim.c: write a dead record covering [at, at + len) (len a multiple of 4, >= 24). */
+void seg_put_filler(char *at, uint32_t len);
 /* seg_reclaim.c: is pool pl (lock held) below 90% live bytes of what it may own? */
 bool seg_pool_roomy(struct segs *s, struct seg_pool *pl);
 

@@ -17,6 +17,7 @@
 #include "node/seg_int.h"
 
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -48,8 +49,7 @@ bool seg_pool_roomy(struct segs *s, struct seg_pool *pl)
     return pool_live(s, pl) * 10 < segs * s->seg_size * 9;
 }
 
-/* Write a dead record covering [at, at + len) (len a multiple of 4, at least the header). */
-static void put_filler(char *at, uint32_t len)
+void seg_put_filler(char *at, uint32_t len)
 {
     struct item *f = (struct item *)at;
     f->nkey = 0;
@@ -60,10 +60,24 @@ static void put_filler(char *at, uint32_t len)
 /* The queue a victim's kept items go to: s3fifo's small queue promotes what it keeps. */
 static inline int victim_dest(int q, bool evict) { return evict && q == Q_SMALL ? Q_MAIN : q; }
 
+/* Run v's item is gone: the segment holding its end (if it shares it) starts at 0 again, the end
+ * covered by a dead record (pool lock held). */
+static void run_tail_fix(struct segs *s, uint32_t v)
+{
+    struct seg_meta *m = &s->meta[v];
+    if (!m->shares_tail) return;
+    m->shares_tail = 0;
+    struct seg_meta *t = &s->meta[v + m->nrun];
+    seg_put_filler(seg_base(s, v + m->nrun), t->start);
+    t->start = 0;
+    STORE(&t->gen, t->gen + 1);
+}
+
 /* Free a run whose item is gone (pool lock held). */
 static void run_release(struct segs *s, struct seg_pool *pl, uint32_t v)
 {
     seg_q_remove(s, pl, v);
+    run_tail_fix(s, v);
     seg_release(s, pl, v, s->meta[v].nrun);
 }
 
@@ -117,7 +131,7 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
     seg_q_remove(s, pl, v);
     STORE(&m->state, (uint8_t)SS_BUSY);
     char *base = seg_base(s, v);
-    uint32_t end = m->woff, r = 0, w = 0, now = clock_now();
+    uint32_t end = m->woff, r = m->start, w = m->start, now = clock_now();
     uint64_t kept = 0, seen = 0;
     while (r < end) {
         struct item *it = (struct item *)(base + r);
@@ -142,7 +156,7 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
                 }
             } else {
                 uint32_t h = pl->q[dq].cur;
-                bool away = h != SEG_NONE && s->meta[h].woff + len <= s->seg_size && !release;
+                bool away = h != SEG_NONE && s->meta[h].woff + len <= s->seg_size;
                 struct item *dst = away ? (struct item *)(seg_base(s, h) + s->meta[h].woff)
                                         : (struct item *)(base + w);
                 if (!away && w + sizeof(struct item) > r && w != r) dst = NULL; /* too close */
@@ -167,7 +181,7 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
             }
         }
         if (fixed) {
-            if (w < r) put_filler(base + w, r - w);
+            if (w < r) seg_put_filler(base + w, r - w);
             w = next;
         }
         r = next;
@@ -176,22 +190,24 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
     STORE(&m->gen, m->gen + 1);
     if (evict) evict_victim_done(pl, kept, seen);
     else pl->bk[0].segs_cleaned++;
-    if (w == 0 && release && LOAD(&m->live) == 0) {
+    bool empty = w == m->start;
+    if (empty && m->start == 0 && release && LOAD(&m->live) == 0) {
         seg_release(s, pl, v, 1);
-    } else if (w == 0 && pl->q[want].cur == SEG_NONE) {
+    } else if (empty && pl->q[want].cur == SEG_NONE) {
         m->queue = (uint8_t)want;
         STORE(&m->state, (uint8_t)SS_HEAD);
         pl->q[want].cur = v;
     } else {
-        become_head(s, pl, w ? dq : want, v);
+        become_head(s, pl, empty ? want : dq, v);
     }
     return end - w;
 }
 
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
- * 1/16 of a segment; a run whose item is gone wins at once. SEG_NONE if none. */
-static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                uint32_t skip)
+ * 1/16 of a segment, other than `skip` and those in [lo, hi); a run whose item is gone wins at
+ * once. SEG_NONE if none. */
+static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
+                                   uint32_t skip, uint32_t lo, uint32_t hi)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -199,19 +215,25 @@ static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t ne
     for (int q = 0; q < Q_COUNT; q++)
         for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next) {
             struct seg_meta *m = &s->meta[i];
-            if (LOAD(&m->pins) || i == skip) continue;
+            if (LOAD(&m->pins) || i == skip || (i >= lo && i < hi)) continue;
             uint32_t live = LOAD(&m->live);
             if (m->state == SS_RUN) {
                 if (live == 0) return i;
                 continue;
             }
-            uint32_t dead = s->seg_size - live;
+            uint32_t dead = s->seg_size - m->start - live;
             if (dead >= min && dead > most) {
                 most = dead;
                 best = i;
             }
         }
     return best;
+}
+
+static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
+                                uint32_t skip)
+{
+    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -284,21 +306,17 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
         if (gave) return true;
     }
     if (seg_pool_roomy(s, pl)) {
-        /* The victim's items first fill what is left of the head, so it must free only what
-         * the head lacks. A victim whose dead bytes sit before an item that cannot move (the
-         * caller's own, a busy one) frees less than it promised: the next look passes it. */
-        uint32_t h = pl->q[q].cur;
-        uint32_t room = h == SEG_NONE ? 0 : s->seg_size - s->meta[h].woff;
-        uint32_t v = clean_candidate(s, pl, need > room ? need - room : 0, pl->clean_skip);
+        /* The victim's items first fill what is left of the head, then it becomes the head:
+         * room accumulates over successive victims until the item fits. A victim whose dead
+         * bytes sit before an item that cannot move (the caller's own, a busy one) may free
+         * nothing: the next look passes it over. */
+        uint32_t v = clean_candidate(s, pl, 0, pl->clean_skip);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
                 return true;
             }
-            int vq = s->meta[v].queue;
-            process(s, pl, v, false, false, q, false, fn, ctx);
-            h = pl->q[q].cur;
-            if (vq != q || (h != SEG_NONE && s->meta[h].woff + need <= s->seg_size)) return true;
+            if (process(s, pl, v, false, false, q, false, fn, ctx) > 0) return true;
             pl->clean_skip = v;
         }
     }
@@ -329,6 +347,22 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
     uint32_t gone = before - LOAD(&pl->nsegs);
     pl->bk[0].segs_trimmed += gone;
     return gone > 0;
+}
+
+bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    uint32_t before = LOAD(&pl->nsegs), skip = SEG_NONE;
+    for (int k = 0; k < 16 && LOAD(&pl->nsegs) >= before; k++) {
+        if (!seg_pool_roomy(s, pl)) return false;
+        uint32_t v = clean_candidate(s, pl, 0, skip);
+        if (v == SEG_NONE) return false;
+        if (s->meta[v].state == SS_RUN) {
+            run_release(s, pl, v);
+            continue;
+        }
+        if (process(s, pl, v, false, false, s->meta[v].queue, true, fn, ctx) == 0) skip = v;
+    }
+    return LOAD(&pl->nsegs) < before;
 }
 
 uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
@@ -381,7 +415,8 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t i, uin
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
     if (st == SS_FREE) return true;
-    if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
+    /* a segment holding the end of a run stays with that run */
+    if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins) || LOAD(&m->start)) return false;
     const struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
@@ -418,9 +453,37 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
     return best;
 }
 
+/* Room for `len` bytes at the head of pool ow's queue q (lock held) for an item moved out of a
+ * window [lo, hi) being cleared: the head as it is, a free segment the pool may take, or a
+ * segment outside the window cleaned into the head. NULL when none (the item is evicted). */
+static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
+                                uint32_t lo, uint32_t hi, seg_visit_fn fn, void *ctx)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        uint32_t h = ow->q[q].cur;
+        if (h != SEG_NONE && (h < lo || h >= hi) && s->meta[h].woff + len <= s->seg_size)
+            return (struct item *)(seg_base(s, h) + s->meta[h].woff);
+        uint32_t f = seg_take_free(s, ow, false);
+        if (f != SEG_NONE) {
+            seg_seal_head(s, ow, q);
+            seg_install_head(s, ow, q, f);
+            continue;
+        }
+        if (!seg_pool_roomy(s, ow)) return NULL;
+        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi);
+        if (v == SEG_NONE) return NULL;
+        if (s->meta[v].state == SS_RUN) {
+            run_release(s, ow, v);
+            continue;
+        }
+        if (process(s, ow, v, false, false, q, false, fn, ctx) == 0) return NULL;
+    }
+    return NULL;
+}
+
 /* Empty segment i (its owner's lock held, state BUSY, unpinned): move its live items to its
- * pool's heads where they fit (never into [lo, hi), the window), evict the rest. Returns true
- * when it is empty. */
+ * pool's heads (never into [lo, hi), the window), evict what finds no room. Returns true when
+ * it is empty. */
 static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, uint32_t lo,
                              uint32_t hi, seg_visit_fn fn, void *ctx)
 {
@@ -439,12 +502,10 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
                 pending = true;
                 continue;
             }
-            uint32_t h = ow->q[m->queue].cur;
-            bool room = !run && h != SEG_NONE && (h < lo || h >= hi) &&
-                        s->meta[h].woff + len <= s->seg_size;
+            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, lo, hi, fn, ctx);
             int rv;
-            if (room) {
-                struct item *dst = (struct item *)(seg_base(s, h) + s->meta[h].woff);
+            if (dst) {
+                uint32_t h = seg_of(s, dst);
                 rv = fn(ctx, it, SEG_VISIT_MOVE, dst);
                 if (rv & SEG_MOVED) {
                     s->meta[h].woff += len;
@@ -482,8 +543,9 @@ static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
         s->freemap[i / 64] &= ~(1ull << (i % 64));
         s->nfree--;
         struct seg_meta *m = &s->meta[i];
-        m->woff = 0;
+        m->woff = m->start = 0;
         m->nrun = 0;
+        m->shares_tail = 0;
         m->prev = m->next = SEG_NONE;
         STORE(&m->live, 0);
         STORE(&m->pins, 0);
@@ -502,8 +564,9 @@ static void transfer(struct segs *s, struct seg_pool *ow, struct seg_pool *to, u
     pthread_mutex_lock(&s->free_lock);
     for (uint32_t k = i; k < i + n; k++) {
         struct seg_meta *m = &s->meta[k];
-        m->woff = 0;
+        m->woff = m->start = 0;
         m->nrun = 0;
+        m->shares_tail = 0;
         m->prev = m->next = SEG_NONE;
         STORE(&m->gen, m->gen + 1);
         STORE(&m->nsid, to->id);
@@ -527,12 +590,14 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uin
     pthread_mutex_lock(&ow->lock);
     uint8_t st = LOAD(&m->state);
     uint32_t got = 0;
-    if ((st == SS_SEALED || st == SS_RUN) && LOAD(&m->nsid) == ow->id && !LOAD(&m->pins)) {
+    if ((st == SS_SEALED || st == SS_RUN) && LOAD(&m->nsid) == ow->id && !LOAD(&m->pins) &&
+        m->start == 0) {
         uint32_t n = st == SS_RUN ? m->nrun : 1;
         int q = m->queue;
         seg_q_remove(s, ow, k);
         STORE(&m->state, (uint8_t)SS_BUSY);
         if (window_empty_one(s, ow, k, lo, hi, fn, ctx)) {
+            if (st == SS_RUN) run_tail_fix(s, k);
             ow->bk[0].segs_cleaned += n;
             transfer(s, ow, to, k, n);
             got = n;
@@ -549,21 +614,40 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
                       void *ctx)
 {
     uint32_t skip = SEG_NONE;
-    for (int t = 0; t < RUN_WINDOW_TRIES; t++) {
+    bool *mine = calloc(n, sizeof *mine);
+    if (!mine) return SEG_NONE;
+    uint32_t got_lo = SEG_NONE;
+    for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
         uint32_t lo = cheapest_window(s, pl, n, skip);
-        if (lo == SEG_NONE) return SEG_NONE;
+        if (lo == SEG_NONE) break;
         pthread_mutex_unlock(&pl->lock);
-        uint32_t k = lo;
-        while (k < lo + n) {
+        /* The window's free segments first, so that no head of a pool emptying the rest of the
+         * window lands in it. */
+        memset(mine, 0, n * sizeof *mine);
+        for (uint32_t k = lo; k < lo + n; k++)
+            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, pl, k);
+        uint32_t k = lo, beyond = lo + n;
+        bool ok = true;
+        while (ok && k < lo + n) {
+            if (mine[k - lo]) {
+                k++;
+                continue;
+            }
             uint32_t got = window_take(s, pl, k, lo, lo + n, fn, ctx);
-            if (got == 0) break;
+            ok = got != 0;
+            for (uint32_t j = k; ok && j < k + got; j++)
+                if (j < lo + n) mine[j - lo] = true;
+            if (k + got > beyond) beyond = k + got;
             k += got;
         }
-        if (k >= lo + n && k > lo + n) seg_release(s, pl, lo + n, k - (lo + n)); /* run tail */
-        if (k < lo + n && k > lo) seg_release(s, pl, lo, k - lo);
+        if (beyond > lo + n) seg_release(s, pl, lo + n, beyond - (lo + n)); /* a run's rest */
+        if (!ok)
+            for (uint32_t j = lo; j < lo + n; j++)
+                if (mine[j - lo]) seg_release(s, pl, j, 1);
         pthread_mutex_lock(&pl->lock);
-        if (k >= lo + n) return lo;
+        if (ok) got_lo = lo;
         skip = lo;
     }
-    return SEG_NONE;
+    free(mine);
+    return got_lo;
 }

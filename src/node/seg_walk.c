@@ -27,8 +27,12 @@ static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos)
     pthread_mutex_lock(&pl->lock);
     st = LOAD(&m->state);
     bool ok = (st == SS_HEAD || st == SS_SEALED || st == SS_RUN) && LOAD(&m->nsid) == nsid;
-    if (ok && pos->off == 0) pos->gen = m->gen;
-    else if (ok && pos->gen != m->gen) ok = false;
+    if (ok && pos->off == 0) {
+        pos->gen = m->gen;
+        pos->off = m->start; /* before it: the end of the run before this segment */
+    } else if (ok && pos->gen != m->gen) {
+        ok = false;
+    }
     if (!ok) {
         pthread_mutex_unlock(&pl->lock);
         return NULL;
@@ -111,7 +115,7 @@ static uint32_t oldest_in(struct segs *s, uint32_t i, int id, uint32_t low)
     if (i == SEG_NONE) return low;
     struct seg_meta *m = &s->meta[i];
     char *base = seg_base(s, i);
-    uint32_t off = 0;
+    uint32_t off = m->start;
     for (int k = 0; k < OLDEST_SAMPLE && off < m->woff; k++) {
         struct item *it = (struct item *)(base + off);
         uint32_t len = (uint32_t)seg_item_size(it);
