@@ -4,7 +4,7 @@
  * segment with a bump pointer; a freed item only marks its record dead. Space comes back by
  * cleaning (compacting a segment's live items) while the pool holds less than 90% live bytes,
  * and by eviction (the oldest segment, item by item, by the pool's policy: evict.c) once it
- * holds more. Items larger than half a segment take a run of contiguous segments.
+ * holds more. Items larger than a segment take a run of contiguous segments.
  *
  * The log knows the item header (record lengths, iflags, the policy byte it->clock) but nothing
  * of the index: whenever a linked item must move or go it asks a visitor callback, supplied by

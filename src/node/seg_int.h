@@ -31,6 +31,8 @@ struct seg_meta {
     uint32_t prev, next; /* the pool queue, oldest first */
     uint32_t nrun;  /* SS_RUN: segments in the run (without a shared tail segment) */
     uint32_t start; /* offset of the first record: the end of the run before it, or 0 */
+    uint32_t sealed_at; /* the pool's seal_seq when it was last sealed */
+    uint32_t run_of;    /* start > 0: the run whose item ends here */
     uint16_t nsid;  /* owning pool, while not free (relaxed atomic for walkers) */
     uint8_t state;  /* enum seg_state (relaxed atomic for walkers) */
     uint8_t queue;  /* Q_MAIN or Q_SMALL */
@@ -51,6 +53,7 @@ struct seg_pool {
     uint8_t lfu_floor;    /* lfu: counters at or below it are evicted */
     uint32_t lfu_kept;    /* lfu: kept share of victims' bytes, 1/1024 units, moving average */
     uint32_t clean_skip;  /* the last cleaning victim that freed too little: not chosen next */
+    uint32_t seal_seq;    /* seals so far (pool lock) */
     uint32_t nsegs;       /* segments owned (free_lock; read relaxed elsewhere) */
     uint32_t quota_segs;  /* 0: no quota of its own (free_lock; read relaxed elsewhere) */
     struct seg_queue q[Q_COUNT];
@@ -119,10 +122,12 @@ void seg_count_gone(struct seg_pool *pl, const struct item *it, enum seg_visit w
 void seg_kill(struct segs *s, struct item *it, uint32_t len);
 
 /* seg_reclaim.c: make room in pool pl (lock held) so that queue q's head can take `need` bytes:
- * clean, evict or take a segment from elsewhere; `hard`: a victim keeps nothing. Returns false
+ * clean, evict or take a segment from elsewhere; `hard`: a victim keeps nothing. Segments
+ * sealed after seal_seq `since` (during this allocation) are not cleaned again: their dead bytes
+ * are what the head just lacked, and two of them would trade it back and forth. Returns false
  * when nothing could be done. */
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
-                 seg_visit_fn fn, void *ctx);
+                 uint32_t since, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: a run of `n` contiguous segments for pool pl (lock held, may be released and
  * retaken), clearing the cheapest window when no free one exists. Returns its first segment. */
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,

@@ -70,6 +70,7 @@ static void run_tail_fix(struct segs *s, uint32_t v)
     struct seg_meta *t = &s->meta[v + m->nrun];
     seg_put_filler(seg_base(s, v + m->nrun), t->start);
     t->start = 0;
+    t->run_of = SEG_NONE;
     STORE(&t->gen, t->gen + 1);
 }
 
@@ -121,8 +122,9 @@ static void become_head(struct segs *s, struct seg_pool *pl, int q, uint32_t v)
 
 /* Clean (evict false) or evict from victim v of pool pl (lock held; sealed, not pinned), as the
  * file comment says. `drop`: keep nothing (a segment given away). `want`: the queue whose head
- * the caller needs. Returns the bytes freed. On return the victim is a head, or free when
- * `release` and it was emptied. */
+ * the caller needs. Returns the room left in the victim (its unused end counts: a segment sealed
+ * early is worth cleaning for it alone). On return the victim is a head, or free when `release`
+ * and it was emptied. */
 static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool evict, bool drop,
                         int want, bool release, seg_visit_fn fn, void *ctx)
 {
@@ -200,14 +202,14 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
     } else {
         become_head(s, pl, empty ? want : dq, v);
     }
-    return end - w;
+    return s->seg_size - w;
 }
 
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
  * 1/16 of a segment, other than `skip` and those in [lo, hi); a run whose item is gone wins at
  * once. SEG_NONE if none. */
 static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                   uint32_t skip, uint32_t lo, uint32_t hi)
+                                   uint32_t skip, uint32_t lo, uint32_t hi, uint32_t since)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -216,6 +218,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
         for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next) {
             struct seg_meta *m = &s->meta[i];
             if (LOAD(&m->pins) || i == skip || (i >= lo && i < hi)) continue;
+            if ((int32_t)(m->sealed_at - since) > 0) continue; /* sealed since `since` */
             uint32_t live = LOAD(&m->live);
             if (m->state == SS_RUN) {
                 if (live == 0) return i;
@@ -233,7 +236,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
 static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
                                 uint32_t skip)
 {
-    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE);
+    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE, pl->seal_seq);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -294,7 +297,7 @@ static bool steal_from_pools(struct segs *s, struct seg_pool *to, seg_visit_fn f
 }
 
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
-                 seg_visit_fn fn, void *ctx)
+                 uint32_t since, seg_visit_fn fn, void *ctx)
 {
     /* Under its quota with no free segment left (quotas raised after others filled memory):
      * take back what is owed from pools beyond their guarantee before touching our items. */
@@ -310,7 +313,7 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * room accumulates over successive victims until the item fits. A victim whose dead
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
-        uint32_t v = clean_candidate(s, pl, 0, pl->clean_skip);
+        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, SEG_NONE, SEG_NONE, since);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
@@ -408,15 +411,17 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
-/* May a window clearing for pool `to` take segment i (read without locks: a guess, re-checked
- * under the owner's lock)? */
-static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t i, uint64_t *cost)
+/* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
+ * re-checked under the owner's lock)? */
+static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
+                      uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
     if (st == SS_FREE) return true;
-    /* a segment holding the end of a run stays with that run */
-    if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins) || LOAD(&m->start)) return false;
+    if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
+    /* a segment holding the end of a run is cleared only after that run, in the same window */
+    if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo)) return false;
     const struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
@@ -441,7 +446,7 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
         uint32_t k = i;
         bool ok = true;
         while (ok && k < i + n) {
-            ok = window_ok(s, to, k, &cost);
+            ok = window_ok(s, to, i, k, &cost);
             if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
         }
         /* a run sticking out of the window is cleared whole */
@@ -470,7 +475,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             continue;
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
-        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi);
+        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi, ow->seal_seq);
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);

@@ -170,9 +170,8 @@ static void test_class_table(void **state)
         if (i == 1) assert_int_equal(cs.chunk_size, 28);
         else if (cs.chunk_size <= 256) assert_int_equal(cs.chunk_size, prev + 8);
         else if (i < n) assert_true(cs.chunk_size <= prev * 1.08 + 4);
-        /* classes are reporting buckets; a "page" is a log segment (256 KiB at -m 64) */
-        assert_int_equal(cs.chunks_per_page,
-                         cs.chunk_size < (256u << 10) ? (256u << 10) / cs.chunk_size : 1);
+        /* classes are reporting buckets; a "page" is a log segment (1 MiB at -m 64) */
+        assert_int_equal(cs.chunks_per_page, (1u << 20) / cs.chunk_size);
         prev = cs.chunk_size;
     }
     assert_int_equal(prev, 1 << 20); /* the last class holds item_max */
@@ -185,8 +184,8 @@ static void test_class_table(void **state)
     assert_int_equal(store_item_size(st, 30, 100, 7), 160);
     assert_int_equal(store_item_size(st, 1, 0, 0), 28);
     struct store_stats s = stats(st);
-    assert_int_equal(s.page_size, 256 << 10); /* -m / 256, from 64 KiB to 1 MiB */
-    assert_int_equal(s.pages_total, 256);
+    assert_int_equal(s.page_size, 1 << 20); /* -m / 64, from 64 KiB to 1 MiB */
+    assert_int_equal(s.pages_total, 64);
     assert_int_equal(s.pages_used, 0);
     assert_int_equal(s.limit_maxbytes, 64ull << 20);
     assert_int_equal(s.hash_power_level, 16);
@@ -764,8 +763,8 @@ static void test_item_max_and_limits(void **state)
     /* large item_max: the item takes a run of contiguous segments */
     st = mk(16, 3 << 20, 16, 60000);
     struct store_stats s = stats(st);
-    assert_int_equal(s.page_size, 64 << 10);
-    assert_int_equal(s.pages_total, 256);
+    assert_int_equal(s.page_size, 256 << 10);
+    assert_int_equal(s.pages_total, 64);
     uint32_t now = clock_now();
     assert_true(put(st, "huge", (3 << 20) - 100, 'H', 0, now));
     uint32_t nb = 0;
@@ -783,7 +782,7 @@ static void test_item_max_and_limits(void **state)
     assert_non_null(strstr(err, "item_max"));
     store_options_default(&o);
     o.memory_mb = 3;
-    o.item_max = 1536 * 1024; /* half of -m: a run of 24 segments holds one */
+    o.item_max = 1536 * 1024; /* half of -m: a run of 24 segments of 64 KiB holds one */
     assert_int_equal(store_create(&st, &o, err, sizeof err), 0);
     store_destroy(&st);
     store_options_default(&o);
