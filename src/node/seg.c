@@ -306,6 +306,11 @@ static uint32_t take_free_run(struct segs *s, struct seg_pool *pl, uint32_t n, b
     return got;
 }
 
+uint32_t seg_take_run(struct segs *s, struct seg_pool *pl, uint32_t n)
+{
+    return take_free_run(s, pl, n, false);
+}
+
 void seg_release(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n)
 {
     pthread_mutex_lock(&s->free_lock);

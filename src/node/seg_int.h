@@ -114,6 +114,8 @@ void seg_seal_head(struct segs *s, struct seg_pool *pl, int q);
 /* seg.c: free map (takes free_lock). Take one free segment for pl (force: ignore quotas and
  * what others are owed), or SEG_NONE. */
 uint32_t seg_take_free(struct segs *s, struct seg_pool *pl, bool force);
+/* seg.c: n contiguous free segments for pl (quotas as seg_take_free), or SEG_NONE. */
+uint32_t seg_take_run(struct segs *s, struct seg_pool *pl, uint32_t n);
 /* seg.c: give `n` segments from `i` (owned by pl, or by nobody when pl is NULL) to the free map. */
 void seg_release(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n);
 /* seg.c: count a record given up by a visitor in pl's bucket counters (pool lock held). */

@@ -486,9 +486,36 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
     return NULL;
 }
 
+/* Move the item `it` of a run in a window being cleared (pool ow's lock held) to contiguous
+ * free segments elsewhere (the window's own free segments are already taken), queued in q.
+ * Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no such room. */
+static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct item *it,
+                           uint32_t len, seg_visit_fn fn, void *ctx)
+{
+    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
+    uint32_t t = seg_take_run(s, ow, n);
+    if (t == SEG_NONE) return 0;
+    int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, t));
+    if (!(rv & SEG_MOVED)) {
+        seg_release(s, ow, t, n);
+        return rv ? rv : SEG_BUSY;
+    }
+    struct seg_meta *m = &s->meta[t];
+    m->woff = len;
+    m->nrun = n;
+    m->shares_tail = 0;
+    STORE(&m->gen, m->gen + 1);
+    for (uint32_t k = t + 1; k < t + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    __atomic_fetch_add(&m->live, len, __ATOMIC_RELAXED);
+    STORE(&m->state, (uint8_t)SS_RUN);
+    seg_q_push(s, ow, q, t);
+    seg_kill(s, it, len);
+    return rv;
+}
+
 /* Empty segment i (its owner's lock held, state BUSY, unpinned): move its live items to its
- * pool's heads (never into [lo, hi), the window), evict what finds no room. Returns true when
- * it is empty. */
+ * pool's heads (never into [lo, hi), the window) and a run's item to free segments elsewhere;
+ * evict what finds no room. Returns true when it is empty. */
 static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, uint32_t lo,
                              uint32_t hi, seg_visit_fn fn, void *ctx)
 {
@@ -506,6 +533,20 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
             if (!(f & ITEM_LINKED)) {
                 pending = true;
                 continue;
+            }
+            if (run) {
+                int rv = window_move_run(s, ow, m->queue, it, len, fn, ctx);
+                if (rv & SEG_MOVED) continue;
+                if (rv & (SEG_BUSY | SEG_PINNED)) {
+                    pending = true;
+                    pinned |= (rv & SEG_PINNED) != 0;
+                    continue;
+                }
+                if (rv & SEG_GONE) {
+                    seg_count_gone(ow, it, SEG_VISIT_MOVE, rv);
+                    seg_kill(s, it, len);
+                    continue;
+                }
             }
             struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, lo, hi, fn, ctx);
             int rv;
