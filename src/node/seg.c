@@ -498,6 +498,10 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
                 it = place(s, pl, cur, len, nkey, nbytes, iflags, hv);
                 break;
             }
+            /* A segment mostly dead is reused before a free one is touched: overwrites in a
+             * roomy store would otherwise walk the log through all of -m, faulting in fresh
+             * pages (RSS up to -m for a small live set) where a free list reuses chunks. */
+            if (seg_reuse_dead(s, pl, q, since, fn, ctx)) continue;
             uint32_t f = seg_take_free(s, pl, false);
             /* The head stays while room is made: a victim's items fill the rest of it first.
              * Past a full turn of the pool's segments without room (every victim kept its items,

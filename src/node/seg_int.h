@@ -143,6 +143,10 @@ bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void 
 bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: write a dead record covering [at, at + len) (len a multiple of 4, >= 24). */
 void seg_put_filler(char *at, uint32_t len);
+/* seg_reclaim.c: clean a sealed segment of pool pl (lock held) at least 3/4 dead (not sealed
+ * after `since`) into queue q's head, or free a run whose item is gone. False if none. */
+bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
+                    void *ctx);
 /* seg_reclaim.c: is pool pl (lock held) below 90% live bytes of what it may own? */
 bool seg_pool_roomy(struct segs *s, struct seg_pool *pl);
 

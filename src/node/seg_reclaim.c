@@ -352,6 +352,21 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
     return gone > 0;
 }
 
+bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
+                    void *ctx)
+{
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, SEG_NONE,
+                                    SEG_NONE, since);
+    if (v == SEG_NONE) return false;
+    if (s->meta[v].state == SS_RUN) {
+        run_release(s, pl, v);
+        return true;
+    }
+    if (process(s, pl, v, false, false, q, false, fn, ctx) > 0) return true;
+    pl->clean_skip = v;
+    return false;
+}
+
 bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
 {
     uint32_t before = LOAD(&pl->nsegs), skip = SEG_NONE;

@@ -377,6 +377,26 @@ static void test_quota_isolation_with_random_sizes(void **state)
     store_destroy(&st);
 }
 
+/* Overwrites in a roomy store reuse mostly dead segments before touching free ones, so item
+ * memory in use follows the live set, not the bytes written (a free list's behaviour). */
+static void test_overwrites_reuse_segments_before_free_ones(void **state)
+{
+    (void)state;
+    struct store *st = mk(64, MB); /* 64 segments of 1 MiB */
+    char key[32];
+    uint64_t x = 5;
+    for (int i = 0; i < 200000; i++) { /* 200 MB written over 2,000 keys of ~1 KB: 2 MB live */
+        snprintf(key, sizeof key, "o:%d", (int)(rng(&x) % 2000));
+        assert_true(put(st, 0, key, 900 + rng(&x) % 200, 1));
+    }
+    struct store_stats s = stats(st);
+    print_message("2 MB live after 200 MB of overwrites: %u of %u segments used\n", s.pages_used,
+                  s.pages_total);
+    assert_int_equal(s.evictions, 0);
+    assert_true(s.pages_used <= 8);
+    store_destroy(&st);
+}
+
 /* ---- transient items ---------------------------------------------------------------------- */
 
 static struct item *find(struct store *st, const char *key)
@@ -447,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_inflight_items_are_pinned),
         cmocka_unit_test(test_quota_isolation_with_random_sizes),
         cmocka_unit_test(test_transient_item_found_after_a_move),
+        cmocka_unit_test(test_overwrites_reuse_segments_before_free_ones),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
