@@ -442,7 +442,9 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
     if (st == SS_RUN) {
         if (i + m->nrun > s->nsegs) return false;
-        *cost += LOAD(&m->live) + 1;
+        /* a run's item can move only to free segments elsewhere, and is evicted when there
+         * are none: a window of movable records costs far less */
+        *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
         return true;
     }
     *cost += LOAD(&m->live) + 1;
