@@ -274,6 +274,25 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
     return NULL;
 }
 
+struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas)
+{
+    const uint64_t *t = sh->slots;
+    size_t nb = sh->nslots / B;
+    size_t b = index_home(hv, nb);
+    uint64_t tag = index_tag(hv);
+    for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
+        const uint64_t *k = t + b * B;
+        for (unsigned m = index_tag_match(k, tag); m; m &= m - 1) {
+            uint64_t s = k[__builtin_ctz(m)];
+            if (!index_full(s)) continue;
+            struct item *it = index_slot_item(s);
+            if (item_cas(it) == cas) return it;
+        }
+        if (!index_ovf(k)) break;
+    }
+    return NULL;
+}
+
 /* Grow the shard's table by 5/4 (index_grown_size). Items do not keep their hash (it would cost
  * 8 bytes each), so each key is hashed again: paid once per growth, amortised over the inserts
  * that led to it, with the item a few slots ahead prefetched since each is a likely cache miss.

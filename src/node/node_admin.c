@@ -141,7 +141,7 @@ static void render_metrics(void *ctx, struct buf *out)
     } eng[] = {
         {"items", "gauge", "items stored now", offsetof(struct store_ns_stats, items)},
         {"bytes", "gauge", "bytes of stored items", offsetof(struct store_ns_stats, bytes)},
-        {"memory_bytes", "gauge", "bytes of slab pages owned (at most the quota)",
+        {"memory_bytes", "gauge", "bytes of log segments owned (at most the quota)",
          offsetof(struct store_ns_stats, memory)},
         {"evictions_total", "counter", "live items evicted",
          offsetof(struct store_ns_stats, evictions)},

@@ -1,10 +1,10 @@
-/* store.c — the storage engine's public API (store.h): glue between the slab allocator
- * (slab.c), the sharded index (index.c) and the sweeper (sweeper.c), plus expiry, flush, CAS and
- * stats.
+/* store.c — the storage engine's public API (store.h): glue between the segmented log (seg.c),
+ * the sharded index (index.c) and the sweeper (sweeper.c), plus expiry, flush, CAS and stats.
  *
- * The one policy that lives here is the victim visitor: when the slab layer needs a linked item
- * gone (CLOCK eviction, page move, sweep) it calls store_visit, which try-locks the item's shard
- * and unlinks it. */
+ * The one policy that lives here is the visitor: when the log needs a linked item moved
+ * (cleaning, reinsertion) or gone (eviction, sweep) it calls store_visit, which try-locks the
+ * item's shard, then moves the item and repoints its index slot, or unlinks it. Readers copy
+ * values out under the shard lock, so a move under that lock is invisible to them. */
 #include "node/store.h"
 
 #include <pthread.h>
@@ -15,14 +15,15 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "node/index.h"
-#include "node/slab.h"
+#include "node/seg.h"
 
-_Static_assert((int)STORE_POLICY_LRU == (int)SLAB_POLICY_LRU &&
-                   (int)STORE_POLICY_LFU == (int)SLAB_POLICY_LFU &&
-                   (int)STORE_POLICY_S3FIFO == (int)SLAB_POLICY_S3FIFO,
-               "store and slab name the policies alike");
-_Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN) & ITEM_SLAB_FREE) == 0,
-               "slab's private flag overlaps a public one");
+_Static_assert((int)STORE_POLICY_LRU == (int)SEG_POLICY_LRU &&
+                   (int)STORE_POLICY_LFU == (int)SEG_POLICY_LFU &&
+                   (int)STORE_POLICY_S3FIFO == (int)SEG_POLICY_S3FIFO,
+               "store and log name the policies alike");
+_Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN | ITEM_HOLD | ITEM_FLAGS |
+                 ITEM_KEY_BINARY) & ITEM_SEG_DEAD) == 0,
+               "the log's private flag overlaps a public one");
 
 /* The transient item cache (the paper's, for short-TTL keys): per index shard, guarded by the
  * shard lock, the items stored with a TTL of at most STORE_TRANSIENT_TTL seconds, so that the
@@ -32,8 +33,8 @@ _Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN) & ITEM_SL
 #define STORE_TRANSIENT_PER_SHARD 512
 
 struct transient_entry {
-    struct item *it;
-    uint64_t cas; /* the item's identity: a reused chunk has another CAS */
+    uint64_t hv;  /* the key's hash and the CAS find the item wherever it has moved since */
+    uint64_t cas;
     uint32_t exptime;
 };
 
@@ -44,7 +45,7 @@ struct transient {
 };
 
 struct store {
-    struct slab *slab;
+    struct segs *segs;
     struct index *index;
     struct sweeper *sweeper;
     struct transient *transient; /* INDEX_SHARDS of them */
@@ -65,7 +66,8 @@ struct store {
      * relaxed atomic adds on link and unlink, never on a hit. */
     struct {
         uint64_t items, bytes;
-    } cls[SLAB_CLASS_MAX + 1];
+        uint8_t seen; /* ever held an item: `stats slabs` keeps showing it, as memcached does */
+    } cls[SEG_CLASS_MAX + 1];
 
     /* Stale grace per namespace id, seconds (store_set_grace); read without a lock. */
     uint32_t grace[STORE_NS_MAX];
@@ -81,7 +83,7 @@ static __thread struct index_shard *tls_held;
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 
 /* Why an item is no longer valid, or STORE_HIT. Reads the item's fields with relaxed atomics, so
- * the slab walkers may call it without the shard lock as a first guess (re-checked under it). */
+ * the log's walkers may call it without the shard lock as a first guess (re-checked under it). */
 static inline enum store_miss store_dead(const struct store *st, const struct item *it,
                                          uint32_t now)
 {
@@ -112,9 +114,10 @@ static inline bool store_in_grace(const struct store *st, const struct item *it,
 /* Count `it` in (sign 1) or out (-1) of its size class's figures. */
 static inline void store_cls_count(struct store *st, const struct item *it, int sign)
 {
-    int c = slab_chunk_class(st->slab, it);
+    int c = seg_bucket_for(st->segs, seg_item_size(it));
     uint64_t b = index_item_bytes(it);
     if (sign > 0) {
+        if (!LOAD(&st->cls[c].seen)) __atomic_store_n(&st->cls[c].seen, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&st->cls[c].items, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&st->cls[c].bytes, b, __ATOMIC_RELAXED);
     } else {
@@ -131,10 +134,12 @@ static inline void store_unindex(struct store *st, struct index_shard *sh, uint6
     __atomic_store_n(&it->iflags, it->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
 }
 
-/* Make `it` visible to walkers: release, so a walker that sees ITEM_LINKED sees the key too. */
-static inline void store_mark_linked(struct item *it)
+/* Make the in-flight `it` visible to walkers: release, so a walker that sees ITEM_LINKED sees
+ * the key too; then its segment is no longer pinned by it. */
+static inline void store_mark_linked(struct store *st, struct item *it)
 {
     __atomic_store_n(&it->iflags, it->iflags | ITEM_LINKED, __ATOMIC_RELEASE);
+    seg_linked(st->segs, it);
 }
 
 /* ---- victims ------------------------------------------------------------------------------ */
@@ -146,45 +151,62 @@ struct store_alloc_ctx {
     uint32_t now;
 };
 
-/* The slab visitor (see slab_visit_fn): class lock held, never blocks on a shard lock.
+/* Move linked `it` to `dst` (shard lock held) and repoint its index slot. The regions overlap
+ * only with dst + header <= it (seg.h): the header goes first, so that the swap reads both
+ * intact, then the rest. False if the index does not hold it (nothing moved). */
+static bool store_move(struct index_shard *sh, uint64_t hv, struct item *it, struct item *dst)
+{
+    size_t len = seg_item_size(it);
+    if ((char *)dst + len <= (char *)it || (char *)dst >= (char *)it + len) {
+        memcpy(dst, it, len);
+        return index_swap(sh, hv, it, dst);
+    }
+    memcpy(dst, it, sizeof *it);
+    if (!index_swap(sh, hv, it, dst)) return false;
+    memmove(dst, it, len);
+    return true;
+}
+
+/* The log's visitor (see seg_visit_fn): pool lock held, never blocks on a shard lock.
  *  PEEK:  says whether the item looks expired or flushed; takes nothing.
- *  EVICT: the policy's victim goes if its shard can be try-locked. The caller's own shard is
- *         skipped, since the caller may hold pointers into it.
- *  STEAL: every item of the page must go. In the caller's own shard (already locked by this
- *         thread) any item but the one with the caller's key may go; that one is pinned.
- *  SWEEP: only expired or flushed items go. */
-static int store_visit(struct store *st, struct item *it, enum slab_visit why, uint32_t now,
-                       const char *akey, size_t ankey)
+ *  MOVE:  the item moves to dst if its shard can be try-locked; an expired one goes instead.
+ *  EVICT: the policy's victim goes if its shard can be try-locked.
+ *  SWEEP: only expired or flushed items go.
+ * In the caller's own shard (already locked by this thread) any item but the one with the
+ * caller's key may move or go; that one is pinned, since the caller may hold a pointer to it. */
+static int store_visit(struct store *st, struct item *it, enum seg_visit why, struct item *dst,
+                       uint32_t now, const char *akey, size_t ankey)
 {
     enum store_miss dead = store_dead(st, it, now);
-    if (why == SLAB_VISIT_PEEK) return dead != STORE_HIT ? SLAB_DEAD : SLAB_KEEP;
+    if (why == SEG_VISIT_PEEK) return dead != STORE_HIT ? SEG_DEAD : SEG_KEEP;
     /* the sweeper keeps an expired item in its stale grace; eviction may take it */
     bool keep = dead == STORE_HIT || (dead == STORE_MISS_EXPIRED && store_in_grace(st, it, now));
-    if (why == SLAB_VISIT_SWEEP && keep) return SLAB_KEEP;
+    if (why == SEG_VISIT_SWEEP && keep) return SEG_KEEP;
     uint64_t hv = index_hash(item_key(it), it->nkey);
     struct index_shard *sh = index_shard_of(st->index, hv);
     bool mine = sh == tls_held;
     if (mine) {
-        if (why != SLAB_VISIT_STEAL) return SLAB_BUSY;
-        if (it->nkey == ankey && memcmp(item_key(it), akey, ankey) == 0) return SLAB_PINNED;
+        if (it->nkey == ankey && memcmp(item_key(it), akey, ankey) == 0) return SEG_PINNED;
     } else if (pthread_mutex_trylock(&sh->lock) != 0) {
-        return SLAB_BUSY;
+        return SEG_BUSY;
     }
     int r;
     if (!(LOAD(&it->iflags) & ITEM_LINKED)) {
-        r = SLAB_BUSY; /* its owner unlinked it and is about to free it */
+        r = SEG_BUSY; /* its owner unlinked it and is about to free it */
     } else {
         dead = store_dead(st, it, now);
         keep = dead == STORE_HIT || (dead == STORE_MISS_EXPIRED && store_in_grace(st, it, now));
-        if (why == SLAB_VISIT_SWEEP && keep) {
-            r = SLAB_KEEP; /* touched or re-stored since the first look */
+        if (why == SEG_VISIT_SWEEP && keep) {
+            r = SEG_KEEP; /* touched or re-stored since the first look */
+        } else if (why == SEG_VISIT_MOVE && keep) {
+            r = store_move(sh, hv, it, dst) ? SEG_MOVED : SEG_BUSY;
         } else {
-            r = SLAB_GONE;
-            if (dead != STORE_HIT) r |= SLAB_GONE_EXPIRED;
+            r = SEG_GONE;
+            if (dead != STORE_HIT) r |= SEG_GONE_EXPIRED;
             __atomic_fetch_add(dead != STORE_HIT ? &sh->ns[it->nsid].expired
                                                  : &sh->ns[it->nsid].evictions,
                                1, __ATOMIC_RELAXED);
-            if (!(it->iflags & ITEM_FETCHED)) r |= SLAB_GONE_UNFETCHED;
+            if (!(it->iflags & ITEM_FETCHED)) r |= SEG_GONE_UNFETCHED;
             store_unindex(st, sh, hv, it);
         }
     }
@@ -192,16 +214,16 @@ static int store_visit(struct store *st, struct item *it, enum slab_visit why, u
     return r;
 }
 
-static int store_visit_alloc(void *ctx, struct item *it, enum slab_visit why)
+static int store_visit_alloc(void *ctx, struct item *it, enum seg_visit why, struct item *dst)
 {
     struct store_alloc_ctx *a = ctx;
     if (!a->now) a->now = clock_now(); /* only once a victim is needed */
-    return store_visit(a->st, it, why, a->now, a->key, a->nkey);
+    return store_visit(a->st, it, why, dst, a->now, a->key, a->nkey);
 }
 
-static int store_visit_sweep(void *ctx, struct item *it, enum slab_visit why)
+static int store_visit_sweep(void *ctx, struct item *it, enum seg_visit why, struct item *dst)
 {
-    return store_visit(ctx, it, why, clock_now(), NULL, 0);
+    return store_visit(ctx, it, why, dst, clock_now(), NULL, 0);
 }
 
 /* ---- transient items ---------------------------------------------------------------------- */
@@ -220,7 +242,7 @@ static void transient_note(struct store *st, uint64_t hv, struct item *it, uint3
         t->v = v;
         t->cap = cap;
     }
-    t->v[t->n++] = (struct transient_entry){it, item_cas(it), exp};
+    t->v[t->n++] = (struct transient_entry){hv, item_cas(it), exp};
 }
 
 /* The sweeper's tick: free the noted items of every shard that have expired. */
@@ -239,22 +261,15 @@ static void transient_reap(void *ctx)
                 i++;
                 continue;
             }
-            struct item *it = e->it;
-            /* The chunk may since hold another item, maybe of another shard (whose lock we do
-             * not hold), or its page another class cut differently: only a chunk start, still
-             * linked, with the same CAS, hashing here is ours. */
-            if (slab_chunk_plausible(st->slab, it) &&
-                (__atomic_load_n(&it->iflags, __ATOMIC_ACQUIRE) & ITEM_LINKED) &&
-                item_cas(it) == e->cas) {
-                uint64_t hv = index_hash(item_key(it), it->nkey);
-                if ((hv & (INDEX_SHARDS - 1)) == s && store_dead(st, it, now) == STORE_MISS_EXPIRED &&
-                    !store_in_grace(st, it, now)) { /* kept for stale readers: the sweep's */
-                    if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
-                    __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
-                    store_unindex(st, sh, hv, it);
-                    slab_free(st->slab, it);
-                    t->reclaimed++;
-                }
+            /* Moved, replaced or gone since: the index knows; a replacement has another CAS. */
+            struct item *it = index_find_cas(sh, e->hv, e->cas);
+            if (it && store_dead(st, it, now) == STORE_MISS_EXPIRED &&
+                !store_in_grace(st, it, now)) { /* kept for stale readers: the sweep's */
+                if (!(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
+                __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
+                store_unindex(st, sh, e->hv, it);
+                seg_free(st->segs, it, false);
+                t->reclaimed++;
             }
             *e = t->v[--t->n]; /* handled, or touched since (the regular sweep has it) */
         }
@@ -295,8 +310,8 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
     st->item_max = o->item_max;
     st->cas_next = 1;
     pthread_mutex_init(&st->flush_lock, NULL);
-    if (slab_create(&st->slab, st->memory, st->item_max, err, errlen)) goto fail;
-    if (o->huge_pages && slab_advise_huge(st->slab) != 0)
+    if (seg_create(&st->segs, st->memory, st->item_max, err, errlen)) goto fail;
+    if (o->huge_pages && seg_advise_huge(st->segs) != 0)
         log_warn("transparent huge pages unavailable for item memory; using normal pages");
     if (index_create(&st->index, (unsigned)o->hash_power, err, errlen))
         goto fail;
@@ -305,7 +320,7 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
         snprintf(err, errlen, "out of memory creating the store");
         goto fail;
     }
-    if (sweeper_create(&st->sweeper, st->slab, store_visit_sweep, transient_reap, st,
+    if (sweeper_create(&st->sweeper, st->segs, store_visit_sweep, transient_reap, st,
                        (uint32_t)o->sweep_interval_ms, err, errlen))
         goto fail;
     *out = st;
@@ -313,7 +328,7 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
 fail:
     free(st->transient);
     index_destroy(&st->index);
-    slab_destroy(&st->slab);
+    seg_destroy(&st->segs);
     pthread_mutex_destroy(&st->flush_lock);
     free(st);
     return -1;
@@ -323,11 +338,11 @@ void store_destroy(struct store **stp)
 {
     struct store *st = *stp;
     if (!st) return;
-    sweeper_destroy(&st->sweeper); /* first: it walks the slab and the index */
+    sweeper_destroy(&st->sweeper); /* first: it walks the log and the index */
     for (unsigned i = 0; i < INDEX_SHARDS; i++) free(st->transient[i].v);
     free(st->transient);
     index_destroy(&st->index);
-    slab_destroy(&st->slab);
+    seg_destroy(&st->segs);
     pthread_mutex_destroy(&st->flush_lock);
     free(st);
     *stp = NULL;
@@ -351,56 +366,42 @@ void store_unlock(struct store *st, uint64_t hv)
     pthread_mutex_unlock(&sh->lock);
 }
 
-/* Class for an item of this key and value length and flags, or 0 if it exceeds item_max. */
-static int store_class_of(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
+size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
 {
     if (nkey > UINT8_MAX || nbytes > UINT32_MAX) return 0;
     size_t total = sizeof(struct item) + nkey + nbytes + (flags ? sizeof flags : 0);
     /* memcached counts the value's \r\n against the limit; so do we, to refuse the same items */
     if (total + 2 > st->item_max) return 0;
-    return slab_class_for(st->slab, total);
-}
-
-size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
-{
-    int id = store_class_of(st, nkey, nbytes, flags);
-    return id ? slab_chunk_size(st->slab, id) : 0;
+    return seg_record_size(nkey, nbytes, flags != 0);
 }
 
 int store_item_class(const struct store *st, const struct item *it)
 {
-    return slab_chunk_class(st->slab, it);
+    return seg_bucket_for(st->segs, seg_item_size(it));
 }
 
 struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
                          size_t nbytes, uint32_t flags)
 {
-    int id = store_class_of(st, nkey, nbytes, flags);
-    if (!id) return NULL;
+    if (store_item_size(st, nkey, nbytes, flags) == 0) return NULL;
     struct store_alloc_ctx ctx = {.st = st, .key = key, .nkey = nkey};
     nsid %= STORE_NS_MAX;
     /* Only s3fifo's ghost check needs the hash here; spare the others the work. */
-    uint64_t hv = slab_pool_policy(st->slab, nsid) == SLAB_POLICY_S3FIFO ? index_hash(key, nkey)
-                                                                         : 0;
-    struct item *it = slab_alloc(st->slab, nsid, id, hv, store_visit_alloc, &ctx);
+    uint64_t hv = seg_pool_policy(st->segs, nsid) == SEG_POLICY_S3FIFO ? index_hash(key, nkey) : 0;
+    struct item *it = seg_alloc(st->segs, nsid, (uint8_t)nkey, (uint32_t)nbytes,
+                                flags ? ITEM_FLAGS : 0, hv, store_visit_alloc, &ctx);
     if (!it) return NULL;
-    /* iflags and clock are set by the slab under its lock; the rest is ours to initialise. */
+    /* nkey, nbytes, iflags, nsid and clock are set by the log under its lock (walkers step over
+     * the record by them); the rest is ours to initialise. */
     item_set_cas(it, 0);
     it->exptime = 0;
     it->atime = 0;
-    it->nbytes = (uint32_t)nbytes;
-    it->nkey = (uint8_t)nkey;
-    it->nsid = (uint8_t)nsid;
     memcpy(it->data, key, nkey);
-    if (flags) {
-        /* Not linked yet, so no walker reads iflags: a plain store is enough. */
-        it->iflags = ITEM_FLAGS;
-        memcpy(it->data + nkey + nbytes, &flags, sizeof flags);
-    }
+    if (flags) memcpy(it->data + nkey + nbytes, &flags, sizeof flags);
     return it;
 }
 
-void store_free(struct store *st, struct item *it) { slab_free(st->slab, it); }
+void store_free(struct store *st, struct item *it) { seg_free(st->segs, it, true); }
 
 /* ---- index operations (shard lock held) --------------------------------------------------- */
 
@@ -435,7 +436,7 @@ struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_
             if (m == STORE_MISS_EXPIRED && !(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
             __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
             store_unindex(st, sh, hv, it);
-            slab_free(st->slab, it);
+            seg_free(st->segs, it, false);
             it = NULL;
         } else if ((it->iflags & ITEM_HOLD) && !(opts & STORE_FIND_HELD)) {
             it = NULL;
@@ -454,7 +455,7 @@ bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
     it->atime = now;
     if (item_cas(it) == 0) item_set_cas(it, store_next_cas(st));
     sh->total_items++;
-    store_mark_linked(it);
+    store_mark_linked(st, it);
     transient_note(st, hv, it, now);
     return true;
 }
@@ -475,9 +476,9 @@ void store_replace(struct store *st, uint64_t hv, struct item *old, struct item 
     store_cls_count(st, old, -1);
     store_cls_count(st, it, 1);
     sh->total_items++;
-    store_mark_linked(it);
+    store_mark_linked(st, it);
     __atomic_store_n(&old->iflags, old->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
-    slab_free(st->slab, old);
+    seg_free(st->segs, old, false);
     transient_note(st, hv, it, now);
 }
 
@@ -486,14 +487,14 @@ void store_unlink(struct store *st, uint64_t hv, struct item *it)
     struct index_shard *sh = index_shard_of(st->index, hv);
     if (!(it->iflags & ITEM_LINKED)) return; /* not ours to free twice */
     store_unindex(st, sh, hv, it);
-    slab_free(st->slab, it);
+    seg_free(st->segs, it, false);
 }
 
 void store_bump(struct store *st, struct item *it, uint32_t now)
 {
     /* Write only what changes: a hot item read by many threads must not bounce its line. */
-    slab_bump(st->slab, it, now);
-    /* Atomic because slab walkers read iflags without the shard lock. */
+    seg_bump(st->segs, it, now);
+    /* Atomic because the log's walkers read iflags without the shard lock. */
     if (!(it->iflags & ITEM_FETCHED))
         __atomic_store_n(&it->iflags, it->iflags | ITEM_FETCHED, __ATOMIC_RELAXED);
     if (it->atime != now) __atomic_store_n(&it->atime, now, __ATOMIC_RELAXED);
@@ -537,17 +538,16 @@ void store_flush(struct store *st, uint32_t when, uint32_t now)
 
 int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy)
 {
-    return slab_pool_configure(st->slab, nsid % STORE_NS_MAX, quota, (enum slab_policy)policy);
+    return seg_pool_configure(st->segs, nsid % STORE_NS_MAX, quota, (enum seg_policy)policy);
 }
 
-uint32_t store_page_size(const struct store *st) { return slab_page_size(st->slab); }
+uint32_t store_page_size(const struct store *st) { return seg_size(st->segs); }
 uint64_t store_memory(const struct store *st) { return st->memory; }
 
 void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out)
 {
     const struct index_ns *ns = &st->index->ns[nsid % STORE_NS_MAX];
-    out->memory = (uint64_t)slab_pool_pages(st->slab, nsid % STORE_NS_MAX) *
-                  slab_page_size(st->slab);
+    out->memory = (uint64_t)seg_pool_segs(st->segs, nsid % STORE_NS_MAX) * seg_size(st->segs);
     out->items = LOAD(&ns->items);
     out->bytes = LOAD(&ns->bytes);
     out->evictions = LOAD(&ns->evictions);
@@ -570,48 +570,55 @@ void store_stats(struct store *st, struct store_stats *out)
         buckets += sh->nslots;
         pthread_mutex_unlock(&sh->lock);
     }
-    struct slab_counters c = {0};
-    slab_sum_counters(st->slab, &c);
+    struct seg_counters c = {0};
+    seg_sum_counters(st->segs, &c);
     out->evictions = c.evictions;
     out->evicted_unfetched = c.evicted_unfetched;
     out->expired_unfetched += c.expired_unfetched;
     out->reclaimed = c.reclaimed;
     out->sweeper_reclaimed = c.sweeper_reclaimed;
-    out->slab_pages_moved = c.pages_moved;
-    out->slab_pages_trimmed = c.pages_trimmed;
+    out->slab_pages_moved = c.segs_cleaned;
+    out->slab_pages_trimmed = c.segs_trimmed;
     out->alloc_failures = c.alloc_failures;
     out->hash_bytes = buckets * sizeof(uint64_t); /* one slot each (index.h) */
     out->hash_power_level = 63 - (uint64_t)__builtin_clzll(buckets);
     out->limit_maxbytes = st->memory;
-    out->page_size = slab_page_size(st->slab);
-    out->pages_total = slab_pages_total(st->slab);
-    out->pages_used = slab_pages_used(st->slab);
+    out->page_size = seg_size(st->segs);
+    out->pages_total = seg_count(st->segs);
+    out->pages_used = seg_used(st->segs);
 }
 
-int store_class_count(const struct store *st) { return slab_class_count(st->slab); }
-uint32_t store_class_chunk_min(const struct store *st) { return slab_chunk_size(st->slab, 1); }
+int store_class_count(const struct store *st) { return seg_bucket_count(st->segs); }
+uint32_t store_class_chunk_min(const struct store *st) { return seg_bucket_size(st->segs, 1); }
 
+/* A bucket's figures in memcached's shape: its items are its used chunks; its pages are the
+ * segments' worth of its items rounded up, and at least one once it has held an item (so it
+ * keeps showing in `stats slabs`, as a memcached class keeps its pages); the rest of those
+ * pages' chunks count as free. */
 bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out)
 {
-    struct slab_class_info ci;
-    if (!slab_class_info(st->slab, clsid, &ci)) return false;
+    struct seg_bucket_info bi;
+    if (!seg_bucket_info(st->segs, clsid, &bi)) return false;
     memset(out, 0, sizeof *out);
-    out->chunk_size = ci.chunk_size;
-    out->chunks_per_page = ci.chunks_per_page;
-    out->total_pages = ci.pages;
-    out->total_chunks = (uint64_t)ci.pages * ci.chunks_per_page;
-    out->used_chunks = ci.carved - ci.nfree;
-    out->free_chunks = out->total_chunks - out->used_chunks;
-    out->evictions = ci.c.evictions;
-    out->evicted_unfetched = ci.c.evicted_unfetched;
-    out->expired_unfetched = ci.c.expired_unfetched;
-    out->reclaimed = ci.c.reclaimed;
-    uint32_t now = clock_now();
-    out->oldest_age = ci.oldest_atime && now > ci.oldest_atime ? now - ci.oldest_atime : 0;
+    uint32_t seg = seg_size(st->segs);
+    out->chunk_size = bi.size;
+    out->chunks_per_page = bi.size < seg ? seg / bi.size : 1;
     out->curr_items = LOAD(&st->cls[clsid].items);
     out->mem_requested = LOAD(&st->cls[clsid].bytes);
-    out->sweeper_reclaimed = ci.c.sweeper_reclaimed;
-    out->alloc_failures = ci.c.alloc_failures;
+    out->used_chunks = out->curr_items;
+    out->total_pages = (uint32_t)((out->curr_items + out->chunks_per_page - 1) /
+                                  out->chunks_per_page);
+    if (out->total_pages == 0 && LOAD(&st->cls[clsid].seen)) out->total_pages = 1;
+    out->total_chunks = (uint64_t)out->total_pages * out->chunks_per_page;
+    out->free_chunks = out->total_chunks - out->used_chunks;
+    out->evictions = bi.c.evictions;
+    out->evicted_unfetched = bi.c.evicted_unfetched;
+    out->expired_unfetched = bi.c.expired_unfetched;
+    out->reclaimed = bi.c.reclaimed;
+    uint32_t now = clock_now();
+    out->oldest_age = bi.oldest_atime && now > bi.oldest_atime ? now - bi.oldest_atime : 0;
+    out->sweeper_reclaimed = bi.c.sweeper_reclaimed;
+    out->alloc_failures = bi.c.alloc_failures;
     return true;
 }
 
@@ -634,18 +641,19 @@ bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint
                      store_dump_fn fn, void *ctx)
 {
     struct store_dump_ctx d = {.st = st, .now = clock_now(), .fn = fn, .ctx = ctx};
-    uint32_t used = slab_pages_used(st->slab);
-    while (budget > 0 && cur->page < used) {
+    uint32_t n = seg_count(st->segs);
+    while (budget > 0 && cur->page < n) {
         uint32_t batch = budget < STORE_DUMP_BATCH ? budget : STORE_DUMP_BATCH;
-        uint32_t next = slab_peek_page(st->slab, cur->page, cur->idx, batch, clsid,
-                                       store_dump_one, &d);
+        struct seg_pos pos = {.seg = cur->page, .off = cur->idx, .gen = cur->gen};
+        bool more = seg_peek(st->segs, &pos, batch, clsid, store_dump_one, &d);
         budget = budget > batch ? budget - batch : 0;
-        if (next == SLAB_NONE) {
+        if (!more) {
             cur->page++;
             cur->idx = 0;
         } else {
-            cur->idx = next;
+            cur->idx = pos.off;
+            cur->gen = pos.gen;
         }
     }
-    return cur->page < used;
+    return cur->page < n;
 }

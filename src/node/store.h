@@ -1,18 +1,20 @@
 /* store.h — the node's storage engine: item memory, the hash index, eviction and expiry.
  *
  * The engine knows nothing of the wire protocol. It owns:
- *  - item memory: slab pages carved from one reservation of `memory_limit` bytes, split into
- *    size classes; RSS grows only as pages are first used;
+ *  - item memory: a segmented log in one reservation of `memory_limit` bytes (seg.h): items
+ *    are appended to segments, freed items leave dead bytes that cleaning reclaims; RSS grows
+ *    only as segments are first used;
  *  - the index: a hash table split into shards, each with its own lock and its own table that
  *    doubles independently, so growth pauses one small shard, never the whole node;
- *  - namespaces' memory: each namespace has its own pool of pages, up to its quota, with its own
- *    size classes and eviction policy (lru, lfu, s3fifo); a full class evicts from itself, a
- *    class with no pages takes one from the largest class of its pool;
+ *  - namespaces' memory: each namespace has its own pool of segments, up to its quota, with its
+ *    own eviction policy (lru, lfu, s3fifo); a pool below 90% live bytes cleans, a fuller one
+ *    evicts from its oldest segment;
  *  - expiry: lazily on lookup, and by a background sweeper thread.
  *
  * Locking: every index operation needs the key's shard lock (store_lock/store_unlock). The order
- * is shard lock, then class lock; code holding a class lock only ever try-locks a shard. So a
- * caller may call store_alloc() and store_free() with zero or one shard lock held. */
+ * is shard lock, then pool lock; code holding a pool lock only ever try-locks a shard. So a
+ * caller may call store_alloc() and store_free() with zero or one shard lock held. Items move
+ * (cleaning) only under their shard lock: a pointer to an item is good while that lock is held. */
 #ifndef SHOAL_NODE_STORE_H
 #define SHOAL_NODE_STORE_H
 
@@ -35,9 +37,9 @@ enum {
 };
 
 /* One cached item: a 24-byte header, then key bytes, value bytes and, only when they are not 0,
- * 4 bytes of client flags, in one slab chunk. Chunks are 4-byte aligned (sizes step by 4), so
- * no field needs more: the CAS is two halves (item_cas/item_set_cas). The size class and the
- * hash chain are not stored: the class is the chunk's page's, and the index keeps its own slots.
+ * 4 bytes of client flags, in one record of the log. Records are 4-byte aligned, so no field
+ * needs more: the CAS is two halves (item_cas/item_set_cas). The size class and the hash chain
+ * are not stored: the class is the bucket of the record's size, and the index keeps its slots.
  * Times are on the store clock (clock_now(): seconds since start); exptime 0 = never. */
 struct item {
     uint32_t cas_lo, cas_hi; /* CAS unique; also the lease token */
@@ -66,7 +68,7 @@ static inline void item_set_cas(struct item *it, uint64_t v)
 /* Namespaces the engine keeps figures for (ids 0..STORE_NS_MAX-1). */
 #define STORE_NS_MAX 256
 
-/* Per-namespace engine figures (store_ns_stats). memory: bytes of pages the namespace owns. */
+/* Per-namespace engine figures (store_ns_stats). memory: bytes of segments it owns. */
 struct store_ns_stats {
     uint64_t items, bytes, memory, evictions, expired;
 };
@@ -85,7 +87,7 @@ static inline uint32_t item_flags(const struct item *it)
 }
 
 /* Change iflags of a linked item (shard lock held). The store, as an atomic store, because the
- * allocator's page walkers read iflags without the shard lock. */
+ * log's walkers read iflags without the shard lock. */
 static inline void item_set_iflags(struct item *it, uint8_t v)
 {
     __atomic_store_n(&it->iflags, v, __ATOMIC_RELAXED);
@@ -110,8 +112,8 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(reclaimed, COUNTER, "times memory of an expired item was reused")                          \
     X(sweeper_reclaimed, COUNTER, "expired items freed by the background sweeper")              \
     X(transient_reclaimed, COUNTER, "short-TTL items freed within a second of expiry")          \
-    X(slab_pages_moved, COUNTER, "slab pages taken from one size class for another")             \
-    X(slab_pages_trimmed, COUNTER, "slab pages given back by namespaces over their quota")        \
+    X(slab_pages_moved, COUNTER, "log segments cleaned (live items compacted) to make room")     \
+    X(slab_pages_trimmed, COUNTER, "log segments given back by namespaces over their quota")      \
     X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \
     X(hash_power_level, GAUGE, "log2 of total hash buckets")                                     \
     X(hash_expansions, COUNTER, "shard table doublings")                                         \
@@ -168,22 +170,24 @@ uint64_t store_hash(const char *key, size_t nkey);
 void store_lock(struct store *st, uint64_t hv);
 void store_unlock(struct store *st, uint64_t hv);
 
-/* Total chunk bytes an item of this key, value length and client flags needs, or 0 when it
- * exceeds item_max. Callers answer "SERVER_ERROR object too large for cache" on 0. */
+/* Bytes the record of an item of this key, value length and client flags takes in the log (a
+ * multiple of 4), or 0 when it exceeds item_max. Callers answer "SERVER_ERROR object too large
+ * for cache" on 0. */
 size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags);
 
 /* Allocate an unlinked item of namespace `nsid` (from its pool) for `key` with room for
  * `nbytes` of value and client flags `flags` (fixed for the item's life); key, nkey, nbytes,
- * flags and nsid are set, every other field is zero (iflags: ITEM_FLAGS if flags != 0). Evicts when needed. Returns NULL when the size
- * exceeds item_max or nothing could be evicted (counted in alloc_failures). The caller owns the
+ * flags and nsid are set, every other field is zero (iflags: ITEM_FLAGS if flags != 0). Cleans
+ * or evicts when needed. Returns NULL when the size exceeds item_max or nothing could be
+ * evicted (counted in alloc_failures). The caller owns the
  * item until it links it or frees it. May be called with zero or one shard lock held; with one
- * held, items of that shard other than the one with this same key may be evicted during the call
- * (to empty a page for another class), so keep no pointer to them across it. */
+ * held, items of that shard other than the one with this same key may be moved or evicted
+ * during the call (cleaning), so keep no pointer to them across it. */
 struct item *store_alloc(struct store *st, uint16_t nsid, const char *key, size_t nkey,
                          size_t nbytes, uint32_t flags);
-/* Size class of an item (its chunk's page's class), for `me` and stats. */
+/* Size class of an item (the bucket of its record size), for `me` and stats. */
 int store_item_class(const struct store *st, const struct item *it);
-/* Return an unlinked item's memory. */
+/* Return the memory of an item from store_alloc that was never linked. */
 void store_free(struct store *st, struct item *it);
 
 enum store_miss {
@@ -249,7 +253,7 @@ void store_stats(struct store *st, struct store_stats *out);
  * Creates its pool if needed; a pool over a lowered quota shrinks within a sweep interval or
  * two. Returns 0, or -1 when out of memory. */
 int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy);
-/* Size of a slab page: quotas are whole pages, so a quota must be 0 or at least this. */
+/* Size of a log segment: quotas are whole segments, so a quota must be 0 or at least this. */
 uint32_t store_page_size(const struct store *st);
 /* The item memory limit (-m) in bytes. */
 uint64_t store_memory(const struct store *st);
@@ -260,23 +264,25 @@ uint32_t store_class_chunk_min(const struct store *st);
 /* Number of size classes; class ids run from 1 to the returned value. */
 int store_class_count(const struct store *st);
 /* Figures of one class; returns false for an id out of range. No shard lock held (as above).
- * oldest_age is sampled near the class's CLOCK hand, so it is an estimate. */
+ * oldest_age is sampled in the pools' oldest segments, so it is an estimate. Classes are
+ * reporting buckets: used_chunks = curr_items, total_pages the segments' worth of its items
+ * rounded up (at least 1 once it held an item), total_chunks those pages' chunks. */
 bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out);
 
-/* Key dumps (`lru_crawler metadump`, `stats cachedump`): a walk over item memory in page order,
- * in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored or moved during
- * the walk may be missed or (replaced into a later chunk) seen twice, as with memcached's
+/* Key dumps (`lru_crawler metadump`, `stats cachedump`): a walk over item memory in segment
+ * order, in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored or moved
+ * during the walk may be missed or (moved into a later segment) seen twice, as with memcached's
  * crawler. */
 struct store_cursor {
-    uint32_t page, idx; /* next chunk to look at; start both at 0 */
+    uint32_t page, idx, gen; /* segment, byte offset in it, its generation; start all at 0 */
 };
-/* Chunks looked at per class-lock hold. */
+/* Records looked at per pool-lock hold. */
 #define STORE_DUMP_BATCH 256
-/* Called for each live item (not expired, flushed or a hold-off tombstone) with a class lock
+/* Called for each live item (not expired, flushed or a hold-off tombstone) with a pool lock
  * held: copy what is needed, do not block or lock. Fields other than key, nkey and nbytes may
  * change meanwhile; read them relaxed. */
 typedef void (*store_dump_fn)(void *ctx, const struct item *it, int clsid);
-/* Look at up to `budget` chunks (a page of another class costs a batch) from the cursor and
+/* Look at up to `budget` records (a segment ending early costs a batch) from the cursor and
  * advance it, calling fn on the live items of class `clsid` (0: all). Returns false when the walk
  * has finished. No shard lock may be held. */
 bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint32_t budget,

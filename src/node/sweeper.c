@@ -1,9 +1,10 @@
-/* sweeper.c — background thread that walks every assigned slab page each interval and hands
- * linked items to a visitor that reclaims the expired and flushed ones (see slab.h).
+/* sweeper.c — background thread that walks every owned segment each interval and hands linked
+ * items to a visitor that reclaims the expired and flushed ones (see seg.h); it also trims pools
+ * over a lowered quota and keeps the background reserve (seg_reserve).
  *
- * Lookups already drop dead items lazily; the sweeper frees the memory of dead items nobody asks
- * for, so that a class reuses it before evicting live ones. It works in small batches, one class
- * lock at a time, so it never holds a lock for long. */
+ * Lookups already drop dead items lazily; the sweeper marks dead the items nobody asks for, so
+ * that cleaning reclaims their bytes before anything live is evicted. It works in small
+ * batches, one pool lock at a time, so it never holds a lock for long. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "node/slab.h"
+#include "node/seg.h"
 
-#define SWEEPER_BATCH 128 /* chunks visited per class-lock hold */
-/* Page memory walked per tick. A small store is swept whole every tick; a huge one a slice per
+#define SWEEPER_BATCH 128 /* records visited per pool-lock hold */
+/* Item memory walked per tick. A small store is swept whole every tick; a huge one a slice per
  * tick, so the sweeper never turns into a core spinning over terabytes (the CLOCK hand and
  * lookups reclaim dead items meanwhile). */
 #define SWEEPER_BYTES_PER_TICK (256ull << 20)
@@ -22,35 +23,36 @@
 #define SWEEPER_TICK_MS 1000u /* the tick callback's period, at most */
 
 struct sweeper {
-    struct slab *slab;
-    slab_visit_fn fn;
+    struct segs *segs;
+    seg_visit_fn fn;
     void (*tick)(void *);
     void *ctx;
     uint32_t interval_ms;
-    uint32_t cursor; /* next page to walk; the sweeper thread's own */
+    uint32_t cursor; /* next segment to walk; the sweeper thread's own */
     bool stop; /* set under `lock`; also read without it (atomically) mid-pass */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pthread_t thread;
 };
 
-/* Pages a pool over its quota gives back per tick (1 MiB each by default). */
-#define SWEEPER_TRIM_PAGES 64
+/* Segments a pool over its quota gives back per tick. */
+#define SWEEPER_TRIM_SEGS 256
+/* Segments cleaned ahead of need per tick, at most. */
+#define SWEEPER_RESERVE_SEGS 8
 
 static void sweeper_pass(struct sweeper *sw)
 {
-    slab_trim(sw->slab, SWEEPER_TRIM_PAGES, sw->fn, sw->ctx);
-    uint32_t used = slab_pages_used(sw->slab);
-    uint64_t budget = SWEEPER_BYTES_PER_TICK / slab_page_size(sw->slab);
+    seg_trim(sw->segs, SWEEPER_TRIM_SEGS, sw->fn, sw->ctx);
+    uint32_t n = seg_count(sw->segs);
+    uint64_t budget = SWEEPER_BYTES_PER_TICK / seg_size(sw->segs);
     if (budget == 0) budget = 1;
-    if (budget > used) budget = used;
+    if (budget > n) budget = n;
     for (uint64_t k = 0; k < budget; k++) {
-        uint32_t p = sw->cursor < used ? sw->cursor : 0;
-        sw->cursor = p + 1;
-        for (uint32_t i = 0; i != SLAB_NONE;) {
+        struct seg_pos pos = {.seg = sw->cursor < n ? sw->cursor : 0};
+        sw->cursor = pos.seg + 1;
+        do {
             if (__atomic_load_n(&sw->stop, __ATOMIC_RELAXED)) return;
-            i = slab_walk_page(sw->slab, p, i, SWEEPER_BATCH, sw->fn, sw->ctx);
-        }
+        } while (seg_walk(sw->segs, &pos, SWEEPER_BATCH, sw->fn, sw->ctx));
     }
 }
 
@@ -73,6 +75,7 @@ static void *sweeper_main(void *arg)
         if (sw->stop) break;
         pthread_mutex_unlock(&sw->lock);
         if (sw->tick) sw->tick(sw->ctx);
+        seg_reserve(sw->segs, SWEEPER_RESERVE_SEGS, sw->fn, sw->ctx);
         since_pass += step;
         if (since_pass >= sw->interval_ms) {
             since_pass = 0;
@@ -84,7 +87,7 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void (*tick)(void *),
+int sweeper_create(struct sweeper **out, struct segs *s, seg_visit_fn fn, void (*tick)(void *),
                    void *ctx, uint32_t interval_ms, char *err, size_t errlen)
 {
     *out = NULL;
@@ -93,7 +96,7 @@ int sweeper_create(struct sweeper **out, struct slab *s, slab_visit_fn fn, void 
         snprintf(err, errlen, "out of memory creating the sweeper");
         return -1;
     }
-    sw->slab = s;
+    sw->segs = s;
     sw->fn = fn;
     sw->tick = tick;
     sw->ctx = ctx;

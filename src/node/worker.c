@@ -304,7 +304,7 @@ int node_ns_apply(void *node, uint16_t id, const struct ns_config *cfg, char *er
     uint64_t page = store_page_size(n->store), limit = store_memory(n->store);
     if (cfg->memory && (cfg->memory < page || cfg->memory > limit)) {
         snprintf(err, errlen,
-                 "field 'memory' must be 0 (no quota) or from %llu (one slab page) to %llu (-m) "
+                 "field 'memory' must be 0 (no quota) or from %llu (one segment) to %llu (-m) "
                  "bytes; got %llu",
                  (unsigned long long)page, (unsigned long long)limit,
                  (unsigned long long)cfg->memory);

@@ -124,11 +124,12 @@ def test_impossible_quotas_are_refused_and_change_nothing(node, body, needle):
 def test_quota_and_memory_in_metrics(node):
     put(node, "mq", {"memory": 8 * MB})
     r = node.raw()
-    fill(r, [f"mq:{i:03d}" for i in range(100)], b"m" * 100)  # one size: one class, one page
+    fill(r, [f"mq:{i:03d}" for i in range(100)], b"m" * 100)  # 15 KB: one segment of the log
     r.get("mq:001", "mq:nope")
+    seg = int(r.stats()["slab_page_size"])
     st, text = http(node.admin, "GET", "/metrics")
     assert st == 200
     assert f'shoal_node_ns_quota_bytes{{namespace="mq"}} {8 * MB}' in text
-    assert 'shoal_node_ns_memory_bytes{namespace="mq"} 1048576\n' in text
+    assert f'shoal_node_ns_memory_bytes{{namespace="mq"}} {seg}\n' in text
     assert 'shoal_node_ns_hit_ratio{namespace="mq"} 0.5000' in text
     assert 'shoal_node_ns_items{namespace="mq"} 100' in text

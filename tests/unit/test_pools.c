@@ -195,10 +195,11 @@ static void test_s3fifo_ghost_readmits_to_main(void **state)
     store_destroy(&st);
 }
 
-/* Mixed sizes in little memory move pages between classes all the time; s3fifo's ring keeps
- * pointers across those moves. Every value read back must be the one stored for its key and
- * size (a stale pointer used as a chunk of another class corrupts its neighbours), and the
- * engine must not crash (run under ASAN in CI). */
+/* Mixed sizes overwritten in little memory: every cleaned segment moves its live items down
+ * inside itself or into a head. Every value
+ * read back must be the one stored for its key and size (a move that copied the wrong bytes or
+ * left the index pointing at the old place corrupts it), and the engine must not crash (run
+ * under ASAN in CI). */
 static void test_s3fifo_survives_page_moves(void **state)
 {
     (void)state;
@@ -242,9 +243,12 @@ static void test_s3fifo_survives_page_moves(void **state)
     }
     struct store_stats s;
     store_stats(st, &s);
-    print_message("s3fifo, 4 MB, mixed sizes: %llu values checked, %llu pages moved\n",
+    print_message("s3fifo, 4 MB, mixed sizes: %llu values checked, %llu segments cleaned\n",
                   (unsigned long long)checked, (unsigned long long)s.slab_pages_moved);
-    assert_true(s.slab_pages_moved > 100);
+    /* 2,400 keys of ~1 MB in all fit: overwrites leave dead bytes that cleaning compacts, and
+     * nothing is evicted */
+    assert_true(s.slab_pages_moved > 10);
+    assert_int_equal(s.evictions, 0);
     assert_true(checked > 300);
     store_destroy(&st);
 }

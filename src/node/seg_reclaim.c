@@ -1,0 +1,716 @@
+/* seg_reclaim.c — making room in the segmented log (see seg.h): cleaning, eviction, taking
+ * segments from pools beyond their guarantee, trimming pools over a lowered quota, and clearing
+ * windows of contiguous segments for large items (runs).
+ *
+ * Cleaning and eviction work on one victim segment at a time, in place: its records are walked
+ * from the start; a live item the victim keeps (every one when cleaning, those the policy keeps
+ * when evicting) is moved by the store's visitor into the destination queue's head while that
+ * has room, otherwise slid down to the lowest free offset of the victim itself. Dead records and
+ * evicted items leave room behind. The victim then becomes the destination queue's head with
+ * its kept items at its start, or, emptied, the head the allocation asked for. So a cleaned or
+ * evicted segment re-enters its queue as the newest (FIFO-reinsertion, i.e. CLOCK), and no free
+ * segment is needed to make room.
+ *
+ * A record the victim cannot move (its shard is busy, the allocating caller holds it, it is
+ * being freed right now) stays where it is; the gap before it becomes one dead filler record, so
+ * the segment stays walkable from its start. */
+#include "node/seg_int.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+#define LOAD SEG_LOAD
+#define STORE SEG_STORE
+
+#define CLEAN_MIN_DEAD_SHIFT 4 /* cleaning a segment must free at least 1/16 of it */
+#define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
+#define RUN_WINDOW_TRIES 4      /* windows tried for one run */
+#define RUN_BUSY_ROUNDS 200     /* retries of a busy item while clearing a window */
+
+/* Live bytes of pool pl (lock held): its heads and queues. */
+static uint64_t pool_live(struct segs *s, struct seg_pool *pl)
+{
+    uint64_t live = 0;
+    for (int q = 0; q < Q_COUNT; q++) {
+        if (pl->q[q].cur != SEG_NONE) live += LOAD(&s->meta[pl->q[q].cur].live);
+        for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next)
+            live += LOAD(&s->meta[i].live);
+    }
+    return live;
+}
+
+bool seg_pool_roomy(struct segs *s, struct seg_pool *pl)
+{
+    uint64_t segs = LOAD(&pl->quota_segs);
+    if (segs == 0 || LOAD(&pl->nsegs) > segs) segs = LOAD(&pl->nsegs);
+    return pool_live(s, pl) * 10 < segs * s->seg_size * 9;
+}
+
+void seg_put_filler(char *at, uint32_t len)
+{
+    struct item *f = (struct item *)at;
+    f->nkey = 0;
+    f->nbytes = len - (uint32_t)sizeof(struct item);
+    __atomic_store_n(&f->iflags, (uint8_t)ITEM_SEG_DEAD, __ATOMIC_RELEASE);
+}
+
+/* The queue a victim's kept items go to: s3fifo's small queue promotes what it keeps. */
+static inline int victim_dest(int q, bool evict) { return evict && q == Q_SMALL ? Q_MAIN : q; }
+
+/* Run v's item is gone: the segment holding its end (if it shares it) starts at 0 again, the end
+ * covered by a dead record (pool lock held). */
+static void run_tail_fix(struct segs *s, uint32_t v)
+{
+    struct seg_meta *m = &s->meta[v];
+    if (!m->shares_tail) return;
+    m->shares_tail = 0;
+    struct seg_meta *t = &s->meta[v + m->nrun];
+    seg_put_filler(seg_base(s, v + m->nrun), t->start);
+    t->start = 0;
+    t->run_of = SEG_NONE;
+    STORE(&t->gen, t->gen + 1);
+}
+
+/* Free a run whose item is gone (pool lock held). */
+static void run_release(struct segs *s, struct seg_pool *pl, uint32_t v)
+{
+    seg_q_remove(s, pl, v);
+    run_tail_fix(s, v);
+    seg_release(s, pl, v, s->meta[v].nrun);
+}
+
+/* Evict or keep the item of run v (pool lock held). Returns true if the run was freed. */
+static bool process_run(struct segs *s, struct seg_pool *pl, uint32_t v, bool evict, bool drop,
+                        seg_visit_fn fn, void *ctx)
+{
+    struct seg_meta *m = &s->meta[v];
+    struct item *it = (struct item *)seg_base(s, v);
+    if (LOAD(&m->pins)) return false;
+    uint8_t f = rec_state(it);
+    if ((f & ITEM_LINKED) && evict) {
+        int to = Q_MAIN;
+        if (!drop && evict_keep(pl, m->queue, it, clock_now(), &to)) {
+            seg_q_remove(s, pl, v);
+            seg_q_push(s, pl, to, v); /* reinserted without a copy */
+            return false;
+        }
+        uint32_t len = (uint32_t)seg_item_size(it);
+        int r = fn(ctx, it, SEG_VISIT_EVICT, NULL);
+        if (r & SEG_GONE) {
+            seg_count_gone(pl, it, SEG_VISIT_EVICT, r);
+            if (!(r & SEG_GONE_EXPIRED) && m->queue == Q_SMALL) evict_forget(pl, it);
+            seg_kill(s, it, len);
+        }
+    }
+    if (LOAD(&m->live) != 0 || LOAD(&m->pins) != 0) return false;
+    run_release(s, pl, v);
+    return true;
+}
+
+/* Make segment v (sealed, its records compacted below woff) queue q's head. */
+static void become_head(struct segs *s, struct seg_pool *pl, int q, uint32_t v)
+{
+    seg_seal_head(s, pl, q);
+    struct seg_meta *m = &s->meta[v];
+    m->queue = (uint8_t)q;
+    STORE(&m->state, (uint8_t)SS_HEAD);
+    pl->q[q].cur = v;
+}
+
+/* Clean (evict false) or evict from victim v of pool pl (lock held; sealed, not pinned), as the
+ * file comment says. `drop`: keep nothing (a segment given away). `want`: the queue whose head
+ * the caller needs. Returns the room left in the victim (its unused end counts: a segment sealed
+ * early is worth cleaning for it alone). On return the victim is a head, or free when `release`
+ * and it was emptied. */
+static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool evict, bool drop,
+                        int want, bool release, seg_visit_fn fn, void *ctx)
+{
+    struct seg_meta *m = &s->meta[v];
+    int q = m->queue, dq = victim_dest(q, evict);
+    seg_q_remove(s, pl, v);
+    STORE(&m->state, (uint8_t)SS_BUSY);
+    char *base = seg_base(s, v);
+    uint32_t end = m->woff, r = m->start, w = m->start, now = clock_now();
+    uint64_t kept = 0, seen = 0;
+    while (r < end) {
+        struct item *it = (struct item *)(base + r);
+        uint32_t len = (uint32_t)seg_item_size(it), next = r + len;
+        uint8_t f = rec_state(it);
+        if (f & ITEM_SEG_DEAD) {
+            r = next;
+            continue;
+        }
+        bool fixed = true; /* stays where it is */
+        if (f & ITEM_LINKED) {
+            seen += len;
+            int to = dq;
+            bool keep = !drop && (!evict || evict_keep(pl, q, it, now, &to));
+            if (!keep) {
+                int rv = fn(ctx, it, SEG_VISIT_EVICT, NULL);
+                if (rv & SEG_GONE) {
+                    seg_count_gone(pl, it, SEG_VISIT_EVICT, rv);
+                    if (!(rv & SEG_GONE_EXPIRED) && q == Q_SMALL) evict_forget(pl, it);
+                    seg_kill(s, it, len);
+                    fixed = false;
+                }
+            } else {
+                uint32_t h = pl->q[dq].cur;
+                bool away = h != SEG_NONE && s->meta[h].woff + len <= s->seg_size;
+                struct item *dst = away ? (struct item *)(seg_base(s, h) + s->meta[h].woff)
+                                        : (struct item *)(base + w);
+                if (!away && w + sizeof(struct item) > r && w != r) dst = NULL; /* too close */
+                int rv = dst == it ? SEG_MOVED : dst ? fn(ctx, it, SEG_VISIT_MOVE, dst) : 0;
+                if (rv & SEG_MOVED) {
+                    kept += len;
+                    if (away) {
+                        s->meta[h].woff += len;
+                        __atomic_fetch_add(&s->meta[h].live, len, __ATOMIC_RELAXED);
+                        __atomic_fetch_sub(&m->live, len, __ATOMIC_RELAXED);
+                        fixed = false;
+                    } else {
+                        w += len;
+                        r = next;
+                        continue;
+                    }
+                } else if (rv & SEG_GONE) {
+                    seg_count_gone(pl, it, SEG_VISIT_MOVE, rv);
+                    seg_kill(s, it, len);
+                    fixed = false;
+                }
+            }
+        }
+        if (fixed) {
+            if (w < r) seg_put_filler(base + w, r - w);
+            w = next;
+        }
+        r = next;
+    }
+    m->woff = w;
+    STORE(&m->gen, m->gen + 1);
+    if (evict) evict_victim_done(pl, kept, seen);
+    else pl->bk[0].segs_cleaned++;
+    bool empty = w == m->start;
+    if (empty && m->start == 0 && release && LOAD(&m->live) == 0) {
+        seg_release(s, pl, v, 1);
+    } else if (empty && pl->q[want].cur == SEG_NONE) {
+        m->queue = (uint8_t)want;
+        STORE(&m->state, (uint8_t)SS_HEAD);
+        pl->q[want].cur = v;
+    } else {
+        become_head(s, pl, empty ? want : dq, v);
+    }
+    return s->seg_size - w;
+}
+
+/* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
+ * 1/16 of a segment, other than `skip` and those in [lo, hi); a run whose item is gone wins at
+ * once. SEG_NONE if none. */
+static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
+                                   uint32_t skip, uint32_t lo, uint32_t hi, uint32_t since)
+{
+    uint32_t best = SEG_NONE, most = 0;
+    uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
+    if (min < need) min = need;
+    for (int q = 0; q < Q_COUNT; q++)
+        for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next) {
+            struct seg_meta *m = &s->meta[i];
+            if (LOAD(&m->pins) || i == skip || (i >= lo && i < hi)) continue;
+            if ((int32_t)(m->sealed_at - since) > 0) continue; /* sealed since `since` */
+            uint32_t live = LOAD(&m->live);
+            if (m->state == SS_RUN) {
+                if (live == 0) return i;
+                continue;
+            }
+            uint32_t dead = s->seg_size - m->start - live;
+            if (dead >= min && dead > most) {
+                most = dead;
+                best = i;
+            }
+        }
+    return best;
+}
+
+static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
+                                uint32_t skip)
+{
+    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE, pl->seal_seq);
+}
+
+/* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
+static uint32_t oldest(struct segs *s, struct seg_pool *pl, int q)
+{
+    uint32_t i = pl->q[q].head;
+    for (int k = 0; i != SEG_NONE && k < VICTIM_SKIP; k++, i = s->meta[i].next)
+        if (LOAD(&s->meta[i].pins) == 0) return i;
+    return SEG_NONE;
+}
+
+/* Evict from the oldest victim of pl (lock held). `drop`: keep nothing, `release`: free the
+ * emptied victim. Returns true if something was freed or a victim was recycled. */
+static bool evict_one(struct segs *s, struct seg_pool *pl, int want, bool drop, bool release,
+                      seg_visit_fn fn, void *ctx)
+{
+    int vq = evict_victim_queue(pl);
+    uint32_t v = oldest(s, pl, vq);
+    if (v == SEG_NONE) v = oldest(s, pl, 1 - vq);
+    if (v == SEG_NONE) return false;
+    if (s->meta[v].state == SS_RUN) {
+        process_run(s, pl, v, true, drop, fn, ctx);
+        return true;
+    }
+    process(s, pl, v, true, drop, want, release, fn, ctx);
+    return true;
+}
+
+/* Pages beyond what the pool is guaranteed: all of them without a quota. */
+static inline uint32_t pool_excess(const struct seg_pool *pl)
+{
+    uint32_t n = LOAD(&pl->nsegs), q = LOAD(&pl->quota_segs);
+    return n > q ? n - q : 0;
+}
+
+/* Have the pool (other than `to`) with the most segments beyond its guarantee give one back to
+ * the free segments. No pool lock held. Returns true if one was given. */
+static bool steal_from_pools(struct segs *s, struct seg_pool *to, seg_visit_fn fn, void *ctx)
+{
+    struct seg_pool *best = NULL;
+    uint32_t most = 0;
+    for (int i = 0; i < STORE_NS_MAX; i++) {
+        struct seg_pool *pl = seg_pool_at(s, (uint16_t)i);
+        if (!pl || pl == to) continue;
+        uint32_t ex = pool_excess(pl);
+        if (ex > most) {
+            most = ex;
+            best = pl;
+        }
+    }
+    if (!best) return false;
+    pthread_mutex_lock(&best->lock);
+    uint32_t before = LOAD(&best->nsegs);
+    evict_one(s, best, Q_MAIN, true, true, fn, ctx);
+    bool gave = LOAD(&best->nsegs) < before;
+    pthread_mutex_unlock(&best->lock);
+    return gave;
+}
+
+bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
+                 uint32_t since, seg_visit_fn fn, void *ctx)
+{
+    /* Under its quota with no free segment left (quotas raised after others filled memory):
+     * take back what is owed from pools beyond their guarantee before touching our items. */
+    uint32_t quota = LOAD(&pl->quota_segs);
+    if (quota && LOAD(&pl->nsegs) < quota && LOAD(&s->nfree) == 0) {
+        pthread_mutex_unlock(&pl->lock);
+        bool gave = steal_from_pools(s, pl, fn, ctx);
+        pthread_mutex_lock(&pl->lock);
+        if (gave) return true;
+    }
+    if (seg_pool_roomy(s, pl)) {
+        /* The victim's items first fill what is left of the head, then it becomes the head:
+         * room accumulates over successive victims until the item fits. A victim whose dead
+         * bytes sit before an item that cannot move (the caller's own, a busy one) may free
+         * nothing: the next look passes it over. */
+        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, SEG_NONE, SEG_NONE, since);
+        if (v != SEG_NONE) {
+            if (s->meta[v].state == SS_RUN) {
+                run_release(s, pl, v);
+                return true;
+            }
+            if (process(s, pl, v, false, false, q, false, fn, ctx) > 0) return true;
+            pl->clean_skip = v;
+        }
+    }
+    if (evict_one(s, pl, q, hard, false, fn, ctx)) return true;
+    /* Nothing of our own to evict (a pool whose segments are all heads or pinned): a pool
+     * without a quota takes from the others. */
+    if (quota == 0) {
+        pthread_mutex_unlock(&pl->lock);
+        bool gave = steal_from_pools(s, pl, fn, ctx);
+        pthread_mutex_lock(&pl->lock);
+        return gave;
+    }
+    return false;
+}
+
+bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    uint32_t before = LOAD(&pl->nsegs);
+    if (!evict_one(s, pl, Q_MAIN, true, true, fn, ctx)) {
+        /* only heads left: seal them so that the next round can give them back */
+        bool any = false;
+        for (int q = 0; q < Q_COUNT; q++) {
+            any |= pl->q[q].cur != SEG_NONE;
+            seg_seal_head(s, pl, q);
+        }
+        return any;
+    }
+    uint32_t gone = before - LOAD(&pl->nsegs);
+    pl->bk[0].segs_trimmed += gone;
+    return gone > 0;
+}
+
+bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
+                    void *ctx)
+{
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, SEG_NONE,
+                                    SEG_NONE, since);
+    if (v == SEG_NONE) return false;
+    if (s->meta[v].state == SS_RUN) {
+        run_release(s, pl, v);
+        return true;
+    }
+    if (process(s, pl, v, false, false, q, false, fn, ctx) > 0) return true;
+    pl->clean_skip = v;
+    return false;
+}
+
+bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    uint32_t before = LOAD(&pl->nsegs), skip = SEG_NONE;
+    for (int k = 0; k < 16 && LOAD(&pl->nsegs) >= before; k++) {
+        if (!seg_pool_roomy(s, pl)) return false;
+        uint32_t v = clean_candidate(s, pl, 0, skip);
+        if (v == SEG_NONE) return false;
+        if (s->meta[v].state == SS_RUN) {
+            run_release(s, pl, v);
+            continue;
+        }
+        if (process(s, pl, v, false, false, s->meta[v].queue, true, fn, ctx) == 0) skip = v;
+    }
+    return LOAD(&pl->nsegs) < before;
+}
+
+uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
+{
+    uint32_t done = 0;
+    for (int i = 0; i < STORE_NS_MAX && done < max; i++) {
+        struct seg_pool *pl = seg_pool_at(s, (uint16_t)i);
+        if (!pl) continue;
+        while (done < max && LOAD(&pl->quota_segs) && pool_excess(pl) > 0) {
+            pthread_mutex_lock(&pl->lock);
+            uint32_t before = LOAD(&pl->nsegs);
+            bool ok = seg_shrink(s, pl, fn, ctx);
+            uint32_t after = LOAD(&pl->nsegs);
+            pthread_mutex_unlock(&pl->lock);
+            if (!ok) break; /* busy items: the next tick tries again */
+            done += before > after ? before - after : 0;
+        }
+    }
+    return done;
+}
+
+uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
+{
+    uint32_t done = 0;
+    for (int i = 0; i < STORE_NS_MAX && done < max; i++) {
+        struct seg_pool *pl = seg_pool_at(s, (uint16_t)i);
+        if (!pl || LOAD(&pl->nsegs) == 0) continue;
+        pthread_mutex_lock(&pl->lock);
+        /* Only a pool that will clean inline soon: no free segment it may take, room in it. */
+        for (int q = 0; q < Q_COUNT && done < max; q++) {
+            uint32_t h = pl->q[q].cur;
+            if (h == SEG_NONE || s->meta[h].woff * 16 < s->seg_size * 15) continue;
+            if (LOAD(&s->nfree) > 1 || !seg_pool_roomy(s, pl)) continue;
+            uint32_t v = clean_candidate(s, pl, s->seg_size / 2, pl->clean_skip);
+            if (v == SEG_NONE || s->meta[v].state == SS_RUN) continue;
+            process(s, pl, v, false, false, q, false, fn, ctx);
+            done++;
+        }
+        pthread_mutex_unlock(&pl->lock);
+    }
+    return done;
+}
+
+/* ---- runs --------------------------------------------------------------------------------- */
+
+/* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
+ * re-checked under the owner's lock)? */
+static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
+                      uint64_t *cost)
+{
+    struct seg_meta *m = &s->meta[i];
+    uint8_t st = LOAD(&m->state);
+    if (st == SS_FREE) return true;
+    if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
+    /* a segment holding the end of a run is cleared only after that run, in the same window */
+    if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo)) return false;
+    const struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
+    if (!ow) return false;
+    if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
+    if (st == SS_RUN) {
+        if (i + m->nrun > s->nsegs) return false;
+        /* a run's item can move only to free segments elsewhere, and is evicted when there
+         * are none: a window of movable records costs far less */
+        *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
+        return true;
+    }
+    *cost += LOAD(&m->live) + 1;
+    return true;
+}
+
+/* The window of n segments with the fewest live bytes that may be cleared for `to`. */
+static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
+                                uint32_t skip)
+{
+    uint32_t best = SEG_NONE;
+    uint64_t low = UINT64_MAX;
+    for (uint32_t i = 0; i + n <= s->nsegs; i++) {
+        if (i == skip) continue;
+        uint64_t cost = 0;
+        uint32_t k = i;
+        bool ok = true;
+        while (ok && k < i + n) {
+            ok = window_ok(s, to, i, k, &cost);
+            if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
+        }
+        /* a run sticking out of the window is cleared whole */
+        if (ok && cost < low) {
+            low = cost;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* Room for `len` bytes at the head of pool ow's queue q (lock held) for an item moved out of a
+ * window [lo, hi) being cleared: the head as it is, a free segment the pool may take, or a
+ * segment outside the window cleaned into the head. NULL when none (the item is evicted). */
+static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
+                                uint32_t lo, uint32_t hi, seg_visit_fn fn, void *ctx)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        uint32_t h = ow->q[q].cur;
+        if (h != SEG_NONE && (h < lo || h >= hi) && s->meta[h].woff + len <= s->seg_size)
+            return (struct item *)(seg_base(s, h) + s->meta[h].woff);
+        uint32_t f = seg_take_free(s, ow, false);
+        if (f != SEG_NONE) {
+            seg_seal_head(s, ow, q);
+            seg_install_head(s, ow, q, f);
+            continue;
+        }
+        if (!seg_pool_roomy(s, ow)) return NULL;
+        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi, ow->seal_seq);
+        if (v == SEG_NONE) return NULL;
+        if (s->meta[v].state == SS_RUN) {
+            run_release(s, ow, v);
+            continue;
+        }
+        if (process(s, ow, v, false, false, q, false, fn, ctx) == 0) return NULL;
+    }
+    return NULL;
+}
+
+/* Move the item `it` of a run in a window being cleared (pool ow's lock held) to contiguous
+ * free segments elsewhere (the window's own free segments are already taken), queued in q.
+ * Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no such room. */
+static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct item *it,
+                           uint32_t len, seg_visit_fn fn, void *ctx)
+{
+    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
+    uint32_t t = seg_take_run(s, ow, n);
+    if (t == SEG_NONE) return 0;
+    int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, t));
+    if (!(rv & SEG_MOVED)) {
+        seg_release(s, ow, t, n);
+        return rv ? rv : SEG_BUSY;
+    }
+    struct seg_meta *m = &s->meta[t];
+    m->woff = len;
+    m->nrun = n;
+    m->shares_tail = 0;
+    STORE(&m->gen, m->gen + 1);
+    for (uint32_t k = t + 1; k < t + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    __atomic_fetch_add(&m->live, len, __ATOMIC_RELAXED);
+    STORE(&m->state, (uint8_t)SS_RUN);
+    seg_q_push(s, ow, q, t);
+    seg_kill(s, it, len);
+    return rv;
+}
+
+/* Empty segment i (its owner's lock held, state BUSY, unpinned): move its live items to its
+ * pool's heads (never into [lo, hi), the window) and a run's item to free segments elsewhere;
+ * evict what finds no room. Returns true when it is empty. */
+static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, uint32_t lo,
+                             uint32_t hi, seg_visit_fn fn, void *ctx)
+{
+    struct seg_meta *m = &s->meta[i];
+    char *base = seg_base(s, i);
+    bool run = m->nrun != 0;
+    for (int round = 0; round < RUN_BUSY_ROUNDS; round++) {
+        bool pending = false, pinned = false;
+        for (uint32_t r = 0; r < m->woff;) {
+            struct item *it = (struct item *)(base + r);
+            uint32_t len = (uint32_t)seg_item_size(it);
+            uint8_t f = rec_state(it);
+            r += len;
+            if (f & ITEM_SEG_DEAD) continue;
+            if (!(f & ITEM_LINKED)) {
+                pending = true;
+                continue;
+            }
+            if (run) {
+                int rv = window_move_run(s, ow, m->queue, it, len, fn, ctx);
+                if (rv & SEG_MOVED) continue;
+                if (rv & (SEG_BUSY | SEG_PINNED)) {
+                    pending = true;
+                    pinned |= (rv & SEG_PINNED) != 0;
+                    continue;
+                }
+                if (rv & SEG_GONE) {
+                    seg_count_gone(ow, it, SEG_VISIT_MOVE, rv);
+                    seg_kill(s, it, len);
+                    continue;
+                }
+            }
+            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, lo, hi, fn, ctx);
+            int rv;
+            if (dst) {
+                uint32_t h = seg_of(s, dst);
+                rv = fn(ctx, it, SEG_VISIT_MOVE, dst);
+                if (rv & SEG_MOVED) {
+                    s->meta[h].woff += len;
+                    __atomic_fetch_add(&s->meta[h].live, len, __ATOMIC_RELAXED);
+                    seg_kill(s, it, len);
+                    continue;
+                }
+            } else {
+                rv = fn(ctx, it, SEG_VISIT_EVICT, NULL);
+            }
+            if (rv & SEG_GONE) {
+                seg_count_gone(ow, it, SEG_VISIT_EVICT, rv);
+                seg_kill(s, it, len);
+            } else {
+                pending = true;
+                pinned |= (rv & SEG_PINNED) != 0;
+            }
+        }
+        if (!pending && LOAD(&m->live) == 0 && LOAD(&m->pins) == 0) return true;
+        if (pinned) return false; /* held by our own caller: waiting cannot help */
+        /* The shard holders we wait for may be waiting for this very lock. */
+        pthread_mutex_unlock(&ow->lock);
+        sched_yield();
+        pthread_mutex_lock(&ow->lock);
+    }
+    return false;
+}
+
+/* Take free segment i for pool `to` if it is still free (free_lock taken here). */
+static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
+{
+    pthread_mutex_lock(&s->free_lock);
+    bool ok = (s->freemap[i / 64] >> (i % 64)) & 1;
+    if (ok) {
+        s->freemap[i / 64] &= ~(1ull << (i % 64));
+        s->nfree--;
+        struct seg_meta *m = &s->meta[i];
+        m->woff = m->start = 0;
+        m->nrun = 0;
+        m->shares_tail = 0;
+        m->prev = m->next = SEG_NONE;
+        STORE(&m->live, 0);
+        STORE(&m->pins, 0);
+        STORE(&m->nsid, to->id);
+        STORE(&m->state, (uint8_t)SS_BUSY);
+        STORE(&to->nsegs, to->nsegs + 1);
+    }
+    pthread_mutex_unlock(&s->free_lock);
+    return ok;
+}
+
+/* Move `n` emptied segments from i (pool ow's) to pool `to`, still BUSY. */
+static void transfer(struct segs *s, struct seg_pool *ow, struct seg_pool *to, uint32_t i,
+                     uint32_t n)
+{
+    pthread_mutex_lock(&s->free_lock);
+    for (uint32_t k = i; k < i + n; k++) {
+        struct seg_meta *m = &s->meta[k];
+        m->woff = m->start = 0;
+        m->nrun = 0;
+        m->shares_tail = 0;
+        m->prev = m->next = SEG_NONE;
+        STORE(&m->gen, m->gen + 1);
+        STORE(&m->nsid, to->id);
+        STORE(&m->state, (uint8_t)SS_BUSY);
+    }
+    STORE(&ow->nsegs, ow->nsegs - n);
+    STORE(&to->nsegs, to->nsegs + n);
+    pthread_mutex_unlock(&s->free_lock);
+}
+
+/* Clear segment k of a window [lo, hi) for `to`: take it if free, or empty it under its owner's
+ * lock and take it over. Returns the segments taken from k on (a run may reach past hi), or 0
+ * on failure. No pool lock held. */
+static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uint32_t lo,
+                            uint32_t hi, seg_visit_fn fn, void *ctx)
+{
+    struct seg_meta *m = &s->meta[k];
+    if (LOAD(&m->state) == SS_FREE) return take_this_free(s, to, k) ? 1 : 0;
+    struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
+    if (!ow) return 0;
+    pthread_mutex_lock(&ow->lock);
+    uint8_t st = LOAD(&m->state);
+    uint32_t got = 0;
+    if ((st == SS_SEALED || st == SS_RUN) && LOAD(&m->nsid) == ow->id && !LOAD(&m->pins) &&
+        m->start == 0) {
+        uint32_t n = st == SS_RUN ? m->nrun : 1;
+        int q = m->queue;
+        seg_q_remove(s, ow, k);
+        STORE(&m->state, (uint8_t)SS_BUSY);
+        if (window_empty_one(s, ow, k, lo, hi, fn, ctx)) {
+            if (st == SS_RUN) run_tail_fix(s, k);
+            ow->bk[0].segs_cleaned += n;
+            transfer(s, ow, to, k, n);
+            got = n;
+        } else {
+            STORE(&m->state, st);
+            seg_q_push(s, ow, q, k);
+        }
+    }
+    pthread_mutex_unlock(&ow->lock);
+    return got;
+}
+
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
+                      void *ctx)
+{
+    uint32_t skip = SEG_NONE;
+    bool *mine = calloc(n, sizeof *mine);
+    if (!mine) return SEG_NONE;
+    uint32_t got_lo = SEG_NONE;
+    for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
+        uint32_t lo = cheapest_window(s, pl, n, skip);
+        if (lo == SEG_NONE) break;
+        pthread_mutex_unlock(&pl->lock);
+        /* The window's free segments first, so that no head of a pool emptying the rest of the
+         * window lands in it. */
+        memset(mine, 0, n * sizeof *mine);
+        for (uint32_t k = lo; k < lo + n; k++)
+            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, pl, k);
+        uint32_t k = lo, beyond = lo + n;
+        bool ok = true;
+        while (ok && k < lo + n) {
+            if (mine[k - lo]) {
+                k++;
+                continue;
+            }
+            uint32_t got = window_take(s, pl, k, lo, lo + n, fn, ctx);
+            ok = got != 0;
+            for (uint32_t j = k; ok && j < k + got; j++)
+                if (j < lo + n) mine[j - lo] = true;
+            if (k + got > beyond) beyond = k + got;
+            k += got;
+        }
+        if (beyond > lo + n) seg_release(s, pl, lo + n, beyond - (lo + n)); /* a run's rest */
+        if (!ok)
+            for (uint32_t j = lo; j < lo + n; j++)
+                if (mine[j - lo]) seg_release(s, pl, j, 1);
+        pthread_mutex_lock(&pl->lock);
+        if (ok) got_lo = lo;
+        skip = lo;
+    }
+    free(mine);
+    return got_lo;
+}
