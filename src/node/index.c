@@ -255,7 +255,11 @@ void index_destroy(struct index **ixp)
     *ixp = NULL;
 }
 
-struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey)
+/* The first item of hv's probe sequence (tags first) that `match` accepts, or NULL. Inlined into
+ * each caller with its own match, so the key compare of a lookup costs no call. */
+static inline struct item *index_probe(const struct index_shard *sh, uint64_t hv,
+                                       bool (*match)(const struct item *, const void *),
+                                       const void *arg)
 {
     const uint64_t *t = sh->slots;
     size_t nb = sh->nslots / B;
@@ -267,30 +271,38 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
             uint64_t s = k[__builtin_ctz(m)];
             if (!index_full(s)) continue; /* an empty slot has tag 0 */
             struct item *it = index_slot_item(s);
-            if (it->nkey == nkey && memcmp(it->data, key, nkey) == 0) return it;
+            if (match(it, arg)) return it;
         }
         if (!index_ovf(k)) break;
     }
     return NULL;
 }
 
+struct probe_key {
+    const char *key;
+    size_t nkey;
+};
+
+static bool match_key(const struct item *it, const void *arg)
+{
+    const struct probe_key *k = arg;
+    return it->nkey == k->nkey && memcmp(it->data, k->key, k->nkey) == 0;
+}
+
+static bool match_cas(const struct item *it, const void *arg)
+{
+    return item_cas(it) == *(const uint64_t *)arg;
+}
+
+struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey)
+{
+    const struct probe_key k = {key, nkey};
+    return index_probe(sh, hv, match_key, &k);
+}
+
 struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas)
 {
-    const uint64_t *t = sh->slots;
-    size_t nb = sh->nslots / B;
-    size_t b = index_home(hv, nb);
-    uint64_t tag = index_tag(hv);
-    for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
-        const uint64_t *k = t + b * B;
-        for (unsigned m = index_tag_match(k, tag); m; m &= m - 1) {
-            uint64_t s = k[__builtin_ctz(m)];
-            if (!index_full(s)) continue;
-            struct item *it = index_slot_item(s);
-            if (item_cas(it) == cas) return it;
-        }
-        if (!index_ovf(k)) break;
-    }
-    return NULL;
+    return index_probe(sh, hv, match_cas, &cas);
 }
 
 /* Grow the shard's table by 5/4 (index_grown_size). Items do not keep their hash (it would cost
