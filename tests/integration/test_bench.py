@@ -23,6 +23,25 @@ def bench(server, *args, timeout=60):
     return proc.returncode, (json.loads(lines[-1]) if lines else None), proc.stderr
 
 
+def bench_through_a_stall(server, args, at, stall):
+    """Run shoal-bench with `args` against `server`, stopping the server for `stall` seconds
+    `at` seconds into the run; returns its JSON result (after checking it exited cleanly)."""
+    proc = subprocess.Popen([str(BENCH_BIN), "--server", f"127.0.0.1:{server.port}", "--json",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(at)  # into the measured run: a point in time, not a condition to await
+        pause_server(server)
+        time.sleep(stall)
+        resume_server(server)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        resume_server(server)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+
+
 def test_closed_loop_reports_its_run(server):
     rc, res, err = bench(server, "--keys", "1000", "--prefill", "-d", "0.5", "--warmup", "0",
                          "-c", "4", "-t", "2")
@@ -49,22 +68,8 @@ def test_open_loop_counts_the_wait_of_requests_due_during_a_stall(server):
     loop also times the ~RATE*STALL requests that fell due meanwhile from when they were due, so
     about a sixth of all requests carry waits of up to STALL, and its p90 shows the stall."""
     RATE, STALL = 500, 0.4
-    proc = subprocess.Popen([str(BENCH_BIN), "--server", f"127.0.0.1:{server.port}", "--json",
-                             "--keys", "1000", "--rate", str(RATE), "-d", "2", "--warmup", "0",
-                             "-c", "4", "-t", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(0.6)  # into the measured run: a point in time, not a condition to await
-        pause_server(server)
-        time.sleep(STALL)
-        resume_server(server)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        resume_server(server)
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    res = bench_through_a_stall(server, ["--keys", "1000", "--rate", str(RATE), "-d", "2",
+                                         "--warmup", "0", "-c", "4", "-t", "1"], 0.6, STALL)
     assert res["errors"] == 0
     assert res["max_us"] >= STALL * 1e6 * 0.9, res
     # requests due in the stall: RATE*STALL = 200 of ~1000, their waits spread over 0..STALL;
@@ -85,22 +90,8 @@ def test_split_puts_a_server_stall_in_the_server_part(server):
     seconds mid-run leaves a request waiting that long before its reply arrives: the server part
     carries the stall, the client part (arrival to read) does not."""
     STALL = 0.3
-    proc = subprocess.Popen([str(BENCH_BIN), "--server", f"127.0.0.1:{server.port}", "--json",
-                             "--split", "--keys", "1000", "-d", "1.5", "--warmup", "0",
-                             "-c", "1", "-t", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(0.5)  # into the measured run: a point in time, not a condition to await
-        pause_server(server)
-        time.sleep(STALL)
-        resume_server(server)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        resume_server(server)
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    res = bench_through_a_stall(server, ["--split", "--keys", "1000", "-d", "1.5", "--warmup", "0",
+                                         "-c", "1", "-t", "1"], 0.5, STALL)
     assert res["errors"] == 0
     assert res["server_stamped"] == res["ops"] == res["client_stamped"], res
     assert res["server_max_us"] >= STALL * 1e6 * 0.9, res
