@@ -205,11 +205,20 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
     return s->seg_size - w;
 }
 
+/* Segments [lo, hi) kept out of a search (lo == hi: none). */
+struct seg_span {
+    uint32_t lo, hi;
+};
+#define NO_SPAN ((struct seg_span){0, 0})
+
+static inline bool in_span(struct seg_span x, uint32_t i) { return i >= x.lo && i < x.hi; }
+
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
- * 1/16 of a segment, other than `skip` and those in [lo, hi); a run whose item is gone wins at
- * once. SEG_NONE if none. */
+ * 1/16 of a segment, other than `skip` and those in spans a and b; a run whose item is gone wins
+ * at once. SEG_NONE if none. */
 static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                   uint32_t skip, uint32_t lo, uint32_t hi, uint32_t since)
+                                   uint32_t skip, struct seg_span a, struct seg_span b,
+                                   uint32_t since)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -217,7 +226,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
     for (int q = 0; q < Q_COUNT; q++)
         for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next) {
             struct seg_meta *m = &s->meta[i];
-            if (LOAD(&m->pins) || i == skip || (i >= lo && i < hi)) continue;
+            if (LOAD(&m->pins) || i == skip || in_span(a, i) || in_span(b, i)) continue;
             if ((int32_t)(m->sealed_at - since) > 0) continue; /* sealed since `since` */
             uint32_t live = LOAD(&m->live);
             if (m->state == SS_RUN) {
@@ -236,7 +245,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
 static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
                                 uint32_t skip)
 {
-    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE, pl->seal_seq);
+    return clean_candidate_in(s, pl, need, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -313,7 +322,7 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * room accumulates over successive victims until the item fits. A victim whose dead
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
-        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, SEG_NONE, SEG_NONE, since);
+        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
@@ -355,8 +364,8 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
                     void *ctx)
 {
-    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, SEG_NONE,
-                                    SEG_NONE, since);
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, NO_SPAN,
+                                    NO_SPAN, since);
     if (v == SEG_NONE) return false;
     if (s->meta[v].state == SS_RUN) {
         run_release(s, pl, v);
@@ -426,10 +435,21 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
+/* A window being cleared: its segments `w`, the window `x` it makes room for when nested (a run
+ * found in x moves to w; NO_SPAN at depth 0) and the depth. A nested window holds no run and
+ * evicts nothing: it fails instead, and the run it was for is evicted as before. */
+struct window {
+    struct seg_span w, x;
+    int depth;
+};
+
+static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
+                             seg_visit_fn fn, void *ctx);
+
 /* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
- * re-checked under the owner's lock)? */
+ * re-checked under the owner's lock)? `plain`: not if it is a run. */
 static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
-                      uint64_t *cost)
+                      bool plain, uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
@@ -441,9 +461,9 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
     if (st == SS_RUN) {
-        if (i + m->nrun > s->nsegs) return false;
-        /* a run's item can move only to free segments elsewhere, and is evicted when there
-         * are none: a window of movable records costs far less */
+        if (plain || i + m->nrun > s->nsegs) return false;
+        /* a run's item moves to free segments elsewhere (or to a window cleared for it), and
+         * is evicted when there are none: a window of movable records costs far less */
         *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
         return true;
     }
@@ -451,19 +471,20 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     return true;
 }
 
-/* The window of n segments with the fewest live bytes that may be cleared for `to`. */
+/* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
+ * the one from `skip` and any overlapping x; `plain`: one holding no run. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
-                                uint32_t skip)
+                                uint32_t skip, struct seg_span x, bool plain)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
     for (uint32_t i = 0; i + n <= s->nsegs; i++) {
-        if (i == skip) continue;
+        if (i == skip || (i < x.hi && i + n > x.lo)) continue;
         uint64_t cost = 0;
         uint32_t k = i;
         bool ok = true;
         while (ok && k < i + n) {
-            ok = window_ok(s, to, i, k, &cost);
+            ok = window_ok(s, to, i, k, plain, &cost);
             if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
         }
         /* a run sticking out of the window is cleared whole */
@@ -476,14 +497,15 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
 }
 
 /* Room for `len` bytes at the head of pool ow's queue q (lock held) for an item moved out of a
- * window [lo, hi) being cleared: the head as it is, a free segment the pool may take, or a
- * segment outside the window cleaned into the head. NULL when none (the item is evicted). */
+ * window being cleared: the head as it is, a free segment the pool may take, or a segment
+ * outside the windows cleaned into the head. NULL when none (the item is evicted). */
 static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
-                                uint32_t lo, uint32_t hi, seg_visit_fn fn, void *ctx)
+                                const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     for (int tries = 0; tries < 8; tries++) {
         uint32_t h = ow->q[q].cur;
-        if (h != SEG_NONE && (h < lo || h >= hi) && s->meta[h].woff + len <= s->seg_size)
+        if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
+            s->meta[h].woff + len <= s->seg_size)
             return (struct item *)(seg_base(s, h) + s->meta[h].woff);
         uint32_t f = seg_take_free(s, ow, false);
         if (f != SEG_NONE) {
@@ -492,7 +514,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             continue;
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
-        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi, ow->seal_seq);
+        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, wd->w, wd->x, ow->seal_seq);
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);
@@ -503,14 +525,26 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
     return NULL;
 }
 
-/* Move the item `it` of a run in a window being cleared (pool ow's lock held) to contiguous
- * free segments elsewhere (the window's own free segments are already taken), queued in q.
- * Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no such room. */
+/* Move the item `it` of a run in a window being cleared (pool ow's lock held, may be released
+ * and retaken) to contiguous free segments elsewhere (the window's own free segments are
+ * already taken), queued in q. When the free segments are all apart and the pool is below 90%
+ * live, a window of plain segments is cleared for it first (depth 0 only: the nesting stops
+ * there). Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no room. */
 static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct item *it,
-                           uint32_t len, seg_visit_fn fn, void *ctx)
+                           uint32_t len, const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
     uint32_t t = seg_take_run(s, ow, n);
+    if (t == SEG_NONE && wd->depth == 0 && seg_pool_roomy(s, ow)) {
+        struct window in = {.x = wd->w, .depth = 1};
+        pthread_mutex_unlock(&ow->lock);
+        t = clear_window(s, ow, n, &in, fn, ctx);
+        pthread_mutex_lock(&ow->lock);
+        if (t != SEG_NONE && !(rec_state(it) & ITEM_LINKED)) {
+            seg_release(s, ow, t, n);
+            return SEG_BUSY; /* freed meanwhile: the next look finds it dead */
+        }
+    }
     if (t == SEG_NONE) return 0;
     int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, t));
     if (!(rv & SEG_MOVED)) {
@@ -520,6 +554,7 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
     struct seg_meta *m = &s->meta[t];
     m->woff = len;
     m->nrun = n;
+    m->start = 0;
     m->shares_tail = 0;
     STORE(&m->gen, m->gen + 1);
     for (uint32_t k = t + 1; k < t + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
@@ -531,10 +566,10 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
 }
 
 /* Empty segment i (its owner's lock held, state BUSY, unpinned): move its live items to its
- * pool's heads (never into [lo, hi), the window) and a run's item to free segments elsewhere;
- * evict what finds no room. Returns true when it is empty. */
-static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, uint32_t lo,
-                             uint32_t hi, seg_visit_fn fn, void *ctx)
+ * pool's heads (never into the windows) and a run's item to free segments elsewhere; evict what
+ * finds no room (a nested window gives up instead). Returns true when it is empty. */
+static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i,
+                             const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[i];
     char *base = seg_base(s, i);
@@ -552,7 +587,7 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
                 continue;
             }
             if (run) {
-                int rv = window_move_run(s, ow, m->queue, it, len, fn, ctx);
+                int rv = window_move_run(s, ow, m->queue, it, len, wd, fn, ctx);
                 if (rv & SEG_MOVED) continue;
                 if (rv & (SEG_BUSY | SEG_PINNED)) {
                     pending = true;
@@ -565,7 +600,8 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
                     continue;
                 }
             }
-            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, lo, hi, fn, ctx);
+            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, wd, fn, ctx);
+            if (!dst && wd->depth > 0) return false;
             int rv;
             if (dst) {
                 uint32_t h = seg_of(s, dst);
@@ -596,7 +632,6 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
     }
     return false;
 }
-
 /* Take free segment i for pool `to` if it is still free (free_lock taken here). */
 static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
 {
@@ -640,11 +675,11 @@ static void transfer(struct segs *s, struct seg_pool *ow, struct seg_pool *to, u
     pthread_mutex_unlock(&s->free_lock);
 }
 
-/* Clear segment k of a window [lo, hi) for `to`: take it if free, or empty it under its owner's
- * lock and take it over. Returns the segments taken from k on (a run may reach past hi), or 0
- * on failure. No pool lock held. */
-static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uint32_t lo,
-                            uint32_t hi, seg_visit_fn fn, void *ctx)
+/* Clear segment k of window wd for `to`: take it if free, or empty it under its owner's lock and
+ * take it over. Returns the segments taken from k on (a run may reach past the window), or 0 on
+ * failure. No pool lock held. */
+static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
+                            const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[k];
     if (LOAD(&m->state) == SS_FREE) return take_this_free(s, to, k) ? 1 : 0;
@@ -659,7 +694,7 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uin
         int q = m->queue;
         seg_q_remove(s, ow, k);
         STORE(&m->state, (uint8_t)SS_BUSY);
-        if (window_empty_one(s, ow, k, lo, hi, fn, ctx)) {
+        if (window_empty_one(s, ow, k, wd, fn, ctx)) {
             if (st == SS_RUN) run_tail_fix(s, k);
             ow->bk[0].segs_cleaned += n;
             transfer(s, ow, to, k, n);
@@ -673,22 +708,25 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uin
     return got;
 }
 
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
-                      void *ctx)
+/* Clear the cheapest window of n segments for `to` (wd->x and wd->depth set; wd->w set here),
+ * trying a few. No pool lock held. Returns its first segment, its segments `to`'s and BUSY, or
+ * SEG_NONE. */
+static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
+                             seg_visit_fn fn, void *ctx)
 {
     uint32_t skip = SEG_NONE;
     bool *mine = calloc(n, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
     for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
-        uint32_t lo = cheapest_window(s, pl, n, skip);
+        uint32_t lo = cheapest_window(s, to, n, skip, wd->x, wd->depth > 0);
         if (lo == SEG_NONE) break;
-        pthread_mutex_unlock(&pl->lock);
+        wd->w = (struct seg_span){lo, lo + n};
         /* The window's free segments first, so that no head of a pool emptying the rest of the
          * window lands in it. */
         memset(mine, 0, n * sizeof *mine);
         for (uint32_t k = lo; k < lo + n; k++)
-            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, pl, k);
+            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, to, k);
         uint32_t k = lo, beyond = lo + n;
         bool ok = true;
         while (ok && k < lo + n) {
@@ -696,21 +734,30 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
                 k++;
                 continue;
             }
-            uint32_t got = window_take(s, pl, k, lo, lo + n, fn, ctx);
+            uint32_t got = window_take(s, to, k, wd, fn, ctx);
             ok = got != 0;
             for (uint32_t j = k; ok && j < k + got; j++)
                 if (j < lo + n) mine[j - lo] = true;
             if (k + got > beyond) beyond = k + got;
             k += got;
         }
-        if (beyond > lo + n) seg_release(s, pl, lo + n, beyond - (lo + n)); /* a run's rest */
+        if (beyond > lo + n) seg_release(s, to, lo + n, beyond - (lo + n)); /* a run's rest */
         if (!ok)
             for (uint32_t j = lo; j < lo + n; j++)
-                if (mine[j - lo]) seg_release(s, pl, j, 1);
-        pthread_mutex_lock(&pl->lock);
+                if (mine[j - lo]) seg_release(s, to, j, 1);
         if (ok) got_lo = lo;
         skip = lo;
     }
     free(mine);
     return got_lo;
+}
+
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
+                      void *ctx)
+{
+    struct window wd = {.x = NO_SPAN, .depth = 0};
+    pthread_mutex_unlock(&pl->lock);
+    uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
+    pthread_mutex_lock(&pl->lock);
+    return lo;
 }
