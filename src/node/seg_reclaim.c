@@ -29,6 +29,8 @@
 #define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
 #define RUN_WINDOW_TRIES 4      /* windows tried for one run */
 #define RUN_BUSY_ROUNDS 200     /* retries of a busy item while clearing a window */
+#define RUN_SLIDES_MAX 16       /* runs slid down for one nested window */
+#define WINDOW_DEST_TRIES 32    /* segments cleaned for one item moved out of a window */
 
 /* Live bytes of pool pl (lock held): its heads and queues. */
 static uint64_t pool_live(struct segs *s, struct seg_pool *pl)
@@ -497,12 +499,13 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
 }
 
 /* Room for `len` bytes at the head of pool ow's queue q (lock held) for an item moved out of a
- * window being cleared: the head as it is, a free segment the pool may take, or a segment
- * outside the windows cleaned into the head. NULL when none (the item is evicted). */
+ * window being cleared: the head as it is, a free segment the pool may take, or segments
+ * outside the windows cleaned into the head (room accumulates over successive victims: an item
+ * of nearly a segment may take many). NULL when none (the item is evicted). */
 static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
                                 const struct window *wd, seg_visit_fn fn, void *ctx)
 {
-    for (int tries = 0; tries < 8; tries++) {
+    for (int tries = 0; tries < WINDOW_DEST_TRIES; tries++) {
         uint32_t h = ow->q[q].cur;
         if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
             s->meta[h].woff + len <= s->seg_size)
@@ -523,6 +526,35 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
         if (process(s, ow, v, false, false, q, false, fn, ctx) == 0) return NULL;
     }
     return NULL;
+}
+
+/* The item of len bytes now fills the n segments from i (pool lock held; i's other fields set):
+ * when at least a header's worth of it is in the last segment and room is left after it, that
+ * segment holds its end and is sealed into queue q from there (log space for cleaning, as
+ * alloc_run's heads), and the run is n - 1 segments sharing its tail. Sets nrun and the tails'
+ * states; the caller then marks i SS_RUN and queues it. */
+static void run_set_tail(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n,
+                         uint32_t len, int q)
+{
+    struct seg_meta *m = &s->meta[i];
+    uint32_t end = len - (n - 1) * s->seg_size;
+    bool share = end >= sizeof(struct item) && s->seg_size - end >= SEG_ALIGN * 8;
+    m->nrun = share ? n - 1 : n;
+    m->shares_tail = share;
+    for (uint32_t k = i + 1; k < i + m->nrun; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    if (!share) return;
+    uint32_t last = i + n - 1;
+    struct seg_meta *t = &s->meta[last];
+    t->start = t->woff = end;
+    t->run_of = i;
+    t->nrun = 0;
+    t->shares_tail = 0;
+    t->prev = t->next = SEG_NONE;
+    STORE(&t->live, 0);
+    STORE(&t->gen, t->gen + 1);
+    t->sealed_at = ++pl->seal_seq;
+    STORE(&t->state, (uint8_t)SS_SEALED);
+    seg_q_push(s, pl, q, last);
 }
 
 /* Move the item `it` of a run in a window being cleared (pool ow's lock held, may be released
@@ -553,11 +585,9 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
     }
     struct seg_meta *m = &s->meta[t];
     m->woff = len;
-    m->nrun = n;
     m->start = 0;
-    m->shares_tail = 0;
     STORE(&m->gen, m->gen + 1);
-    for (uint32_t k = t + 1; k < t + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    run_set_tail(s, ow, t, n, len, q);
     __atomic_fetch_add(&m->live, len, __ATOMIC_RELAXED);
     STORE(&m->state, (uint8_t)SS_RUN);
     seg_q_push(s, ow, q, t);
@@ -708,6 +738,73 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
     return got;
 }
 
+/* Slide run v of pool pl (lock held) down into segment v - 1, which pl has just cleared and
+ * owns (BUSY): the item moves down one segment (an overlapping move, which the visitor
+ * allows), so the run no longer reaches the segment that shared its end (now a plain segment)
+ * or frees its top segment. Returns true when it moved. */
+static bool run_slide_down(struct segs *s, struct seg_pool *pl, uint32_t v, seg_visit_fn fn,
+                           void *ctx)
+{
+    struct seg_meta *m = &s->meta[v], *d = &s->meta[v - 1];
+    if (LOAD(&m->state) != SS_RUN || LOAD(&m->nsid) != pl->id || LOAD(&m->pins)) return false;
+    struct item *it = (struct item *)seg_base(s, v);
+    if (!(rec_state(it) & ITEM_LINKED)) return false;
+    uint32_t len = (uint32_t)seg_item_size(it);
+    int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, v - 1));
+    if (!(rv & SEG_MOVED)) {
+        if (rv & SEG_GONE) {
+            seg_count_gone(pl, it, SEG_VISIT_MOVE, rv);
+            seg_kill(s, it, len); /* the dead run goes at the next cleaning */
+        }
+        return false;
+    }
+    /* The old header's bytes are the item's now: no seg_kill, counts moved by hand. */
+    uint32_t old = m->nrun, n = (len + s->seg_size - 1) >> s->seg_shift;
+    bool shared = m->shares_tail;
+    int q = m->queue;
+    seg_q_remove(s, pl, v);
+    run_tail_fix(s, v); /* the end it shared is below that segment now */
+    __atomic_fetch_sub(&m->live, len, __ATOMIC_RELAXED);
+    m->nrun = 0;
+    m->woff = 0;
+    STORE(&m->gen, m->gen + 1);
+    d->woff = len;
+    d->start = 0;
+    STORE(&d->gen, d->gen + 1);
+    __atomic_fetch_add(&d->live, len, __ATOMIC_RELAXED);
+    run_set_tail(s, pl, v - 1, n, len, q);
+    STORE(&d->state, (uint8_t)SS_RUN);
+    seg_q_push(s, pl, q, v - 1);
+    if (!shared) seg_release(s, pl, v + old - 1, 1); /* its top segment held only the end */
+    return true;
+}
+
+/* Consolidate one step, for a nested window that found no plain window outside x: the lowest
+ * run outside x whose segment below is free or plain (outside x) has that segment cleared and
+ * slides down into it. No pool lock held. Returns true when a run moved. */
+static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void *ctx)
+{
+    for (uint32_t j = 1; j < s->nsegs; j++) {
+        struct seg_meta *m = &s->meta[j];
+        if (LOAD(&m->state) != SS_RUN || LOAD(&m->pins)) continue;
+        uint32_t end = j + m->nrun + m->shares_tail;
+        if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
+        struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
+        uint64_t cost = 0;
+        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, &cost))
+            continue;
+        struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
+        uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
+        if (got == 0) continue;
+        pthread_mutex_lock(&rp->lock);
+        bool moved = got == 1 && run_slide_down(s, rp, j, fn, ctx);
+        pthread_mutex_unlock(&rp->lock);
+        if (moved) return true;
+        seg_release(s, rp, j - 1, got);
+    }
+    return false;
+}
+
 /* Clear the cheapest window of n segments for `to` (wd->x and wd->depth set; wd->w set here),
  * trying a few. No pool lock held. Returns its first segment, its segments `to`'s and BUSY, or
  * SEG_NONE. */
@@ -718,8 +815,15 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
     bool *mine = calloc(n, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
+    int slides = 0;
     for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
         uint32_t lo = cheapest_window(s, to, n, skip, wd->x, wd->depth > 0);
+        /* A nested window finding no plain one slides runs down until there is (bounded) */
+        while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
+               slide_a_run(s, wd->x, fn, ctx)) {
+            slides++;
+            lo = cheapest_window(s, to, n, skip, wd->x, true);
+        }
         if (lo == SEG_NONE) break;
         wd->w = (struct seg_span){lo, lo + n};
         /* The window's free segments first, so that no head of a pool emptying the rest of the
