@@ -29,6 +29,8 @@
 #define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
 #define RUN_WINDOW_TRIES 4      /* windows tried for one run */
 #define RUN_BUSY_ROUNDS 200     /* retries of a busy item while clearing a window */
+#define RUN_SLIDES_MAX 16       /* runs slid down for one nested window */
+#define WINDOW_DEST_TRIES 32    /* segments cleaned for one item moved out of a window */
 
 /* Live bytes of pool pl (lock held): its heads and queues. */
 static uint64_t pool_live(struct segs *s, struct seg_pool *pl)
@@ -205,11 +207,20 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
     return s->seg_size - w;
 }
 
+/* Segments [lo, hi) kept out of a search (lo == hi: none). */
+struct seg_span {
+    uint32_t lo, hi;
+};
+#define NO_SPAN ((struct seg_span){0, 0})
+
+static inline bool in_span(struct seg_span x, uint32_t i) { return i >= x.lo && i < x.hi; }
+
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
- * 1/16 of a segment, other than `skip` and those in [lo, hi); a run whose item is gone wins at
- * once. SEG_NONE if none. */
+ * 1/16 of a segment, other than `skip` and those in spans a and b; a run whose item is gone wins
+ * at once. SEG_NONE if none. */
 static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                   uint32_t skip, uint32_t lo, uint32_t hi, uint32_t since)
+                                   uint32_t skip, struct seg_span a, struct seg_span b,
+                                   uint32_t since)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -217,7 +228,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
     for (int q = 0; q < Q_COUNT; q++)
         for (uint32_t i = pl->q[q].head; i != SEG_NONE; i = s->meta[i].next) {
             struct seg_meta *m = &s->meta[i];
-            if (LOAD(&m->pins) || i == skip || (i >= lo && i < hi)) continue;
+            if (LOAD(&m->pins) || i == skip || in_span(a, i) || in_span(b, i)) continue;
             if ((int32_t)(m->sealed_at - since) > 0) continue; /* sealed since `since` */
             uint32_t live = LOAD(&m->live);
             if (m->state == SS_RUN) {
@@ -236,7 +247,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
 static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
                                 uint32_t skip)
 {
-    return clean_candidate_in(s, pl, need, skip, SEG_NONE, SEG_NONE, pl->seal_seq);
+    return clean_candidate_in(s, pl, need, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -313,7 +324,7 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * room accumulates over successive victims until the item fits. A victim whose dead
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
-        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, SEG_NONE, SEG_NONE, since);
+        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
@@ -355,8 +366,8 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
                     void *ctx)
 {
-    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, SEG_NONE,
-                                    SEG_NONE, since);
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, NO_SPAN,
+                                    NO_SPAN, since);
     if (v == SEG_NONE) return false;
     if (s->meta[v].state == SS_RUN) {
         run_release(s, pl, v);
@@ -426,10 +437,21 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
+/* A window being cleared: its segments `w`, the window `x` it makes room for when nested (a run
+ * found in x moves to w; NO_SPAN at depth 0) and the depth. A nested window holds no run and
+ * evicts nothing: it fails instead, and the run it was for is evicted as before. */
+struct window {
+    struct seg_span w, x;
+    int depth;
+};
+
+static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
+                             seg_visit_fn fn, void *ctx);
+
 /* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
- * re-checked under the owner's lock)? */
+ * re-checked under the owner's lock)? `plain`: not if it is a run. */
 static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
-                      uint64_t *cost)
+                      bool plain, uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
@@ -441,9 +463,9 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
     if (st == SS_RUN) {
-        if (i + m->nrun > s->nsegs) return false;
-        /* a run's item can move only to free segments elsewhere, and is evicted when there
-         * are none: a window of movable records costs far less */
+        if (plain || i + m->nrun > s->nsegs) return false;
+        /* a run's item moves to free segments elsewhere (or to a window cleared for it), and
+         * is evicted when there are none: a window of movable records costs far less */
         *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
         return true;
     }
@@ -451,19 +473,20 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     return true;
 }
 
-/* The window of n segments with the fewest live bytes that may be cleared for `to`. */
+/* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
+ * the one from `skip` and any overlapping x; `plain`: one holding no run. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
-                                uint32_t skip)
+                                uint32_t skip, struct seg_span x, bool plain)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
     for (uint32_t i = 0; i + n <= s->nsegs; i++) {
-        if (i == skip) continue;
+        if (i == skip || (i < x.hi && i + n > x.lo)) continue;
         uint64_t cost = 0;
         uint32_t k = i;
         bool ok = true;
         while (ok && k < i + n) {
-            ok = window_ok(s, to, i, k, &cost);
+            ok = window_ok(s, to, i, k, plain, &cost);
             if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
         }
         /* a run sticking out of the window is cleared whole */
@@ -476,14 +499,16 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
 }
 
 /* Room for `len` bytes at the head of pool ow's queue q (lock held) for an item moved out of a
- * window [lo, hi) being cleared: the head as it is, a free segment the pool may take, or a
- * segment outside the window cleaned into the head. NULL when none (the item is evicted). */
+ * window being cleared: the head as it is, a free segment the pool may take, or segments
+ * outside the windows cleaned into the head (room accumulates over successive victims: an item
+ * of nearly a segment may take many). NULL when none (the item is evicted). */
 static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
-                                uint32_t lo, uint32_t hi, seg_visit_fn fn, void *ctx)
+                                const struct window *wd, seg_visit_fn fn, void *ctx)
 {
-    for (int tries = 0; tries < 8; tries++) {
+    for (int tries = 0; tries < WINDOW_DEST_TRIES; tries++) {
         uint32_t h = ow->q[q].cur;
-        if (h != SEG_NONE && (h < lo || h >= hi) && s->meta[h].woff + len <= s->seg_size)
+        if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
+            s->meta[h].woff + len <= s->seg_size)
             return (struct item *)(seg_base(s, h) + s->meta[h].woff);
         uint32_t f = seg_take_free(s, ow, false);
         if (f != SEG_NONE) {
@@ -492,7 +517,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             continue;
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
-        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, lo, hi, ow->seal_seq);
+        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, wd->w, wd->x, ow->seal_seq);
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);
@@ -503,14 +528,55 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
     return NULL;
 }
 
-/* Move the item `it` of a run in a window being cleared (pool ow's lock held) to contiguous
- * free segments elsewhere (the window's own free segments are already taken), queued in q.
- * Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no such room. */
+/* The item of len bytes now fills the n segments from i (pool lock held; i's other fields set):
+ * when at least a header's worth of it is in the last segment and room is left after it, that
+ * segment holds its end and is sealed into queue q from there (log space for cleaning, as
+ * alloc_run's heads), and the run is n - 1 segments sharing its tail. Sets nrun and the tails'
+ * states; the caller then marks i SS_RUN and queues it. */
+static void run_set_tail(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n,
+                         uint32_t len, int q)
+{
+    struct seg_meta *m = &s->meta[i];
+    uint32_t end = len - (n - 1) * s->seg_size;
+    bool share = end >= sizeof(struct item) && s->seg_size - end >= SEG_ALIGN * 8;
+    m->nrun = share ? n - 1 : n;
+    m->shares_tail = share;
+    for (uint32_t k = i + 1; k < i + m->nrun; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    if (!share) return;
+    uint32_t last = i + n - 1;
+    struct seg_meta *t = &s->meta[last];
+    t->start = t->woff = end;
+    t->run_of = i;
+    t->nrun = 0;
+    t->shares_tail = 0;
+    t->prev = t->next = SEG_NONE;
+    STORE(&t->live, 0);
+    STORE(&t->gen, t->gen + 1);
+    t->sealed_at = ++pl->seal_seq;
+    STORE(&t->state, (uint8_t)SS_SEALED);
+    seg_q_push(s, pl, q, last);
+}
+
+/* Move the item `it` of a run in a window being cleared (pool ow's lock held, may be released
+ * and retaken) to contiguous free segments elsewhere (the window's own free segments are
+ * already taken), queued in q. When the free segments are all apart and the pool is below 90%
+ * live, a window of plain segments is cleared for it first (depth 0 only: the nesting stops
+ * there). Returns the visitor's answer (SEG_MOVED when it moved), or 0 when there is no room. */
 static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct item *it,
-                           uint32_t len, seg_visit_fn fn, void *ctx)
+                           uint32_t len, const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
     uint32_t t = seg_take_run(s, ow, n);
+    if (t == SEG_NONE && wd->depth == 0 && seg_pool_roomy(s, ow)) {
+        struct window in = {.x = wd->w, .depth = 1};
+        pthread_mutex_unlock(&ow->lock);
+        t = clear_window(s, ow, n, &in, fn, ctx);
+        pthread_mutex_lock(&ow->lock);
+        if (t != SEG_NONE && !(rec_state(it) & ITEM_LINKED)) {
+            seg_release(s, ow, t, n);
+            return SEG_BUSY; /* freed meanwhile: the next look finds it dead */
+        }
+    }
     if (t == SEG_NONE) return 0;
     int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, t));
     if (!(rv & SEG_MOVED)) {
@@ -519,10 +585,9 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
     }
     struct seg_meta *m = &s->meta[t];
     m->woff = len;
-    m->nrun = n;
-    m->shares_tail = 0;
+    m->start = 0;
     STORE(&m->gen, m->gen + 1);
-    for (uint32_t k = t + 1; k < t + n; k++) STORE(&s->meta[k].state, (uint8_t)SS_RUN_TAIL);
+    run_set_tail(s, ow, t, n, len, q);
     __atomic_fetch_add(&m->live, len, __ATOMIC_RELAXED);
     STORE(&m->state, (uint8_t)SS_RUN);
     seg_q_push(s, ow, q, t);
@@ -531,10 +596,10 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
 }
 
 /* Empty segment i (its owner's lock held, state BUSY, unpinned): move its live items to its
- * pool's heads (never into [lo, hi), the window) and a run's item to free segments elsewhere;
- * evict what finds no room. Returns true when it is empty. */
-static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, uint32_t lo,
-                             uint32_t hi, seg_visit_fn fn, void *ctx)
+ * pool's heads (never into the windows) and a run's item to free segments elsewhere; evict what
+ * finds no room (a nested window gives up instead). Returns true when it is empty. */
+static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i,
+                             const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[i];
     char *base = seg_base(s, i);
@@ -552,7 +617,7 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
                 continue;
             }
             if (run) {
-                int rv = window_move_run(s, ow, m->queue, it, len, fn, ctx);
+                int rv = window_move_run(s, ow, m->queue, it, len, wd, fn, ctx);
                 if (rv & SEG_MOVED) continue;
                 if (rv & (SEG_BUSY | SEG_PINNED)) {
                     pending = true;
@@ -565,7 +630,8 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
                     continue;
                 }
             }
-            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, lo, hi, fn, ctx);
+            struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, wd, fn, ctx);
+            if (!dst && wd->depth > 0) return false;
             int rv;
             if (dst) {
                 uint32_t h = seg_of(s, dst);
@@ -596,7 +662,6 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i, ui
     }
     return false;
 }
-
 /* Take free segment i for pool `to` if it is still free (free_lock taken here). */
 static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
 {
@@ -640,11 +705,11 @@ static void transfer(struct segs *s, struct seg_pool *ow, struct seg_pool *to, u
     pthread_mutex_unlock(&s->free_lock);
 }
 
-/* Clear segment k of a window [lo, hi) for `to`: take it if free, or empty it under its owner's
- * lock and take it over. Returns the segments taken from k on (a run may reach past hi), or 0
- * on failure. No pool lock held. */
-static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uint32_t lo,
-                            uint32_t hi, seg_visit_fn fn, void *ctx)
+/* Clear segment k of window wd for `to`: take it if free, or empty it under its owner's lock and
+ * take it over. Returns the segments taken from k on (a run may reach past the window), or 0 on
+ * failure. No pool lock held. */
+static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
+                            const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[k];
     if (LOAD(&m->state) == SS_FREE) return take_this_free(s, to, k) ? 1 : 0;
@@ -659,7 +724,7 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uin
         int q = m->queue;
         seg_q_remove(s, ow, k);
         STORE(&m->state, (uint8_t)SS_BUSY);
-        if (window_empty_one(s, ow, k, lo, hi, fn, ctx)) {
+        if (window_empty_one(s, ow, k, wd, fn, ctx)) {
             if (st == SS_RUN) run_tail_fix(s, k);
             ow->bk[0].segs_cleaned += n;
             transfer(s, ow, to, k, n);
@@ -673,22 +738,99 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k, uin
     return got;
 }
 
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
-                      void *ctx)
+/* Slide run v of pool pl (lock held) down into segment v - 1, which pl has just cleared and
+ * owns (BUSY): the item moves down one segment (an overlapping move, which the visitor
+ * allows), so the run no longer reaches the segment that shared its end (now a plain segment)
+ * or frees its top segment. Returns true when it moved. */
+static bool run_slide_down(struct segs *s, struct seg_pool *pl, uint32_t v, seg_visit_fn fn,
+                           void *ctx)
+{
+    struct seg_meta *m = &s->meta[v], *d = &s->meta[v - 1];
+    if (LOAD(&m->state) != SS_RUN || LOAD(&m->nsid) != pl->id || LOAD(&m->pins)) return false;
+    struct item *it = (struct item *)seg_base(s, v);
+    if (!(rec_state(it) & ITEM_LINKED)) return false;
+    uint32_t len = (uint32_t)seg_item_size(it);
+    int rv = fn(ctx, it, SEG_VISIT_MOVE, (struct item *)seg_base(s, v - 1));
+    if (!(rv & SEG_MOVED)) {
+        if (rv & SEG_GONE) {
+            seg_count_gone(pl, it, SEG_VISIT_MOVE, rv);
+            seg_kill(s, it, len); /* the dead run goes at the next cleaning */
+        }
+        return false;
+    }
+    /* The old header's bytes are the item's now: no seg_kill, counts moved by hand. */
+    uint32_t old = m->nrun, n = (len + s->seg_size - 1) >> s->seg_shift;
+    bool shared = m->shares_tail;
+    int q = m->queue;
+    seg_q_remove(s, pl, v);
+    run_tail_fix(s, v); /* the end it shared is below that segment now */
+    __atomic_fetch_sub(&m->live, len, __ATOMIC_RELAXED);
+    m->nrun = 0;
+    m->woff = 0;
+    STORE(&m->gen, m->gen + 1);
+    d->woff = len;
+    d->start = 0;
+    STORE(&d->gen, d->gen + 1);
+    __atomic_fetch_add(&d->live, len, __ATOMIC_RELAXED);
+    run_set_tail(s, pl, v - 1, n, len, q);
+    STORE(&d->state, (uint8_t)SS_RUN);
+    seg_q_push(s, pl, q, v - 1);
+    if (!shared) seg_release(s, pl, v + old - 1, 1); /* its top segment held only the end */
+    return true;
+}
+
+/* Consolidate one step, for a nested window that found no plain window outside x: the lowest
+ * run outside x whose segment below is free or plain (outside x) has that segment cleared and
+ * slides down into it. No pool lock held. Returns true when a run moved. */
+static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void *ctx)
+{
+    for (uint32_t j = 1; j < s->nsegs; j++) {
+        struct seg_meta *m = &s->meta[j];
+        if (LOAD(&m->state) != SS_RUN || LOAD(&m->pins)) continue;
+        uint32_t end = j + m->nrun + m->shares_tail;
+        if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
+        struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
+        uint64_t cost = 0;
+        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, &cost))
+            continue;
+        struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
+        uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
+        if (got == 0) continue;
+        pthread_mutex_lock(&rp->lock);
+        bool moved = got == 1 && run_slide_down(s, rp, j, fn, ctx);
+        pthread_mutex_unlock(&rp->lock);
+        if (moved) return true;
+        seg_release(s, rp, j - 1, got);
+    }
+    return false;
+}
+
+/* Clear the cheapest window of n segments for `to` (wd->x and wd->depth set; wd->w set here),
+ * trying a few. No pool lock held. Returns its first segment, its segments `to`'s and BUSY, or
+ * SEG_NONE. */
+static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
+                             seg_visit_fn fn, void *ctx)
 {
     uint32_t skip = SEG_NONE;
     bool *mine = calloc(n, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
+    int slides = 0;
     for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
-        uint32_t lo = cheapest_window(s, pl, n, skip);
+        uint32_t lo = cheapest_window(s, to, n, skip, wd->x, wd->depth > 0);
+        /* A nested window finding no plain one slides runs down until there is (bounded) */
+        while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
+               slide_a_run(s, wd->x, fn, ctx)) {
+            slides++;
+            lo = cheapest_window(s, to, n, skip, wd->x, true);
+        }
         if (lo == SEG_NONE) break;
-        pthread_mutex_unlock(&pl->lock);
+        wd->w = (struct seg_span){lo, lo + n};
         /* The window's free segments first, so that no head of a pool emptying the rest of the
          * window lands in it. */
         memset(mine, 0, n * sizeof *mine);
         for (uint32_t k = lo; k < lo + n; k++)
-            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, pl, k);
+            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, to, k);
         uint32_t k = lo, beyond = lo + n;
         bool ok = true;
         while (ok && k < lo + n) {
@@ -696,21 +838,30 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
                 k++;
                 continue;
             }
-            uint32_t got = window_take(s, pl, k, lo, lo + n, fn, ctx);
+            uint32_t got = window_take(s, to, k, wd, fn, ctx);
             ok = got != 0;
             for (uint32_t j = k; ok && j < k + got; j++)
                 if (j < lo + n) mine[j - lo] = true;
             if (k + got > beyond) beyond = k + got;
             k += got;
         }
-        if (beyond > lo + n) seg_release(s, pl, lo + n, beyond - (lo + n)); /* a run's rest */
+        if (beyond > lo + n) seg_release(s, to, lo + n, beyond - (lo + n)); /* a run's rest */
         if (!ok)
             for (uint32_t j = lo; j < lo + n; j++)
-                if (mine[j - lo]) seg_release(s, pl, j, 1);
-        pthread_mutex_lock(&pl->lock);
+                if (mine[j - lo]) seg_release(s, to, j, 1);
         if (ok) got_lo = lo;
         skip = lo;
     }
     free(mine);
     return got_lo;
+}
+
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
+                      void *ctx)
+{
+    struct window wd = {.x = NO_SPAN, .depth = 0};
+    pthread_mutex_unlock(&pl->lock);
+    uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
+    pthread_mutex_lock(&pl->lock);
+    return lo;
 }

@@ -188,18 +188,10 @@ def check_rule(churn, lines, peak, capacity, evictions, items):
         f"{churn.lost[:5]}; {report}")
 
 
-# -m 8 is a known limit of the segmented log (issue 11 left open): its largest values need runs
-# of contiguous segments, and when every window holds part of another run one item is evicted
-# (1 eviction here, memcached 25). Strict: the day it passes, this mark must go.
-RULE_PARAMS = [pytest.param("m8", marks=pytest.mark.xfail(
-    strict=True, reason="known limit: room for a run of segments at -m 8 can evict one item"))
-    if c == "m8" else c for c in RULE_CASES]
-
-
 @memcached_fails("1 MiB pages per size class, so at -m 8 it has fewer pages than the mix has "
                  "classes, and at -m 64 and -m 1024 its slab automover moves pages far slower than "
                  "the mix changes (25, 10,335 and 33,206 evictions)")
-@pytest.mark.parametrize("case", RULE_PARAMS)
+@pytest.mark.parametrize("case", RULE_CASES)
 def test_no_eviction_while_live_bytes_stay_below_90_percent(start_server, case):
     megabytes, phases = RULE_CASES[case]
     server = start_server("-m", str(megabytes))

@@ -1,6 +1,7 @@
 /* test_seg.c — unit tests of the segmented log behind the store (src/node/seg.h), through the
  * store's API: bump allocation, sealing, freeing, cleaning that moves items and keeps them
- * readable, no eviction below 90% live bytes with random size mixes, runs for large items,
+ * readable, no eviction below 90% live bytes with random size mixes, runs for large items (and
+ * room for one when every window holds part of another run),
  * pinned in-flight items, quota isolation, and short-TTL items reaped after a move. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -307,6 +308,76 @@ static void test_runs_hold_large_items(void **state)
     store_destroy(&st);
 }
 
+/* Room for a run when every window holds part of another run and no two free segments are
+ * adjacent (the arena as churn of large items leaves it): below 90% live, nothing is evicted.
+ * Layout at -m 8 (64 segments of 128 KiB), repeated every `period` segments: a 140 KB item's
+ * run and the segment that shares its tail, then plain segments of small items, half live;
+ * about 53% live, none free. A 400 KB item needs 4 segments: every window holds a run. */
+static void run_room_layout(int period)
+{
+    struct store *st = mk(8, MB);
+    uint32_t seg = store_page_size(st);
+    assert_int_equal(seg, 128 << 10);
+    char key[32];
+    size_t per = seg / store_item_size(st, 7, 1000, 0), small = 64 * per;
+    int groups = 64 / period;
+    for (size_t i = 0; i < small; i++) { /* every segment full of small items, bottom up */
+        snprintf(key, sizeof key, "s:%05zu", i);
+        assert_true(put(st, 0, key, 1000, 1));
+    }
+    bool *kept = calloc(small, sizeof *kept);
+    assert_non_null(kept);
+    size_t off = (size_t)(64 % period); /* spare segments at the bottom: plain, single */
+    for (size_t i = 0; i < small; i++) { /* run pairs dead, plain segments half live */
+        size_t g = i / per;
+        bool pair = g >= off && (g - off) % (size_t)period < 2;
+        kept[i] = !pair && i % 2 == 0;
+        snprintf(key, sizeof key, "s:%05zu", i);
+        if (!kept[i]) del(st, key);
+    }
+    for (int k = 0; k < groups; k++) { /* each lands in a dead pair: the cheapest window */
+        snprintf(key, sizeof key, "run:%d", k);
+        assert_true(put(st, 0, key, 140000, 2));
+    }
+    struct store_stats s = stats(st);
+    assert_int_equal(s.evictions, 0);
+    assert_true(s.bytes < 8 * MB * 60 / 100);
+    assert_true(put(st, 0, "big", 400000, 3));
+    s = stats(st);
+    print_message("period %d: after the big store %.1f%% live, %llu evictions\n", period,
+                  100.0 * (double)s.bytes / (double)(8 * MB), (unsigned long long)s.evictions);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(s.alloc_failures, 0);
+    assert_true(check(st, "big", 400000, 3));
+    for (int k = 0; k < groups; k++) {
+        snprintf(key, sizeof key, "run:%d", k);
+        assert_true(check(st, key, 140000, 2));
+    }
+    for (size_t i = 0; i < small; i++) {
+        snprintf(key, sizeof key, "s:%05zu", i);
+        assert_int_equal(check(st, key, 1000, 1), kept[i]);
+    }
+    free(kept);
+    store_destroy(&st);
+}
+
+/* Two plain segments per period: the run in the chosen window moves to a window of plain
+ * segments cleared for it first. */
+static void test_run_room_when_every_window_holds_a_run(void **state)
+{
+    (void)state;
+    run_room_layout(4);
+}
+
+/* One plain segment per period, so no two plain segments are adjacent either: a run slides
+ * down into the segment below it (cleared), which frees the end it shared, until a window of
+ * plain segments exists. */
+static void test_run_room_when_no_plain_window_exists(void **state)
+{
+    (void)state;
+    run_room_layout(3);
+}
+
 /* ---- pins --------------------------------------------------------------------------------- */
 
 /* An allocated, not yet linked item (a value still arriving) is never moved or overwritten,
@@ -464,6 +535,8 @@ int main(void)
         cmocka_unit_test(test_no_eviction_below_90_percent_m8),
         cmocka_unit_test(test_no_eviction_below_90_percent_m64),
         cmocka_unit_test(test_runs_hold_large_items),
+        cmocka_unit_test(test_run_room_when_every_window_holds_a_run),
+        cmocka_unit_test(test_run_room_when_no_plain_window_exists),
         cmocka_unit_test(test_inflight_items_are_pinned),
         cmocka_unit_test(test_quota_isolation_with_random_sizes),
         cmocka_unit_test(test_transient_item_found_after_a_move),
