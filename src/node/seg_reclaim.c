@@ -330,9 +330,15 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
         pthread_mutex_unlock(&pl->lock);
         bool gave = steal_from_pools(s, pl, fn, ctx);
         pthread_mutex_lock(&pl->lock);
-        return gave;
+        if (gave) return true;
     }
-    return false;
+    /* Its only victim is the full head itself (a one-segment quota, the smallest allowed, or
+     * every sealed segment pinned): seal it, so that the next round evicts from it. Without
+     * this such a namespace refused every store once the rest of memory was in use. */
+    uint32_t h = pl->q[q].cur;
+    if (h == SEG_NONE || LOAD(&s->meta[h].pins) != 0) return false;
+    seg_seal_head(s, pl, q);
+    return true;
 }
 
 bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)

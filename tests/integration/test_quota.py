@@ -109,6 +109,22 @@ def test_mixed_sizes_in_a_small_quota_never_fail(node):
     assert int(ns_stats(r, "tiny")["memory"]) <= 2 * MB
 
 
+@pytest.mark.parametrize("policy", ["lru", "lfu", "s3fifo"])
+def test_a_one_segment_quota_evicts_within_itself_once_memory_is_full(node, policy):
+    """The smallest quota allowed, one segment, is all head: with no free segment left, its
+    stores must evict from it (before, every one failed with out of memory)."""
+    r = node.raw()
+    seg = int(r.stats()["slab_page_size"])
+    put(node, "one", {"memory": seg, "eviction": policy})
+    fill(r, [f"d{i}" for i in range(70000)], b"z" * 1000)  # default takes all the rest
+    keys = [f"one:{i}" for i in range(3 * seg // 1000)]  # three times the quota
+    fill(r, keys, b"o" * 1000)
+    one = ns_stats(r, "one")
+    assert int(one["evictions"]) > 0 and int(one["memory"]) <= seg, one
+    # one segment is one FIFO step: evicting it empties it, so only the latest item is sure
+    assert present(r, keys[-1:]) == 1, "the latest store is held"
+
+
 @pytest.mark.parametrize("body, needle", [
     ({"memory": 4096}, "memory"),
     ({"memory": 65 * MB}, "memory"),
