@@ -97,6 +97,7 @@ class Client:
         self.c = McRaw("127.0.0.1", port, timeout=20)
         self.rng = random.Random(seed)
         self.stats, self.deadline = stats, deadline
+        self.oom = []
 
     def key(self):
         rng = self.rng
@@ -120,6 +121,7 @@ class Client:
         assert ok, f"{cmd!r}: unexpected reply {line!r}"
         if line.startswith("SERVER_ERROR"):
             self.count("server_error")
+            self.oom.append(cmd[:60])
 
     def read_values(self, cmd):
         got = 0
@@ -330,7 +332,8 @@ def test_engine_survives_concurrent_mixed_load_with_moves(start_server, memory_m
                 errors.append(f"{fn.__qualname__}: {type(e).__name__}: {e}")
         return threading.Thread(target=run, daemon=True)
 
-    threads = [guard(Client(node.port, seed, stats, deadline).run) for seed in range(CLIENTS)]
+    clients = [Client(node.port, seed, stats, deadline) for seed in range(CLIENTS)]
+    threads = [guard(cl.run) for cl in clients]
     off = os.environ.get("SHOAL_STRESS_OFF", "")  # for bisecting a failure: "flush,admin,dump"
     if "dump" not in off:
         threads.append(guard(reader_loop, node.port, deadline, stats))
@@ -384,4 +387,13 @@ def test_engine_survives_concurrent_mixed_load_with_moves(start_server, memory_m
     for bad in ("runtime error", "AddressSanitizer", "LeakSanitizer", "freed twice", "store_replace:",
                 "error", "assert"):
         assert bad not in text, text[-4000:]
+    print(f"\n-m {memory_mb}: {stats}, final {last}")
+    if os.environ.get("SHOAL_STRESS_OOM"):
+        for cl in clients:
+            for cmd in cl.oom:
+                print("OOM", cmd)
     assert stats.get("store", 0) > 0, stats
+    # A store that fits is refused only in rare races (every victim pinned or busy, a run with no
+    # contiguous room): before the one-segment-quota fix, 1% of stores failed here.
+    stores = sum(stats.get(k, 0) for k in ("store", "append", "cas", "ms", "burst"))
+    assert stats.get("server_error", 0) <= stores * 0.003, stats
