@@ -398,7 +398,11 @@ uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
         while (done < max && LOAD(&pl->quota_segs) && pool_excess(pl) > 0) {
             pthread_mutex_lock(&pl->lock);
             uint32_t before = LOAD(&pl->nsegs);
-            bool ok = seg_shrink(s, pl, fn, ctx);
+            /* Moving live items together first: evicting (seg_shrink drops whole segments,
+             * sealing the heads once only heads are left) is for a pool whose live bytes do not
+             * fit. Before, lowering a quota evicted the items just stored into a pool holding
+             * far less than its new quota. */
+            bool ok = seg_consolidate(s, pl, fn, ctx) || seg_shrink(s, pl, fn, ctx);
             uint32_t after = LOAD(&pl->nsegs);
             pthread_mutex_unlock(&pl->lock);
             if (!ok) break; /* busy items: the next tick tries again */

@@ -91,6 +91,29 @@ def test_lowering_a_quota_shrinks_the_namespace(node):
     assert present(r, keys[:100]) == 100
 
 
+def test_lowering_a_quota_above_the_live_bytes_evicts_nothing(node):
+    """A namespace whose live items fit its lowered quota gives pages back by moving them
+    together, not by evicting (before, the trim dropped whole pages, live items with them)."""
+    put(node, "a", {"memory": 32 * MB})
+    r = node.raw()
+    keys = [f"a:{i}" for i in range(20000)]  # about 21 MB
+    fill(r, keys, b"x" * 1000)
+    kept = keys[::10]  # one in ten stays: about 2 MB live, spread over every page
+    kept_set = set(kept)
+    for i in range(0, len(keys), 200):
+        r.send(b"".join(b"delete %s\r\n" % k.encode() for k in keys[i:i + 200]
+                        if k not in kept_set))
+        for k in keys[i:i + 200]:
+            if k not in kept_set:
+                assert r.read_line() == "DELETED"
+    before = int(ns_stats(r, "a")["evictions"])
+    put(node, "a", {"memory": 8 * MB})
+    wait_until(lambda: int(ns_stats(r, "a")["memory"]) <= 8 * MB, timeout=10,
+               message="namespace a to give back pages down to its new quota")
+    assert present(r, kept) == len(kept), "live items that fit the new quota were evicted"
+    assert int(ns_stats(r, "a")["evictions"]) == before
+
+
 def test_a_quota_set_after_default_filled_memory_is_honoured(node):
     r = node.raw()
     fill(r, [f"d{i}" for i in range(70000)], b"z" * 1000)  # default takes all 64 MB
