@@ -355,6 +355,14 @@ def test_engine_survives_concurrent_mixed_load_with_moves(start_server, memory_m
     # Counts leaked by the load survive the flush (only what is reaped is uncounted).
     c.send(b"flush_all\r\n")
     assert c.read_line() == "OK"
+    # Room for the final set in every namespace: no quota. With a quota lowered here (say
+    # SHOAL_STRESS_END_QUOTA=2097152) a namespace holding far less than it sometimes loses
+    # some of the final items (an open finding of the stress, see the hammer report).
+    end_quota = int(os.environ.get("SHOAL_STRESS_END_QUOTA", "0"))
+    for name in NAMESPACES:
+        st_, body = http(admin, "PUT", f"/v1/namespaces/{name}",
+                         {"memory": end_quota, "eviction": "lru"})
+        assert st_ in (200, 201), body
     rng = random.Random(5)
     end = {}
     for i in range(200):
@@ -363,7 +371,7 @@ def test_engine_survives_concurrent_mixed_load_with_moves(start_server, memory_m
         c.send(b"set %s %d 0 %d\r\n%s\r\n" % (key, key_flags(key), len(v), v))
         if c.read_line() == "STORED":
             end[key] = v
-    assert len(end) >= 150, f"only {len(end)} of 200 final stores held"
+    assert len(end) == 200, f"only {len(end)} of 200 final stores accepted"
 
     st = read_stats(c)
     assert 0 <= int(st["bytes"]) <= memory_mb * MB, st["bytes"]
@@ -385,14 +393,25 @@ def test_engine_survives_concurrent_mixed_load_with_moves(start_server, memory_m
         pytest.fail(f"curr_items {last['items']} never equalled the metadump's "
                     f"{last['dumped']} keys; {items.decode()[:3000]}")
     held = 0
-    for key, v in end.items():  # what is still held (quotas may have evicted some) is intact
+    for key, v in end.items():  # ~0.5 MB in all, a small share of each namespace: all held
         c.send(b"get %s\r\n" % key)
         line = c.read_line()
         if line != "END":
             assert line == "VALUE %s %d %d" % (key.decode(), key_flags(key), len(v)), line
             assert c.read_value(len(v)) == v and c.read_line() == "END", key
             held += 1
-    assert held <= last["items"] and held >= len(end) // 2, (held, len(end), last)
+    if held != len(end):
+        missing = {}
+        for key in end:
+            c.send(b"get %s\r\n" % key)
+            if c.read_until(b"END\r\n") == b"END\r\n":
+                ns = key.split(b":")[0].decode() if b":" in key else "default"
+                missing[ns] = missing.get(ns, 0) + 1
+        figures = {n: json.loads(http(admin, "GET", f"/v1/namespaces/{n}")[1])["stats"]
+                   for n in NAMESPACES + ["default"]}
+        pytest.fail(f"{held} of {len(end)} final items held; missing per namespace {missing}; "
+                    f"{figures}; {last}")
+    assert held == last["items"], (held, last)
     assert 0 <= last["bytes"] <= memory_mb * MB, last
     for name in NAMESPACES:
         s, body = http(admin, "GET", f"/v1/namespaces/{name}")
