@@ -206,6 +206,11 @@ static void stats_slabs(struct conn *c)
         CLASS_METRICS(X)
 #undef X
     }
+    /* The buckets' pages are rounded up per bucket (a bucket that has held an item shows one),
+     * so their sum can pass -m; what item memory really holds is the segments pools own, which
+     * never does (memcached's total_malloced stays <= limit_maxbytes too). */
+    uint64_t owned = (uint64_t)store_pages_used(st) * store_page_size(st);
+    if (malloced > owned) malloced = owned;
     buf_printf(&c->wbuf, "STAT active_slabs %d\r\nSTAT total_malloced %llu\r\n", active,
                (unsigned long long)malloced);
 }

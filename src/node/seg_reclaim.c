@@ -341,9 +341,15 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
         pthread_mutex_unlock(&pl->lock);
         bool gave = steal_from_pools(s, pl, fn, ctx);
         pthread_mutex_lock(&pl->lock);
-        return gave;
+        if (gave) return true;
     }
-    return false;
+    /* Its only victim is the full head itself (a one-segment quota, the smallest allowed, or
+     * every sealed segment pinned): seal it, so that the next round evicts from it. Without
+     * this such a namespace refused every store once the rest of memory was in use. */
+    uint32_t h = pl->q[q].cur;
+    if (h == SEG_NONE || LOAD(&s->meta[h].pins) != 0) return false;
+    seg_seal_head(s, pl, q);
+    return true;
 }
 
 bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
@@ -403,7 +409,11 @@ uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
         while (done < max && LOAD(&pl->quota_segs) && pool_excess(pl) > 0) {
             pthread_mutex_lock(&pl->lock);
             uint32_t before = LOAD(&pl->nsegs);
-            bool ok = seg_shrink(s, pl, fn, ctx);
+            /* Moving live items together first: evicting (seg_shrink drops whole segments,
+             * sealing the heads once only heads are left) is for a pool whose live bytes do not
+             * fit. Before, lowering a quota evicted the items just stored into a pool holding
+             * far less than its new quota. */
+            bool ok = seg_consolidate(s, pl, fn, ctx) || seg_shrink(s, pl, fn, ctx);
             uint32_t after = LOAD(&pl->nsegs);
             pthread_mutex_unlock(&pl->lock);
             if (!ok) break; /* busy items: the next tick tries again */

@@ -542,6 +542,7 @@ int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum sto
 }
 
 uint32_t store_page_size(const struct store *st) { return seg_size(st->segs); }
+uint32_t store_pages_used(const struct store *st) { return seg_used(st->segs); }
 uint64_t store_memory(const struct store *st) { return st->memory; }
 
 void store_ns_stats(struct store *st, uint16_t nsid, struct store_ns_stats *out)

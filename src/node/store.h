@@ -255,6 +255,8 @@ void store_stats(struct store *st, struct store_stats *out);
 int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy);
 /* Size of a log segment: quotas are whole segments, so a quota must be 0 or at least this. */
 uint32_t store_page_size(const struct store *st);
+/* Segments pools own now (item memory in use, in pages of store_page_size bytes). */
+uint32_t store_pages_used(const struct store *st);
 /* The item memory limit (-m) in bytes. */
 uint64_t store_memory(const struct store *st);
 /* Figures of the items tagged with namespace `nsid` (item->nsid). Lock-free reads. */

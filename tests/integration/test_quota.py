@@ -91,6 +91,29 @@ def test_lowering_a_quota_shrinks_the_namespace(node):
     assert present(r, keys[:100]) == 100
 
 
+def test_lowering_a_quota_above_the_live_bytes_evicts_nothing(node):
+    """A namespace whose live items fit its lowered quota gives pages back by moving them
+    together, not by evicting (before, the trim dropped whole pages, live items with them)."""
+    put(node, "a", {"memory": 32 * MB})
+    r = node.raw()
+    keys = [f"a:{i}" for i in range(20000)]  # about 21 MB
+    fill(r, keys, b"x" * 1000)
+    kept = keys[::10]  # one in ten stays: about 2 MB live, spread over every page
+    kept_set = set(kept)
+    for i in range(0, len(keys), 200):
+        r.send(b"".join(b"delete %s\r\n" % k.encode() for k in keys[i:i + 200]
+                        if k not in kept_set))
+        for k in keys[i:i + 200]:
+            if k not in kept_set:
+                assert r.read_line() == "DELETED"
+    before = int(ns_stats(r, "a")["evictions"])
+    put(node, "a", {"memory": 8 * MB})
+    wait_until(lambda: int(ns_stats(r, "a")["memory"]) <= 8 * MB, timeout=10,
+               message="namespace a to give back pages down to its new quota")
+    assert present(r, kept) == len(kept), "live items that fit the new quota were evicted"
+    assert int(ns_stats(r, "a")["evictions"]) == before
+
+
 def test_a_quota_set_after_default_filled_memory_is_honoured(node):
     r = node.raw()
     fill(r, [f"d{i}" for i in range(70000)], b"z" * 1000)  # default takes all 64 MB
@@ -107,6 +130,22 @@ def test_mixed_sizes_in_a_small_quota_never_fail(node):
     for size in (100, 3000, 50000, 200, 900000, 10, 120000):
         fill(r, [f"tiny:{size}:{i}" for i in range(40)], b"s" * size, batch=10)
     assert int(ns_stats(r, "tiny")["memory"]) <= 2 * MB
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "s3fifo"])
+def test_a_one_segment_quota_evicts_within_itself_once_memory_is_full(node, policy):
+    """The smallest quota allowed, one segment, is all head: with no free segment left, its
+    stores must evict from it (before, every one failed with out of memory)."""
+    r = node.raw()
+    seg = int(r.stats()["slab_page_size"])
+    put(node, "one", {"memory": seg, "eviction": policy})
+    fill(r, [f"d{i}" for i in range(70000)], b"z" * 1000)  # default takes all the rest
+    keys = [f"one:{i}" for i in range(3 * seg // 1000)]  # three times the quota
+    fill(r, keys, b"o" * 1000)
+    one = ns_stats(r, "one")
+    assert int(one["evictions"]) > 0 and int(one["memory"]) <= seg, one
+    # one segment is one FIFO step: evicting it empties it, so only the latest item is sure
+    assert present(r, keys[-1:]) == 1, "the latest store is held"
 
 
 @pytest.mark.parametrize("body, needle", [
