@@ -289,9 +289,15 @@ static bool match_key(const struct item *it, const void *arg)
     return it->nkey == k->nkey && memcmp(it->data, k->key, k->nkey) == 0;
 }
 
+struct probe_cas {
+    uint64_t hv, cas;
+};
+
+/* The CAS and the whole hash: a tag is only 13 bits, and `ms ... E` can give two keys one CAS. */
 static bool match_cas(const struct item *it, const void *arg)
 {
-    return item_cas(it) == *(const uint64_t *)arg;
+    const struct probe_cas *p = arg;
+    return item_cas(it) == p->cas && index_hash(it->data, it->nkey) == p->hv;
 }
 
 struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey)
@@ -302,7 +308,8 @@ struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, si
 
 struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas)
 {
-    return index_probe(sh, hv, match_cas, &cas);
+    const struct probe_cas p = {hv, cas};
+    return index_probe(sh, hv, match_cas, &p);
 }
 
 /* Grow the shard's table by 5/4 (index_grown_size). Items do not keep their hash (it would cost

@@ -165,8 +165,9 @@ void index_destroy(struct index **ixp);
 
 /* The item with this key, or NULL. */
 struct item *index_find(struct index_shard *sh, uint64_t hv, const char *key, size_t nkey);
-/* The item whose key hashes to hv with CAS `cas`, or NULL: finds an item remembered by (hash,
- * CAS) wherever it has moved since (the store's transient list). */
+/* The item whose key hashes to hv (the whole 64-bit hash, checked) with CAS `cas`, or NULL:
+ * finds an item remembered by (hash, CAS) wherever it has moved since (the store's transient
+ * list). Another key given the same CAS (`ms ... E`) is never returned for it. */
 struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas);
 /* Add `it` (key absent) and count it; may grow the shard's table first. If the bigger table
  * cannot be allocated the shard runs at a higher load. Returns false, changing nothing, only when

@@ -325,6 +325,43 @@ static void test_same_tag(void **state)
     index_destroy(&ix);
 }
 
+/* Lookups by (hash, CAS), the transient list's: two keys of one bucket with the same tag and,
+ * as `ms ... E` allows, the same CAS must not be taken for each other. */
+static void test_find_cas_checks_the_whole_hash(void **state)
+{
+    (void)state;
+    struct index *ix = mk(INDEX_SHARD_BITS + 3); /* one bucket a shard: one home for all */
+    enum { M = 3000 };
+    char **keys = keys_where("cas", M, INDEX_SHARDS - 1, 5);
+    int a = -1, b = -1;
+    for (int i = 0; i < M && a < 0; i++)
+        for (int j = i + 1; j < M; j++)
+            if (index_tag(index_hash(keys[i], strlen(keys[i]))) ==
+                index_tag(index_hash(keys[j], strlen(keys[j])))) {
+                a = i;
+                b = j;
+                break;
+            }
+    if (a < 0) fail_msg("no tag collision among %d keys", M);
+    struct item *ia = mk_item(keys[a], 1, 0, 0), *ib = mk_item(keys[b], 1, 0, 0);
+    item_set_cas(ia, 77);
+    item_set_cas(ib, 77);
+    uint64_t ha = hv_of(ia), hb = hv_of(ib);
+    struct index_shard *sh = index_shard_of(ix, ha);
+    assert_ptr_equal(sh, index_shard_of(ix, hb));
+    assert_true(insert(ix, ia));
+    assert_ptr_equal(index_find_cas(sh, ha, 77), ia);
+    assert_null(index_find_cas(sh, hb, 77)); /* tag and CAS match, the key is another */
+    assert_true(insert(ix, ib));
+    assert_ptr_equal(index_find_cas(sh, hb, 77), ib);
+    assert_ptr_equal(index_find_cas(sh, ha, 77), ia);
+    assert_null(index_find_cas(sh, ha, 78));
+    free(ia);
+    free(ib);
+    free_keys(keys, M);
+    index_destroy(&ix);
+}
+
 /* Fill one shard until no slot is left with growth failing, then remove in random order,
  * checking the invariants and every key after each removal. */
 static void test_full_table_and_shift(void **state)
@@ -561,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_same_home_overflow),
         cmocka_unit_test(test_same_tag),
+        cmocka_unit_test(test_find_cas_checks_the_whole_hash),
         cmocka_unit_test(test_full_table_and_shift),
         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_probe_lengths_under_churn),
