@@ -40,7 +40,13 @@ static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos)
     return pl;
 }
 
-bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx)
+/* One batch of a walk: up to `max` records of segment pos->seg from pos->off, calling `each`
+ * on the linked ones with the pool's lock held, and advancing pos. Returns whether records
+ * remain in the segment. */
+static bool walk_batch(struct segs *s, struct seg_pos *pos, uint32_t max,
+                       void (*each)(struct segs *, struct seg_pool *, struct item *, uint32_t,
+                                    void *),
+                       void *arg)
 {
     struct seg_pool *pl = walk_lock(s, pos);
     if (!pl) return false;
@@ -51,11 +57,7 @@ bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn
         struct item *it = (struct item *)(base + off);
         uint32_t len = (uint32_t)seg_item_size(it);
         off += len;
-        if (!(rec_state(it) & ITEM_LINKED)) continue;
-        int r = fn(ctx, it, SEG_VISIT_SWEEP, NULL);
-        if (!(r & SEG_GONE)) continue;
-        seg_count_gone(pl, it, SEG_VISIT_SWEEP, r);
-        seg_kill(s, it, len);
+        if (rec_state(it) & ITEM_LINKED) each(s, pl, it, len, arg);
     }
     pos->off = off;
     bool more = off < m->woff;
@@ -63,26 +65,47 @@ bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn
     return more;
 }
 
+struct sweep_arg {
+    seg_visit_fn fn;
+    void *ctx;
+};
+
+static void sweep_one(struct segs *s, struct seg_pool *pl, struct item *it, uint32_t len,
+                      void *arg)
+{
+    const struct sweep_arg *a = arg;
+    int r = a->fn(a->ctx, it, SEG_VISIT_SWEEP, NULL);
+    if (!(r & SEG_GONE)) return;
+    seg_count_gone(pl, it, SEG_VISIT_SWEEP, r);
+    seg_kill(s, it, len);
+}
+
+bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx)
+{
+    struct sweep_arg a = {fn, ctx};
+    return walk_batch(s, pos, max, sweep_one, &a);
+}
+
+struct peek_arg {
+    int clsid;
+    void (*fn)(void *ctx, struct item *it, int clsid);
+    void *ctx;
+};
+
+static void peek_one(struct segs *s, struct seg_pool *pl, struct item *it, uint32_t len,
+                     void *arg)
+{
+    (void)pl;
+    const struct peek_arg *a = arg;
+    int b = seg_bucket_for(s, len);
+    if (a->clsid == 0 || b == a->clsid) a->fn(a->ctx, it, b);
+}
+
 bool seg_peek(struct segs *s, struct seg_pos *pos, uint32_t max, int clsid,
               void (*fn)(void *ctx, struct item *it, int clsid), void *ctx)
 {
-    struct seg_pool *pl = walk_lock(s, pos);
-    if (!pl) return false;
-    struct seg_meta *m = &s->meta[pos->seg];
-    char *base = seg_base(s, pos->seg);
-    uint32_t off = pos->off;
-    for (uint32_t k = 0; k < max && off < m->woff; k++) {
-        struct item *it = (struct item *)(base + off);
-        uint32_t len = (uint32_t)seg_item_size(it);
-        off += len;
-        if (!(rec_state(it) & ITEM_LINKED)) continue;
-        int b = seg_bucket_for(s, len);
-        if (clsid == 0 || b == clsid) fn(ctx, it, b);
-    }
-    pos->off = off;
-    bool more = off < m->woff;
-    pthread_mutex_unlock(&pl->lock);
-    return more;
+    struct peek_arg a = {clsid, fn, ctx};
+    return walk_batch(s, pos, max, peek_one, &a);
 }
 
 static void counters_add(struct seg_counters *out, const struct seg_counters *c)
