@@ -240,6 +240,16 @@ static void conn_value_done(struct conn *c)
     cmd_store_finish(c, &c->preq, it, ok);
 }
 
+/* Where the next value bytes go: the item's value (allocated up front) or the staging buffer.
+ * False when staging refused the value (answered; the rest is being swallowed). */
+static bool conn_value_room(struct conn *c, char **dst, size_t *len)
+{
+    if (c->it == NULL) return conn_stage_room(c, dst, len);
+    *dst = item_value(c->it) + c->vgot;
+    *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
+    return true;
+}
+
 /* Feed buffered input to the value being received; finish the command when complete. */
 static void conn_fill_value(struct conn *c)
 {
@@ -251,12 +261,7 @@ static void conn_fill_value(struct conn *c)
         if (c->vgot < nbytes) {
             char *dst;
             size_t room;
-            if (c->it) {
-                dst = item_value(c->it) + c->vgot;
-                room = (size_t)(nbytes - c->vgot);
-            } else if (!conn_stage_room(c, &dst, &room)) {
-                break; /* refused: swallowing the rest */
-            }
+            if (!conn_value_room(c, &dst, &room)) break; /* refused: swallowing the rest */
             size_t n = room < avail - i ? room : avail - i;
             memcpy(dst, src + i, n);
             c->vgot += n, i += n;
@@ -357,13 +362,8 @@ static int conn_read_target(struct conn *c, char **dst, size_t *len)
     if (c->state == CONN_VALUE && buf_used(&c->rbuf) == 0 &&
         c->vgot < (uint64_t)c->preq.nbytes &&
         (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
-        if (c->it) {
-            *dst = item_value(c->it) + c->vgot;
-            *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
-            return 1;
-        }
-        /* a refused value (conn_stage_room false) is swallowed through the input buffer */
-        if (conn_stage_room(c, dst, len)) return 1;
+        /* a refused value is swallowed through the input buffer */
+        if (conn_value_room(c, dst, len)) return 1;
     }
     if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
         c->w->m.conn_oom++;

@@ -201,7 +201,10 @@ static void *worker_main(void *arg)
             if (p == &worker_wake_tag) stop = true;
             else if (p == &worker_listen_tag) accepting = true;
             else if (p == &worker_hand_tag) handed = true;
-            else conn_event(p, evs[i].events, ring), served++;
+            else {
+                conn_event(p, evs[i].events, ring);
+                served++;
+            }
         }
         if (ring) worker_run_ring(w);
         if (stop) break;
