@@ -260,15 +260,23 @@ void cmd_lru_crawler(struct conn *c, struct proto_req *req)
 #undef IS
 }
 
-void cmd_detail_dump(struct conn *c)
+/* A zeroed dump of `kind`, or NULL after answering the out-of-memory error. */
+static struct dump *dump_new(struct conn *c, enum dump_kind kind)
 {
     struct dump *d = calloc(1, sizeof *d);
     if (d == NULL) {
         c->w->m.conn_oom++;
         conn_reply_str(c, "SERVER_ERROR out of memory\r\n");
-        return;
+        return NULL;
     }
-    d->kind = DUMP_DETAIL;
+    d->kind = kind;
+    return d;
+}
+
+void cmd_detail_dump(struct conn *c)
+{
+    struct dump *d = dump_new(c, DUMP_DETAIL);
+    if (d == NULL) return;
     dump_start(c, d);
 }
 
@@ -298,13 +306,8 @@ void cmd_cachedump(struct conn *c, const char *arg, size_t n)
         conn_reply_str(c, "END\r\n"); /* no such class here: nothing in it */
         return;
     }
-    struct dump *d = calloc(1, sizeof *d);
-    if (d == NULL) {
-        c->w->m.conn_oom++;
-        conn_reply_str(c, "SERVER_ERROR out of memory\r\n");
-        return;
-    }
-    d->kind = DUMP_CACHE;
+    struct dump *d = dump_new(c, DUMP_CACHE);
+    if (d == NULL) return;
     d->clsid = (int)id;
     if (id == 0) d->min_cls = DUMP_MEMCACHED_CLASSES;
     d->limit = limit;
