@@ -46,6 +46,13 @@ struct upconn {
     size_t rscan;                   /* reply_length() progress of the head's reply */
     struct frag *sent, *sent_tail;  /* awaiting replies, oldest first */
     uint32_t nsent;
+    /* a reply that did not echo its request (upstream.c, upconn_suspect): an `mn` was sent
+     * behind the requests then on the connection, and the node's MN must come after exactly
+     * sync_left more replies, or the node's replies have shifted */
+    bool syncing;
+    uint32_t sync_left;
+    uint32_t suspects;              /* requests failed alone meanwhile, the client's fault once
+                                     * the MN is where it belongs */
 };
 
 struct upnode {
