@@ -226,6 +226,9 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
     case REPL_WRITE:
         if (bad) replica_log(un, rw->key, rw->nkey, true);
         break;
+    case REPL_OWNER:
+        if (failed) replica_log(un, rw->key, rw->nkey, true);
+        break;
     case REPL_COMPARE:
         if (bad) { /* it may have been applied there: the others may be behind */
             replica_log(un, rw->key, rw->nkey, true);

@@ -33,6 +33,11 @@
 
 enum replica_kind {
     REPL_WRITE,   /* a write to one replica: logged for repair there if it fails */
+    REPL_OWNER,   /* a write to its owner in a sharded pool (outage.h): logged there only if
+                   * the router failed it (a timeout, a lost connection: applied or not, and
+                   * maybe late). The node's own answer, an error included, is the write's
+                   * outcome: a client whose writes the node refuses (too large for its -I)
+                   * must not fill the log and have the node flushed */
     REPL_COMPARE, /* the compare of a cas: on success, `then` goes to the other replicas */
     REPL_REPAIR,  /* a repair delete of the key */
     REPL_FLUSH,   /* a whole-node repair (flush_all) */

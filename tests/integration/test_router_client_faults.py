@@ -230,3 +230,28 @@ def test_replies_shifted_by_a_stray_one_are_still_the_nodes_fault(start_router):
         assert after["nodes_marked_down"] == before["nodes_marked_down"] + 1  # --down-after 1
     finally:
         node.close()
+
+
+def test_writes_the_node_refuses_are_not_repaired_nor_flushed(start_server, start_router):
+    """A node's own answer to a write, a SERVER_ERROR included, is that write's outcome: only
+    a write the router gave up on (timed out, connection lost) may land later and is logged
+    for repair. Before, each refused write logged its key, and one more distinct key than
+    --repair-log had the node flushed."""
+    node = start_server()
+    router, admin, _ = start_router(topology([node]), "-t", "1", "--repair-log", "2",
+                                    "--probe-ms", "50")
+    wait_until(lambda: accepts(admin), message="the router's admin port")
+    with McRaw(router.host, router.port) as c:
+        assert c.store("set", "canary", "alive") == "STORED"
+        before = router_counters(admin)
+        # within the router's -I (1 MB of value), over the node's once its item header counts
+        for i in range(3):
+            line = c.store("set", f"big{i}", b"x" * (1048576 - 10))
+            assert line == "SERVER_ERROR object too large for cache", line
+        assert c.store("set", "k", b"x" * 1000) == "STORED"
+        line = c.store("append", "k", b"y" * (1048576 - 500))
+        assert line.startswith("SERVER_ERROR"), line
+        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
+        after = router_counters(admin)
+        assert_no_node_fault(before, after)
+        assert c.get("canary") == [("canary", 0, b"alive", None)]
