@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import topology
+from conftest import SERVER_KIND, topology
 from fakenode import FakeNode
 from mcraw import McRaw, accepts, http, wait_until
 
@@ -91,8 +91,14 @@ def pair(start_server, start_router):
     return router, alone
 
 
+# the router parses as shoal-node does; memcached 1.6.18 decodes a base64 key with a \r
+MEMCACHED_DIFFERS = {"base64_key_with_cr"}
+
+
 @pytest.mark.parametrize("case", sorted(ODD_REQUESTS))
 def test_an_odd_request_is_answered_as_the_node_answers_it(pair, case):
+    if SERVER_KIND == "memcached" and case in MEMCACHED_DIFFERS:
+        pytest.skip("the router answers as shoal-node, which differs from memcached here")
     router, alone = pair
     before = router_counters(router.admin)
     want = exchange(alone.port, ODD_REQUESTS[case])
@@ -232,6 +238,7 @@ def test_replies_shifted_by_a_stray_one_are_still_the_nodes_fault(start_router):
         node.close()
 
 
+@pytest.mark.shoal_only  # where a value is over the node's -I depends on its item header
 def test_writes_the_node_refuses_are_not_repaired_nor_flushed(start_server, start_router):
     """A node's own answer to a write, a SERVER_ERROR included, is that write's outcome: only
     a write the router gave up on (timed out, connection lost) may land later and is logged

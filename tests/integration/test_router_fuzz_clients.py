@@ -9,6 +9,10 @@ as the node's fault shows in `nodes_marked_down`, a logged key or a flush. Meanw
 well-behaved clients of the same node must be served every time, and keys set before the run
 must still be there after it.
 
+Against memcached nodes (SHOAL_TEST_SERVER=memcached) the answers are not compared (the router
+parses requests as shoal-node does, which differs from memcached 1.6.18 where docs/protocol.md
+says so); the faults are.
+
 Seeded (SHOAL_FUZZ_SEED, default 12) and bounded in time (SHOAL_FUZZ_SECONDS, default 8); a
 failure prints the seed, the client and the batch that differed."""
 
@@ -20,13 +24,16 @@ import socket
 import threading
 import time
 
-from conftest import topology
+from conftest import SERVER_KIND, topology
 from mcraw import ConnectionClosed, McRaw, accepts, http, wait_until
 
 SEED = int(os.environ.get("SHOAL_FUZZ_SEED", "12"))
 SECONDS = float(os.environ.get("SHOAL_FUZZ_SECONDS", "8"))
 FUZZERS = 6
 GOOD = 2
+# the router parses as shoal-node does, which differs from memcached 1.6.18 where
+# docs/protocol.md says so: against memcached nodes only the faults are compared
+COMPARE = SERVER_KIND != "memcached"
 FAULTS = ("nodes_marked_down", "upstream_protocol_errors", "upstream_errors",
           "upstream_timeouts", "upstream_connect_failures", "repair_keys_logged",
           "repair_log_overflows", "repair_flushes", "repair_deletes")
@@ -142,6 +149,8 @@ class Gen:
         """One request; (bytes, True when both sides close the connection after it)."""
         r = self.r
         x = r.random()
+        if x < 0.01 and not COMPARE:  # memcached closes on neither, mid-connection
+            x = 0.01
         if x < 0.005:
             # binary protocol (at a line's start: after an empty line): ERROR and a close
             return b"\r\n\x80\x00\x00\x00junk\r\n", True
@@ -226,7 +235,7 @@ def fuzz_client(cid, router, alone, deadline, diffs, counts):
         except (socket.timeout, OSError) as e:
             diffs.append((cid, n, data, f"no answer: {e!r}"))
             return
-        if normalise(got[0]) != normalise(got[1]):
+        if COMPARE and normalise(got[0]) != normalise(got[1]):
             diffs.append((cid, n, data, got))
         counts[cid] += len(batch)
     for s in sides:
