@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import SERVER_KIND, topology
+from conftest import SERVER_KIND, held_value, topology
 from fakenode import FakeNode
 from mcraw import McRaw, accepts, http, wait_until
 
@@ -262,3 +262,47 @@ def test_writes_the_node_refuses_are_not_repaired_nor_flushed(start_server, star
         after = router_counters(admin)
         assert_no_node_fault(before, after)
         assert c.get("canary") == [("canary", 0, b"alive", None)]
+
+
+def _replicated(start_server, start_router, *node_flags):
+    """Two replicas (each started with its flags of node_flags) of one replicated pool behind a
+    one-worker router that repairs from a log of two keys."""
+    nodes = [start_server(*flags) for flags in node_flags]
+    doc = topology(nodes)
+    doc["pools"]["main"]["mode"] = "replicated"
+    router, admin, _ = start_router(doc, "-t", "1", "-I", "2m", "--repair-log", "2",
+                                    "--probe-ms", "50")
+    wait_until(lambda: accepts(admin), message="the router's admin port")
+    return nodes, router, admin
+
+
+@pytest.mark.shoal_only  # where a value is over the node's -I depends on its item header
+def test_writes_every_replica_refuses_are_not_repaired_nor_flushed(start_server, start_router):
+    """Replicas that all refused a write alike are still alike: nothing to repair."""
+    nodes, router, admin = _replicated(start_server, start_router, (), ())
+    with McRaw(router.host, router.port) as c:
+        assert c.store("set", "canary", "alive") == "STORED"
+        before = router_counters(admin)
+        for i in range(3):
+            line = c.store("set", f"big{i}", b"x" * (1048576 - 10))
+            assert line == "SERVER_ERROR object too large for cache", line
+        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
+        assert_no_node_fault(before, router_counters(admin))
+    for n in nodes:
+        with McRaw(n.host, n.port) as c:
+            assert c.get("canary") == [("canary", 0, b"alive", None)]
+
+
+@pytest.mark.shoal_only
+def test_a_replica_that_refused_what_another_took_is_repaired(start_server, start_router):
+    """The other side of the rule: replicas that answered a write differently (one's -I is
+    smaller) no longer agree, and the one that refused is repaired (its old value deleted)."""
+    nodes, router, admin = _replicated(start_server, start_router, ("-I", "1m"), ("-I", "2m"))
+    with McRaw(router.host, router.port) as c:
+        assert c.store("set", "k", "old") == "STORED"
+        before = router_counters(admin)
+        c.store("set", "k", b"x" * (1536 * 1024))  # the first replica refuses, the second takes it
+        wait_until(lambda: router_counters(admin)["repair_keys_logged"]
+                   == before["repair_keys_logged"] + 1, message="the refusing replica logged")
+    wait_until(lambda: held_value(nodes[0], "k") is None,
+               message="the old value deleted on the replica that refused the new one")
