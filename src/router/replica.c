@@ -274,10 +274,12 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
         if (failed) replica_log(un, rw->key, rw->nkey, true);
         break;
     case REPL_COMPARE:
-        if (bad) { /* it may have been applied there: the others may be behind */
+        /* an error of the node's own: the compare-and-swap was not applied there, nothing is
+         * pending anywhere (a client's cas the node refuses must not fill the logs) */
+        if (failed) { /* it may have been applied there: the others may be behind */
             replica_log(un, rw->key, rw->nkey, true);
             replica_follow(w, rw, NULL, false);
-        } else if (replica_reply_won(reply, n)) {
+        } else if (!bad && replica_reply_won(reply, n)) {
             replica_follow(w, rw, f->rq, true);
         }
         break;

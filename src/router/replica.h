@@ -6,7 +6,8 @@
  * When it succeeds, the write without the compare goes to the other replicas, and the client
  * gets the compare's answer once they have answered too (all in sync, as plain replicated
  * writes). When it fails (EXISTS, NOT_FOUND) nothing else is sent; when its outcome is
- * unknown (an error, a timeout) the key is logged for repair on the other replicas.
+ * unknown (a timeout, a lost connection; not an error of the node's own, which means it was
+ * not applied) the key is logged for repair on the other replicas.
  *
  * Repair: each worker keeps, per node, a repair log (repairlog.h) of the keys of replicated
  * writes the node missed (skipped while marked down) or may have missed (a timeout there:

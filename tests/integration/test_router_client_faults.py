@@ -306,3 +306,21 @@ def test_a_replica_that_refused_what_another_took_is_repaired(start_server, star
                    == before["repair_keys_logged"] + 1, message="the refusing replica logged")
     wait_until(lambda: held_value(nodes[0], "k") is None,
                message="the old value deleted on the replica that refused the new one")
+
+
+@pytest.mark.shoal_only
+def test_compare_and_swaps_a_replica_refuses_are_not_repaired(start_server, start_router):
+    """A cas the replica that compares refuses (too large) was not applied there, so nothing is
+    pending anywhere: the other replicas are not logged for repair."""
+    nodes, router, admin = _replicated(start_server, start_router, (), ())
+    with McRaw(router.host, router.port) as c:
+        assert c.store("set", "canary", "alive") == "STORED"
+        before = router_counters(admin)
+        for i in range(3):
+            line = c.store("cas", f"big{i}", b"x" * (1048576 - 10), extra="1")
+            assert line == "SERVER_ERROR object too large for cache", line
+        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
+        assert_no_node_fault(before, router_counters(admin))
+    for n in nodes:
+        with McRaw(n.host, n.port) as c:
+            assert c.get("canary") == [("canary", 0, b"alive", None)]
