@@ -9,7 +9,7 @@ int outage_write(struct frag *f, struct upnode *owner, struct upnode *to, const 
                  size_t nkey)
 {
     if (to == owner && outage_writes(owner))
-        return replica_tag(f, owner, REPL_WRITE, key, nkey); /* logged if it fails there */
+        return replica_tag(f, owner, REPL_OWNER, key, nkey); /* logged if it fails there */
     replica_log(owner, key, nkey, false);
     return 0;
 }

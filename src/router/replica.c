@@ -55,6 +55,7 @@ int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const
     }
     rw->un = un;
     rw->kind = kind;
+    rw->fan = NULL;
     buf_init(&rw->then);
     rw->nkey = (uint8_t)nkey;
     if (nkey) memcpy(rw->key, key, nkey);
@@ -62,9 +63,51 @@ int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const
     return 0;
 }
 
+struct replica_fanout {
+    uint32_t pending;     /* parts joined whose answer has not been weighed */
+    bool applied;         /* one of them took the write */
+    uint32_t nrefused;
+    char refused[][TOPO_ADDR_MAX]; /* the ones that refused it, by address: a node may have
+                                    * left the topology (and been freed) by the last answer */
+};
+
+struct replica_fanout *replica_fanout_new(uint32_t n)
+{
+    struct replica_fanout *fan = malloc(sizeof *fan + (size_t)n * TOPO_ADDR_MAX);
+    if (fan) *fan = (struct replica_fanout){.pending = 0}; /* room for n refusals */
+    return fan;
+}
+
+void replica_fanout_join(struct replica_fanout *fan, struct replica_write *rw)
+{
+    rw->fan = fan;
+    fan->pending++;
+}
+
+/* One replica's part of a fan-out is over: answered (`refused`: with an error of its own, else
+ * taken), or never to be weighed (`gone`: not sent, or its node torn down). After the last,
+ * the replicas that refused a write another one took are logged for repair. */
+static void replica_fanout_done(struct replica_write *rw, bool gone, bool refused)
+{
+    struct replica_fanout *fan = rw->fan;
+    rw->fan = NULL;
+    if (!gone && refused) snprintf(fan->refused[fan->nrefused++], TOPO_ADDR_MAX, "%s",
+                                   rw->un->node.addr);
+    else if (!gone) fan->applied = true;
+    if (--fan->pending > 0) return;
+    for (uint32_t i = 0; fan->applied && i < fan->nrefused; i++)
+        for (struct upnode *un = rw->un->w->upnodes; un; un = un->next)
+            if (!un->retired && !un->destroying && !strcmp(un->node.addr, fan->refused[i])) {
+                replica_log(un, rw->key, rw->nkey, true);
+                break;
+            }
+    free(fan);
+}
+
 void replica_write_free(struct replica_write *rw)
 {
     if (rw == NULL) return;
+    if (rw->fan) replica_fanout_done(rw, true, false);
     buf_release(&rw->then);
     if (repl_pooled < REPL_POOL_MAX) {
         rw->next = repl_pool;
@@ -224,13 +267,19 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
     bool bad = failed || (n >= 12 && !memcmp(reply, "SERVER_ERROR", 12));
     switch (rw->kind) {
     case REPL_WRITE:
-        if (bad) replica_log(un, rw->key, rw->nkey, true);
+        if (rw->fan && !failed) replica_fanout_done(rw, false, bad);
+        else if (bad) replica_log(un, rw->key, rw->nkey, true);
+        break;
+    case REPL_OWNER:
+        if (failed) replica_log(un, rw->key, rw->nkey, true);
         break;
     case REPL_COMPARE:
-        if (bad) { /* it may have been applied there: the others may be behind */
+        /* an error of the node's own: the compare-and-swap was not applied there, nothing is
+         * pending anywhere (a client's cas the node refuses must not fill the logs) */
+        if (failed) { /* it may have been applied there: the others may be behind */
             replica_log(un, rw->key, rw->nkey, true);
             replica_follow(w, rw, NULL, false);
-        } else if (replica_reply_won(reply, n)) {
+        } else if (!bad && replica_reply_won(reply, n)) {
             replica_follow(w, rw, f->rq, true);
         }
         break;

@@ -6,11 +6,12 @@
  * When it succeeds, the write without the compare goes to the other replicas, and the client
  * gets the compare's answer once they have answered too (all in sync, as plain replicated
  * writes). When it fails (EXISTS, NOT_FOUND) nothing else is sent; when its outcome is
- * unknown (an error, a timeout) the key is logged for repair on the other replicas.
+ * unknown (a timeout, a lost connection; not an error of the node's own, which means it was
+ * not applied) the key is logged for repair on the other replicas.
  *
  * Repair: each worker keeps, per node, a repair log (repairlog.h) of the keys of replicated
- * writes the node missed (skipped while marked down) or may have missed (an error or a
- * timeout there: applied or not). A node with keys in its log takes no reads of this worker
+ * writes the node missed (skipped while marked down) or may have missed (a timeout there:
+ * applied or not; an error of its own while another replica took the write, replica_fanout). A node with keys in its log takes no reads of this worker
  * (route_node picks another replica) until a delete of each key has been answered by it; the
  * deletes are sent one probe interval after the node is back (or after the failure), so that
  * requests it had received before a stall are applied first. A log that overflowed is
@@ -33,6 +34,11 @@
 
 enum replica_kind {
     REPL_WRITE,   /* a write to one replica: logged for repair there if it fails */
+    REPL_OWNER,   /* a write to its owner in a sharded pool (outage.h): logged there only if
+                   * the router failed it (a timeout, a lost connection: applied or not, and
+                   * maybe late). The node's own answer, an error included, is the write's
+                   * outcome: a client whose writes the node refuses (too large for its -I)
+                   * must not fill the log and have the node flushed */
     REPL_COMPARE, /* the compare of a cas: on success, `then` goes to the other replicas */
     REPL_REPAIR,  /* a repair delete of the key */
     REPL_FLUSH,   /* a whole-node repair (flush_all) */
@@ -40,10 +46,14 @@ enum replica_kind {
                      * it can be repaired */
 };
 
+struct replica_fanout;
+
 /* What a fragment sent to a replica is for (frag->repl; freed with the fragment). */
 struct replica_write {
     struct upnode *un;     /* the node it is sent to */
     enum replica_kind kind;
+    struct replica_fanout *fan; /* REPL_WRITE of a client's write to every replica: the
+                                 * replicas' answers, weighed together (replica_fanout_new) */
     struct buf then;       /* REPL_COMPARE: the request for the other replicas */
     struct replica_write *next; /* in the thread's pool of free ones (replica.c) */
     uint8_t nkey;
@@ -73,6 +83,16 @@ void replica_compare(struct client *c, const struct proto_req *req, const char *
 int replica_tag(struct frag *f, struct upnode *un, enum replica_kind kind, const char *key,
                 size_t nkey);
 void replica_write_free(struct replica_write *rw);
+/* The answers of the `n` replicas a client's write goes to (route.c), to be set in each one's
+ * replica_write (REPL_WRITE) before they are submitted; freed with the last of them. A
+ * replica that refuses the write with an error of its own (SERVER_ERROR) is logged for repair
+ * only if another replica took it: replicas that all refused alike (a value over their -I)
+ * are still alike, and logging them would let a client fill the log with refused writes and
+ * have every replica flushed. One the router failed (a timeout, a lost connection) is logged
+ * at once, as any failed write. NULL when memory runs out. Each part joins it (before any is
+ * submitted); it is freed when the last one that joined is answered or freed. */
+struct replica_fanout *replica_fanout_new(uint32_t n);
+void replica_fanout_join(struct replica_fanout *fan, struct replica_write *rw);
 /* Free the replica_writes this thread keeps for reuse (at its exit). */
 void replica_pool_drain(void);
 

@@ -203,30 +203,37 @@ static bool line_number(const char *p, size_t ll)
     return true;
 }
 
-/* A get's reply: VALUE blocks for keys of the request in order, then END or an error line. */
-static bool fits_get(const struct reply_want *w, const char *req, const char *p, size_t n)
+/* A get's reply: VALUE blocks for keys of the request in order, then END or an error line.
+ * RFIT_ECHO when it is such a reply but for other keys (or in another order). */
+static enum reply_fit fits_get(const struct reply_want *w, const char *req, const char *p,
+                               size_t n)
 {
     int ntok = w->cmd == CMD_GETS || w->cmd == CMD_GATS ? 5 : 4;
     const char *kp = req + w->key, *kend_req = req + w->key_end;
     size_t pos = 0;
+    bool keys_ok = true;
     for (;;) {
         const char *line = p + pos;
         size_t ll = reply_line(line, n - pos);
-        if (ll == 0) return false;
-        if (!line_code(line, ll, "VALUE"))
-            return pos + ll == n && (line_is(line, ll, "END") || line_error(line, ll));
+        if (ll == 0) return RFIT_BAD;
+        if (!line_code(line, ll, "VALUE")) {
+            if (pos + ll != n || !(line_is(line, ll, "END") || line_error(line, ll)))
+                return RFIT_BAD;
+            return keys_ok ? RFIT_OK : RFIT_ECHO;
+        }
         int spaces = 0;
         for (size_t i = 0; i < ll - 2; i++) spaces += line[i] == ' ';
         const char *key = line + 6, *kend = memchr(key, ' ', ll - 6);
         long vlen = reply_token_num(line, line + ll, 3);
-        if (spaces + 1 != ntok || kend == NULL || vlen < 0) return false;
+        if (spaces + 1 != ntok || kend == NULL || vlen < 0) return RFIT_BAD;
         const char *want;
         uint8_t nwant;
-        do { /* the next key asked that it can answer; the ones skipped missed */
-            if (!proto_next_key(&kp, kend_req, &want, &nwant)) return false;
-        } while (nwant != (size_t)(kend - key) || memcmp(want, key, nwant));
+        while (keys_ok) { /* the next key asked that it can answer; the ones skipped missed */
+            if (!proto_next_key(&kp, kend_req, &want, &nwant)) keys_ok = false;
+            else if (nwant == (size_t)(kend - key) && !memcmp(want, key, nwant)) break;
+        }
         pos += ll;
-        if (n - pos < (size_t)vlen + 2 || memcmp(p + pos + vlen, "\r\n", 2)) return false;
+        if (n - pos < (size_t)vlen + 2 || memcmp(p + pos + vlen, "\r\n", 2)) return RFIT_BAD;
         pos += (size_t)vlen + 2;
     }
 }
@@ -264,22 +271,25 @@ static bool meta_echoes(const struct reply_want *w, const char *req, const char 
 }
 
 /* A meta reply: one of `codes` (space-separated two-letter codes) as the first token, with its
- * value when it is VA, and the request's k and O echoed (`echo`). */
-static bool fits_meta(const struct reply_want *w, const char *req, const char *codes, bool echo,
-                      const char *p, size_t n)
+ * value when it is VA, and the request's k and O echoed (`echo`; RFIT_ECHO when they are not). */
+static enum reply_fit fits_meta(const struct reply_want *w, const char *req, const char *codes,
+                                bool echo, const char *p, size_t n)
 {
     size_t ll = reply_line(p, n);
-    if (ll < 4 || (p[2] != ' ' && p[2] != '\r')) return false;
+    if (ll < 4 || (p[2] != ' ' && p[2] != '\r')) return RFIT_BAD;
     bool known = false;
     for (const char *c = codes; *c && !known; c += c[2] ? 3 : 2) known = !memcmp(p, c, 2);
-    if (!known) return false;
+    if (!known) return RFIT_BAD;
     if (!memcmp(p, "VA", 2)) {
         long vlen = reply_token_num(p, p + ll, 1);
-        if (vlen < 0 || n - ll != (size_t)vlen + 2 || memcmp(p + n - 2, "\r\n", 2)) return false;
+        if (vlen < 0 || n - ll != (size_t)vlen + 2 || memcmp(p + n - 2, "\r\n", 2))
+            return RFIT_BAD;
     } else if (ll != n) {
-        return false;
+        return RFIT_BAD;
     }
-    return !echo || meta_echoes(w, req, p, p + ll - 2);
+    /* the whole line with its \r\n: mreply_flag takes off exactly that, so a token that ends
+     * in a \r of its own (`mg k O1\r v` is answered `EN O1\r\r\n`) keeps it */
+    return !echo || meta_echoes(w, req, p, p + ll) ? RFIT_OK : RFIT_ECHO;
 }
 
 enum reply_lline reply_list_line(const struct reply_want *w, const char *p, size_t n, bool first,
@@ -318,12 +328,13 @@ static bool fits_list(const struct reply_want *w, const char *p, size_t n)
     }
 }
 
-bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n)
+enum reply_fit reply_check_want(const struct reply_want *w, const char *req, const char *reply,
+                                size_t n)
 {
-    if (w->list != RLIST_NONE) return fits_list(w, reply, n);
+    if (w->list != RLIST_NONE) return fits_list(w, reply, n) ? RFIT_OK : RFIT_BAD;
     size_t ll = reply_line(reply, n);
-    if (ll == 0) return false;
-    if (line_error(reply, ll)) return ll == n;
+    if (ll == 0) return RFIT_BAD;
+    if (line_error(reply, ll)) return ll == n ? RFIT_OK : RFIT_BAD;
     switch (w->cmd) {
     case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
         return fits_get(w, req, reply, n);
@@ -335,21 +346,39 @@ bool reply_fits_want(const struct reply_want *w, const char *req, const char *re
     case CMD_ME: return fits_meta(w, req, "ME EN", false, reply, n);
     default: break;
     }
-    if (ll != n) return false; /* the text commands below answer one line */
+    if (ll != n) return RFIT_BAD; /* the text commands below answer one line */
+    bool ok;
     switch (w->cmd) {
     case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND: case CMD_CAS:
-        return line_one_of(reply, ll, "STORED NOT_STORED EXISTS NOT_FOUND");
-    case CMD_DELETE: return line_one_of(reply, ll, "DELETED NOT_FOUND");
+        ok = line_one_of(reply, ll, "STORED NOT_STORED EXISTS NOT_FOUND");
+        break;
+    case CMD_DELETE:
+        ok = line_one_of(reply, ll, "DELETED NOT_FOUND");
+        break;
     case CMD_INCR: case CMD_DECR:
-        return line_number(reply, ll) || line_is(reply, ll, "NOT_FOUND");
-    case CMD_TOUCH: return line_one_of(reply, ll, "TOUCHED NOT_FOUND");
-    case CMD_VERSION: return line_code(reply, ll, "VERSION");
+        ok = line_number(reply, ll) || line_is(reply, ll, "NOT_FOUND");
+        break;
+    case CMD_TOUCH:
+        ok = line_one_of(reply, ll, "TOUCHED NOT_FOUND");
+        break;
+    case CMD_VERSION:
+        ok = line_code(reply, ll, "VERSION");
+        break;
     case CMD_STATS: /* stats detail on|off, stats reset */
-        return line_is(reply, ll, "OK") || line_is(reply, ll, "RESET");
+        ok = line_is(reply, ll, "OK") || line_is(reply, ll, "RESET");
+        break;
     case CMD_FLUSH_ALL: case CMD_VERBOSITY:
-        return line_is(reply, ll, "OK");
-    default: return false; /* never forwarded: only an error line could be its answer */
+        ok = line_is(reply, ll, "OK");
+        break;
+    default:
+        ok = false; /* never forwarded: only an error line could be its answer */
     }
+    return ok ? RFIT_OK : RFIT_BAD;
+}
+
+bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n)
+{
+    return reply_check_want(w, req, reply, n) == RFIT_OK;
 }
 
 bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)

@@ -110,4 +110,19 @@ bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n);
  * parsing the line, for the router's own lines, which always parse. */
 bool reply_fits_want(const struct reply_want *w, const char *req, const char *reply, size_t n);
 
+/* How a reply fits its request (reply_check_want). A reply of the request's kind that echoes
+ * something else (another key or opaque under k or O, a get's VALUE blocks for keys it did not
+ * ask in that order) is told apart from one of another kind: the first may be the node's answer
+ * to a request whose echo the router did not foresee (the request's fault), or a reply shifted
+ * onto the wrong request (the node's); upstream.c finds out which (docs/router.md, "Whose fault
+ * a reply is"). A reply of another kind is always the node's fault: the router parses each line
+ * as the node does, so no request it sends can be answered so. */
+enum reply_fit {
+    RFIT_OK,   /* it answers the request */
+    RFIT_ECHO, /* of the request's kind, but for other keys or another opaque */
+    RFIT_BAD,  /* of another kind, or malformed: no answer to this request */
+};
+enum reply_fit reply_check_want(const struct reply_want *w, const char *req, const char *reply,
+                                size_t n);
+
 #endif

@@ -401,7 +401,10 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
 {
     bool answered = false; /* the request was refused with its own error */
     struct rreq *rq = rreq_create(c, RQ_ALL, req->cmd);
+    struct replica_fanout *fan = NULL; /* a write's replicas' answers, weighed together */
+    bool joined = false;
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
+    if (req->cmd != CMD_FLUSH_ALL && (fan = replica_fanout_new(n)) == NULL) goto oom;
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
     for (uint32_t i = 0; i < n; i++) {
@@ -413,6 +416,10 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
                         req->cmd == CMD_FLUSH_ALL ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
                         req->nkey) < 0)
             goto oom;
+        if (fan) { /* each part's answer is weighed with the others' */
+            replica_fanout_join(fan, f->repl);
+            joined = true;
+        }
         if (ledit_copy(&f->out, line, len, req, rq->noreply, frag_quiet_drop(req, rq->quiet),
                        cuts, ncuts) < 0)
             goto oom;
@@ -428,6 +435,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
     for (uint32_t i = 0; i < n; i++) upnode_submit(c->w->map[nodes[i]], rq->frags[i]);
     return;
 oom:
+    if (fan && !joined) free(fan); /* else the last part to go frees it */
     if (rq) rreq_discard(rq);
     if (!answered) client_oom(c);
 }

@@ -95,6 +95,8 @@ struct router_config {
     X(upstream_connects, COUNTER, "connections opened to nodes")                                 \
     X(upstream_connect_failures, COUNTER, "connections to nodes that failed")                    \
     X(upstream_protocol_errors, COUNTER, "node replies that did not parse or fit their request") \
+    X(client_caused_reply_errors, COUNTER,                                                       \
+      "replies of a request's kind that did not echo it, failing that request alone (not the node)") \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
     X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
     X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \

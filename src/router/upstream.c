@@ -120,6 +120,8 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
     uc->state = UP_DOWN;
     uc->epollout = false;
     uc->rscan = 0;
+    uc->syncing = false; /* the check ends with the connection; nothing left to shift */
+    uc->sync_left = uc->suspects = 0;
     buf_release(&uc->wbuf);
     buf_release(&uc->rbuf);
     char msg[256];
@@ -411,6 +413,92 @@ static void upconn_mismatch(struct upconn *uc, struct frag *f, size_t len)
     upconn_fail(uc, "sent a reply that does not match its request", false);
 }
 
+/* A fragment leaves the head of uc's sent queue (answered, or failed alone): one reply fewer
+ * before a pending sync's MN. */
+static void upconn_pop(struct upconn *uc, struct frag *f)
+{
+    struct upnode *un = uc->un;
+    uc->sent = f->next;
+    if (uc->sent == NULL) uc->sent_tail = NULL;
+    uc->nsent--;
+    un->outstanding--;
+    upnode_unstray(un, f);
+    un->w->inflight--;
+    if (uc->syncing && uc->sync_left > 0) uc->sync_left--;
+}
+
+/* The head fragment f got a reply of its kind that echoes another key or opaque
+ * (reply_check_want: RFIT_ECHO). Either the client's request made the node answer in a way the
+ * router did not foresee, or the node's replies have shifted onto the wrong requests. The
+ * first is no fault of the node and must not cost anyone but that client (no reset of a
+ * connection other clients share, nothing towards marking the node down); the second is. So
+ * f fails alone, and an `mn` goes behind the requests already on the connection: memcached
+ * answers in order, so its MN must come after exactly their replies (upconn_parse checks it;
+ * one mn covers every suspect reply before it). Until then the replies that fit their requests
+ * are passed on, as always: a shift that keeps fitting is found at the MN. The reply is still
+ * the node's answer to a write (a replica's, or an owner's that a failure would have logged
+ * for repair): the repair logic sees it as such, so a client's odd writes log nothing. */
+static void upconn_suspect(struct upconn *uc, struct frag *f, const char *reply, size_t len)
+{
+    struct upnode *un = uc->un;
+    struct rworker *w = un->w;
+    bool start = !uc->syncing;
+    if (start && buf_append(&uc->wbuf, "mn\r\n", 4) < 0) { /* no check possible: as before */
+        w->m.out_of_memory++;
+        upconn_mismatch(uc, f, len);
+        return;
+    }
+    const char *req = buf_start(&f->out);
+    char ereq[4 * 80 + 1], erep[4 * 80 + 1];
+    log_info_limited("node %s answered \"%s\" with \"%s\": failing that request alone",
+                     un->node.addr,
+                     log_escape(ereq, sizeof ereq, req,
+                                (size_t)upconn_loggable(req, buf_used(&f->out))),
+                     log_escape(erep, sizeof erep, reply, (size_t)upconn_loggable(reply, len)));
+    upconn_pop(uc, f);
+    if (start) { /* behind every request now on the connection, before any sent after */
+        uc->syncing = true;
+        uc->sync_left = uc->nsent;
+        upconn_mark_dirty(uc);
+    }
+    uc->suspects++;
+    if (f->repl) { /* the node's answer, for the repair logic; the client gets an error */
+        replica_frag_done(f, reply, len, false);
+        replica_write_free(f->repl);
+        f->repl = NULL;
+    }
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "SERVER_ERROR shoal-router: node %s sent a reply that does not match its "
+                     "request\r\n", un->node.addr);
+    if (n < 0 || (size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
+    if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, errors);
+    frag_complete(f, msg, (size_t)n, true);
+}
+
+/* A sync is due (syncing, no reply left before its MN): 1 when the MN was there (consumed: the
+ * suspect replies were the requests' own fault), 0 when more bytes are needed, -1 when the
+ * node's replies had shifted (the connection has failed, as for any reply no request
+ * explains). */
+static int upconn_sync(struct upconn *uc)
+{
+    struct rworker *w = uc->un->w;
+    size_t have = buf_used(&uc->rbuf), k = have < 4 ? have : 4;
+    if (memcmp(buf_start(&uc->rbuf), "MN\r\n", k) != 0) {
+        w->m.upstream_protocol_errors++;
+        log_warn_limited("node %s: replies shifted (its MN was not after the replies before "
+                         "it); reconnecting", uc->un->node.addr);
+        upconn_fail(uc, "sent replies that do not match their requests", false);
+        return -1;
+    }
+    if (have < 4) return 0;
+    buf_consume(&uc->rbuf, 4);
+    uc->syncing = false;
+    w->m.client_caused_reply_errors += uc->suspects;
+    uc->suspects = 0;
+    return 1;
+}
+
 /* The head fragment f is answered with a list of lines (reply_want.list: stats, dumps): pass
  * each whole line of the list on as it arrives (frag_part), so a dump of any size goes through
  * without being held, and each line of a dump pushes the fragment's deadline back (a long dump
@@ -446,6 +534,12 @@ static void upconn_parse(struct upconn *uc)
     struct upnode *un = uc->un;
     struct rworker *w = un->w;
     while (buf_used(&uc->rbuf) > 0) {
+        if (uc->syncing && uc->sync_left == 0) {
+            int rc = upconn_sync(uc);
+            if (rc < 0) return;
+            if (rc == 0) break;
+            continue;
+        }
         if (uc->sent == NULL) {
             w->m.upstream_protocol_errors++;
             log_warn_limited("node %s sent bytes nobody asked for; reconnecting", un->node.addr);
@@ -472,7 +566,9 @@ static void upconn_parse(struct upconn *uc)
             f->hidden = true; /* q hid a hit: an HD to the router, nothing to the client */
             reply = hd;
         } else {
-            if (!reply_fits_want(&f->want, buf_start(&f->out), reply, (size_t)len)) {
+            enum reply_fit fit = reply_check_want(&f->want, buf_start(&f->out), reply,
+                                                  (size_t)len);
+            if (fit == RFIT_BAD) {
                 upconn_mismatch(uc, f, (size_t)len);
                 return;
             }
@@ -484,16 +580,18 @@ static void upconn_parse(struct upconn *uc)
                 }
                 used += 4;
             }
+            if (fit == RFIT_ECHO) {
+                uc->rscan = 0;
+                upconn_suspect(uc, f, reply, (size_t)len);
+                if (uc->state == UP_DOWN) return;
+                buf_consume(&uc->rbuf, used);
+                continue;
+            }
         }
         /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
         if (f->out.cap > FRAG_LINE_KEEP) buf_release(&f->out);
         else buf_consume(&f->out, buf_used(&f->out));
-        uc->sent = f->next;
-        if (uc->sent == NULL) uc->sent_tail = NULL;
-        uc->nsent--;
-        un->outstanding--;
-        upnode_unstray(un, f);
-        w->inflight--;
+        upconn_pop(uc, f);
         if (f->want.list != RLIST_NONE && uc->rscan > 0) {
             /* the requests behind a dump waited for it, not for a slow node: their time starts
              * now (the dump's own deadline moved with each line) */

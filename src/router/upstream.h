@@ -4,15 +4,20 @@
  * Requests from every client of the worker are appended to a connection's output buffer and
  * written once per event-loop batch, so a burst from many clients costs one write. memcached
  * answers in order on a connection, so each connection keeps a FIFO of the fragments it sent
- * and the next complete reply belongs to the head, if it fits that request (reply_fits; else
- * the node is not trusted on the connection, which fails as below). A request that gets no
+ * and the next complete reply belongs to the head, if it fits that request (reply_fits; a
+ * reply of another kind means the node is not trusted on the connection, which fails as below;
+ * one of the request's kind that echoes another key or opaque fails that request alone, and an
+ * `mn` sent behind the requests on the connection tells whether the node's replies had shifted,
+ * the node's fault, or the request was answered as the router did not foresee, the client's:
+ * docs/router.md, "Whose fault a reply is"). A request that gets no
  * reply within timeout_ms fails with SERVER_ERROR; since later replies on that connection
  * could no longer be matched, the connection is closed and the requests behind it fail too
  * (never mismatched). Requests beyond the window wait in the router, not in the node. The window
  * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
  * each window's worth of replies, up to upstream_window.
  *
- * Health: after down_after consecutive failures (a timeout, a lost or refused connection) the
+ * Health: after down_after consecutive failures (a timeout, a lost or refused connection, a
+ * reply no request explains; never anything a client's request made the node answer) the
  * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
  * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
  * again. Each worker judges for itself, from its own connections. A node that missed writes
@@ -46,6 +51,13 @@ struct upconn {
     size_t rscan;                   /* reply_length() progress of the head's reply */
     struct frag *sent, *sent_tail;  /* awaiting replies, oldest first */
     uint32_t nsent;
+    /* a reply that did not echo its request (upstream.c, upconn_suspect): an `mn` was sent
+     * behind the requests then on the connection, and the node's MN must come after exactly
+     * sync_left more replies, or the node's replies have shifted */
+    bool syncing;
+    uint32_t sync_left;
+    uint32_t suspects;              /* requests failed alone meanwhile, the client's fault once
+                                     * the MN is where it belongs */
 };
 
 struct upnode {

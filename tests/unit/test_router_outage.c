@@ -90,9 +90,19 @@ static void test_which_writes_are_logged(void **state)
     /* to the owner in use: watched (logged if it fails there), not logged */
     assert_int_equal(outage_write(f, owner, owner, "k1", 2), 0);
     assert_non_null(f->repl);
-    assert_int_equal(f->repl->kind, REPL_WRITE);
+    assert_int_equal(f->repl->kind, REPL_OWNER);
     assert_ptr_equal(f->repl->un, owner);
     assert_true(repairlog_clean(&owner->repair));
+    /* the node's own answer, an error included, is the write's outcome: nothing logged */
+    static const char too_large[] = "SERVER_ERROR object too large for cache\r\n";
+    replica_frag_done(f, too_large, sizeof too_large - 1, false);
+    assert_true(repairlog_clean(&owner->repair));
+    /* the router gave up on it (a timeout, a lost connection): logged */
+    static const char lost[] = "SERVER_ERROR shoal-router: node a:1 closed the connection\r\n";
+    replica_frag_done(f, lost, sizeof lost - 1, true);
+    assert_int_equal(owner->repair.n, 1);
+    repairlog_reset(&owner->repair);
+    fx->w.m.repair_keys_logged = 0;
     replica_write_free(f->repl);
     f->repl = NULL;
     /* to the gutter: logged for the owner */

@@ -144,6 +144,12 @@ static const struct pair meta_good[] = {
     {"mg YWJj b k v\r\n", "VA 1 kabc\r\nx\r\n"},      /* a hit on a key stored plain */
     {"mg abc k\r\n", "HD kYWJj b\r\n"},               /* a hit on a key stored under b */
     {"mg c\rr k v\r\n", "VA 1 kc\rr\r\nx\r\n"},     /* a \r is a key byte */
+    /* a token that ends in a \r of its own keeps it when echoed last on the line */
+    {"mg v3 O1\r v\r\n", "EN O1\r\r\n"},
+    {"mg v3 O1\r\r\n", "EN O1\r\r\n"},            /* one \r ends the line, one is the O's */
+    {"mg v3\r k v\r\n", "EN kv3\r\r\n"},
+    {"mg a\r O1 k\r\n", "EN O1 ka\r\r\n"},
+    {"ms v3\r 1 k O5\r\nx\r\n", "HD kv3\r O5\r\n"},
     {"mg a v f t c k\r\n", "VA 2 f0 t-1 c9 ka\r\nhi\r\n"}, /* a warm lookup */
     {"mg a v f t c k\r\n", "EN ka\r\n"},
     {"mg a v c N30\r\n", "VA 0 c7 W\r\n\r\n"},         /* a vivified placeholder */
@@ -190,6 +196,9 @@ static const struct pair meta_bad[] = {
     {"mg YWJj b k\r\n", "HD kabd\r\n"},               /* another key, plain */
     {"mg abc k\r\n", "HD kYWJk b\r\n"},               /* another key, base64 */
     {"mg c\rr k\r\n", "HD kc\r\n"},
+    {"mg v3 O1\r v\r\n", "EN O1\r\n"},              /* the O's \r is part of it */
+    {"mg v3 O1 v\r\n", "EN O1\r\r\n"},
+    {"mg v3 k v\r\n", "EN kv3\r\r\n"},
     {"ms a 2\r\nhi\r\n", "VA 1\r\nx\r\n"},
     {"ms a 2\r\nhi\r\n", "EN\r\n"},
     {"ms a 2\r\nhi\r\n", "STORED\r\n"},
@@ -229,6 +238,43 @@ static void test_a_partial_reply_never_fits(void **state)
 {
     check_prefixes(text_good, COUNT(text_good));
     check_prefixes(meta_good, COUNT(meta_good));
+}
+
+/* A reply of the request's kind that echoes another key or opaque is told apart from one of
+ * another kind (upstream.c fails the first alone and checks the connection with an mn). */
+static void test_an_echo_mismatch_is_told_from_a_wrong_kind(void **state)
+{
+    static const struct {
+        const char *req, *reply;
+        enum reply_fit fit;
+    } cases[] = {
+        {"mg a O1\r\n", "HD O1\r\n", RFIT_OK},
+        {"mg a O1\r\n", "HD O2\r\n", RFIT_ECHO},
+        {"mg a O1\r\n", "EN\r\n", RFIT_ECHO},
+        {"mg a k v\r\n", "VA 1 kb\r\nx\r\n", RFIT_ECHO},
+        {"ms a 2 k\r\nhi\r\n", "HD kb\r\n", RFIT_ECHO},
+        {"get a\r\n", "VALUE b 0 1\r\nx\r\nEND\r\n", RFIT_ECHO},
+        {"get a b\r\n", "VALUE b 0 1\r\nx\r\nVALUE a 0 1\r\ny\r\nEND\r\n", RFIT_ECHO},
+        {"get a b\r\n", "VALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nEND\r\n", RFIT_OK},
+        {"mg a O1\r\n", "STORED\r\n", RFIT_BAD},
+        {"mg a O1\r\n", "VA 2 O1\r\nx\r\n", RFIT_BAD},
+        {"get a\r\n", "STORED\r\n", RFIT_BAD},
+        {"get a\r\n", "VALUE b 0 1\r\nx\r\nSTORED\r\n", RFIT_BAD},
+        {"get a\r\n", "VALUE a 0 1 5\r\nx\r\nEND\r\n", RFIT_BAD}, /* a gets' line */
+        {"set a 0 0 1\r\nx\r\n", "HD\r\n", RFIT_BAD},
+        {"mg a\r\n", "MN\r\n", RFIT_BAD},
+    };
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        struct reply_want w;
+        reply_want_of(&w, cases[i].req, strlen(cases[i].req));
+        enum reply_fit got = reply_check_want(&w, cases[i].req, cases[i].reply,
+                                              strlen(cases[i].reply));
+        if (got != cases[i].fit) {
+            print_error("request %s reply %s: %d, not %d\n", cases[i].req, cases[i].reply,
+                        (int)got, (int)cases[i].fit);
+            fail();
+        }
+    }
 }
 
 /* The slice [off, end) of line, as a string to compare. */
@@ -425,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_meta_replies_that_fit),
         cmocka_unit_test(test_meta_replies_that_do_not),
         cmocka_unit_test(test_a_partial_reply_never_fits),
+        cmocka_unit_test(test_an_echo_mismatch_is_told_from_a_wrong_kind),
         cmocka_unit_test(test_want_of_a_line),
         cmocka_unit_test(test_want_follows_its_line),
         cmocka_unit_test(test_list_replies_that_fit),
