@@ -4,14 +4,17 @@ it or times out is retried once on the gutter pool before its client is answered
 of gets and sets costs the clients no errors at all; and a node marked down by one worker thread
 is marked down for every worker. Skipped when SHOAL_TEST_SERVER=memcached."""
 
+import random
 import re
 import socket
+import struct
 import threading
 
 import pytest
 
-from conftest import default_owner, key_slot, restart_server, topology
-from mcraw import McRaw, http, wait_until
+from conftest import default_owner, held_value, key_slot, restart_server, topology
+from fakenode import FakeNode
+from mcraw import McRaw, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -34,7 +37,7 @@ class Loader(threading.Thread):
         self.done = 0
         self.errors = []
         self.seq = 0
-        self.i = cid
+        self.rnd = random.Random(cid)
 
     def run(self):
         try:
@@ -47,9 +50,8 @@ class Loader(threading.Thread):
         sent = []
         out = []
         for _ in range(DEPTH):
-            self.i += 7
-            key = self.keys[self.i % len(self.keys)]
-            if self.i % 3 == 0:
+            key = self.rnd.choice(self.keys)
+            if self.rnd.random() < 0.3:
                 self.seq += 1
                 value = f"{key}={self.seq}".encode()
                 out.append(b"set %s 0 60 %d\r\n%s\r\n" % (key.encode(), len(value), value))
@@ -145,3 +147,186 @@ def test_kill_under_pipelined_load_costs_clients_no_errors(start_server, start_r
     assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
     assert metric(admin, "shoal_router_gutter_retries_total") > 0
     assert total() > 10000
+
+
+class ResetNode(FakeNode):
+    """Answers the router's probe (`version`); resets the connection (RST) as soon as any other
+    request has arrived, as a node that dies with the request in hand."""
+
+    def _serve(self, conn):
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                if buf.startswith(b"version\r\n"):
+                    buf = buf[9:]
+                    conn.sendall(b"VERSION fake\r\n")
+                if buf:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    conn.close()
+                    return
+        except OSError:
+            pass
+
+
+class SilentNode(FakeNode):
+    """Takes every request and never answers (a stalled node)."""
+
+    def answer(self, line, rest):
+        return b"", rest
+
+
+def retry_router(start_server, start_router, owners, *flags, gutters=1, pools=None):
+    """A router whose pool "main" is `owners` (addresses) and whose gutter pool has `gutters`
+    real nodes, with one worker that never marks a node down (--down-after 1000): each request
+    goes to its owner, and only a retry can take it to the gutter. `pools` adds pools (name ->
+    addresses), each with a namespace of its name."""
+    gnodes = [start_server() for _ in range(gutters)]
+    doc = topology(owners)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{g.port}" for g in gnodes]}
+    doc["gutter_pool"] = "gutter"
+    for name, addrs in (pools or {}).items():
+        doc["pools"][name] = {"nodes": addrs}
+        doc["namespaces"][name] = {"pool": name}
+    router, admin, _ = start_router(doc, "-t", "1", "--down-after", "1000", "--retry-ms", "50",
+                                    *flags)
+    return router, admin, gnodes
+
+
+def put(server, key, value):
+    with McRaw(server.host, server.port) as c:
+        assert c.store("set", key, value, exptime=600) == "STORED"
+
+
+def test_a_refused_request_is_retried_on_the_gutter_whatever_it_is(start_server, start_router):
+    """A node that refuses the connection never saw the request: any request may be retried,
+    incr and append too, and a write so retried is logged for the owner's repair."""
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    router, admin, (gutter,) = retry_router(start_server, start_router, [dead])
+    put(gutter, "n", "5")
+    put(gutter, "k", "gv")
+    with router.raw() as r:
+        assert r.get("k") == [("k", 0, b"gv", None)]
+        assert r.cmd("incr n 2") == "7"
+        assert r.store("append", "k", "x") == "STORED"
+        assert r.store("add", "a", "1") == "STORED"
+        assert r.meta("ma n D3 v").value == b"10"
+        assert r.cmd("delete a") == "DELETED"
+    assert held_value(gutter, "k") == b"gvx"
+    assert metric(admin, "shoal_router_gutter_retries_total") == 6
+    assert metric(admin, "shoal_router_repair_keys_logged_total") >= 3  # n, k, a
+
+
+def test_a_request_the_node_may_have_run_is_retried_only_if_a_repeat_is_harmless(
+        start_server, start_router):
+    """A node that resets the connection after the request reached it may have applied it: a
+    get, set, delete or touch is retried on the gutter; an incr, add or append is answered with
+    the failure (a retry could answer the opposite of what happened), its key logged for the
+    owner's repair either way."""
+    node = ResetNode()
+    try:
+        router, admin, (gutter,) = retry_router(start_server, start_router, [node.addr])
+        put(gutter, "n", "5")
+        put(gutter, "k", "gv")
+        with router.raw() as r:
+            assert r.get("k") == [("k", 0, b"gv", None)]
+            assert r.store("set", "s", "v") == "STORED"
+            assert r.cmd("touch k 100") == "TOUCHED"
+            assert r.meta("ms m 1 T0", "w").code == "HD"
+            for line, data in (("incr n 1", None), ("add a 0 0 1", "x"),
+                               ("append k 0 0 1", "x"), ("ma n", None)):
+                got = r.cmd(line, data)
+                assert got.startswith("SERVER_ERROR") and node.addr in got, (line, got)
+            assert r.cmd("delete s") == "DELETED"
+        assert held_value(gutter, "n") == b"5" and held_value(gutter, "k") == b"gv"
+        assert held_value(gutter, "s") is None and held_value(gutter, "m") == b"w"
+        assert metric(admin, "shoal_router_gutter_retries_total") == 5
+        # s, k, m, n, a: every write that may have reached the owner (then again, as the
+        # repair's deletes fail on it too)
+        assert metric(admin, "shoal_router_repair_keys_logged_total") >= 5
+    finally:
+        node.close()
+
+
+def test_a_timed_out_pipeline_is_retried_in_order_on_the_gutter(start_server, start_router):
+    """Requests pipelined to a node that stops answering are retried, after the first times
+    out, in the order they were sent: the get behind a set sees it, and the client's replies
+    keep their order."""
+    node = SilentNode()
+    try:
+        router, admin, (gutter,) = retry_router(start_server, start_router, [node.addr],
+                                                "--timeout-ms", "200")
+        put(gutter, "k", "old")
+        with router.raw() as r:
+            r.send(b"get k\r\nset k 0 0 3\r\nnew\r\nget k\r\ndelete k\r\nget k\r\nincr n 1\r\n")
+            assert r.read_get_reply() == [("k", 0, b"old", None)]
+            assert r.read_line() == "STORED"
+            assert r.read_get_reply() == [("k", 0, b"new", None)]
+            assert r.read_line() == "DELETED"
+            assert r.read_get_reply() == []
+            line = r.read_line()
+            assert line.startswith("SERVER_ERROR") and "timeout" in line, line
+        assert metric(admin, "shoal_router_gutter_retries_total") == 5
+    finally:
+        node.close()
+
+
+def test_a_multiget_retried_over_two_gutter_nodes_keeps_key_order(start_server, start_router):
+    """A get whose keys the gutter pool spreads over two nodes is split there, and merged in
+    the order asked, whether it went to the failed node whole or as part of a get split over
+    nodes; a gat's TTL is capped by gutter_ttl there."""
+    dead = f"127.0.0.1:{free_port()}"
+    live = start_server()
+    router, admin, gnodes = retry_router(start_server, start_router, [dead], gutters=2,
+                                         pools={"live": [f"127.0.0.1:{live.port}"]})
+    keys = [f"d{i}" for i in range(12)]
+    where = [gnodes[default_owner(key_slot(k), 2)] for k in keys]
+    assert gnodes[0] in where and gnodes[1] in where
+    for k, g in zip(keys, where):
+        if k != "d3":  # a miss among the hits
+            put(g, k, f"v{k}")
+    put(live, "live:a", "la")
+    want = [(k, 0, f"v{k}".encode(), None) for k in keys if k != "d3"]
+    with router.raw() as r:
+        assert r.get(*keys) == want
+        mixed = ["live:a", *keys[:6], "live:a", *keys[6:]]
+        assert r.get(*mixed) == [(k, 0, b"la" if k == "live:a" else f"v{k}".encode(), None)
+                                 for k in mixed if k != "d3"]
+        assert r.get(*keys, cmd="gat 3600") == want
+    for k, g in zip(keys, where):
+        if k != "d3":
+            with McRaw(g.host, g.port) as c:
+                assert 0 < int(c.meta(f"mg {k} t").flags["t"]) <= 10, "gutter_ttl caps a gat"
+    assert metric(admin, "shoal_router_gutter_retries_total") == 3
+
+
+def test_a_node_one_worker_marks_down_is_down_for_every_worker(start_server, start_router):
+    """Two workers; one client, served by one of them, makes it mark a dead node down: the
+    other worker, which sent the node nothing, marks it down too, and both mark it up once it
+    is back."""
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    router, admin, _ = start_router(doc, "-t", "2", "--probe-ms", "50", "--retry-ms", "20")
+    victim = nodes[0]
+    down = f'shoal_router_node_down{{node="127.0.0.1:{victim.port}"}}'
+    key = next(k for k in (f"w{i}" for i in range(100)) if default_owner(key_slot(k), 3) == 0)
+    with router.raw() as r:
+        assert r.store("set", key, "v") == "STORED"
+        victim.proc.kill()
+        victim.proc.wait()
+
+        def both_down():
+            assert r.get(key) in ([], [(key, 0, b"v", None)])
+            return metric(admin, down) == 2
+        wait_until(both_down, message="the node marked down by both workers")
+        assert metric(admin, "shoal_router_nodes_marked_down_total") == 2
+        restart_server(victim)
+        wait_until(lambda: metric(admin, down) == 0, message="the node marked up by both")
+        assert r.store("set", key, "back") == "STORED"
+    assert held_value(victim, key) == b"back"
