@@ -26,8 +26,9 @@
  * they were sent, on their client's connection to the gutter node. Once: a retried request
  * that fails again is answered with its failure. A retried write logs its key for the owner's
  * repair (outage.h), as a write to a node marked down does (one that may have reached the owner
- * as a failed write: its repair waits a probe interval). No retry without a gutter pool, or
- * when the key's gutter node is the failed node or is marked down.
+ * as a failed write: its repair waits a probe interval). No retry without a gutter pool, when
+ * the key's gutter node is the failed node or is marked down, nor for a request over
+ * FAILOVER_KEEP_MAX bytes once handed to a connection (below).
  *
  * Shared mark-down. Each node's entry in the router's per-node table (nodestats.h) holds a
  * health epoch, odd while the node is marked down. A worker that marks a node down (after
@@ -51,6 +52,13 @@
 struct upnode;
 
 enum { FAILOVER_NONE = 0, FAILOVER_UNSENT, FAILOVER_ANY };
+
+/* A request handed to a connection keeps its bytes (line and value) until it is answered, so
+ * that it can be retried; one longer than this gives its value back at once instead (as every
+ * request did before retries: a node's window of 1 MB values would otherwise hold 512 MB per
+ * node per worker) and is then not retried. Before it reaches a connection (refused, failed
+ * fast, waiting for the window) any request may be. */
+#define FAILOVER_KEEP_MAX 16384
 
 /* What of `req` may be retried when it goes to the owner of its key(s) (see above). */
 uint8_t failover_kind(const struct proto_req *req);

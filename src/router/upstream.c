@@ -351,7 +351,11 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     uc->queued += buf_used(&f->out);
     reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
-    if (f->failover == FAILOVER_NONE) frag_keep_line(f); /* else kept whole, for a retry */
+    /* a request that may be retried keeps its bytes until answered; one too large to keep
+     * (window x value size) gives its value back now and is no longer retried */
+    if (f->failover != FAILOVER_NONE && buf_used(&f->out) > FAILOVER_KEEP_MAX)
+        f->failover = FAILOVER_NONE;
+    if (f->failover == FAILOVER_NONE) frag_keep_line(f);
     f->next = NULL;
     if (uc->sent_tail) uc->sent_tail->next = f;
     else uc->sent = f;
