@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from conftest import default_owner, held_value, key_slot, restart_server, topology
+from conftest import (default_owner, held_value, key_slot, pause_server, restart_server,
+                      resume_server, topology)
 from fakenode import FakeNode
 from mcraw import McRaw, free_port, http, wait_until
 
@@ -37,6 +38,7 @@ class Loader(threading.Thread):
         self.done = 0
         self.errors = []
         self.seq = 0
+        self.last = {}  # key -> the value of the last set sent for it
         self.rnd = random.Random(cid)
 
     def run(self):
@@ -54,6 +56,7 @@ class Loader(threading.Thread):
             if self.rnd.random() < 0.3:
                 self.seq += 1
                 value = f"{key}={self.seq}".encode()
+                self.last[key] = value
                 out.append(b"set %s 0 60 %d\r\n%s\r\n" % (key.encode(), len(value), value))
                 sent.append(("set", key))
             else:
@@ -77,6 +80,14 @@ class Loader(threading.Thread):
             elif line != "END":
                 self.errors.append(f"get {key}: {line}")
         self.done += len(sent)
+
+
+def start_load(router, n=4, nkeys=300):
+    stop = threading.Event()
+    loaders = [Loader(router.host, router.port, cid, nkeys, stop) for cid in range(n)]
+    for ld in loaders:
+        ld.start()
+    return stop, loaders
 
 
 def metric(admin, name):
@@ -332,3 +343,63 @@ def test_a_node_one_worker_marks_down_is_down_for_every_worker(start_server, sta
         wait_until(lambda: metric(admin, down) == 0, message="the node marked up by both")
         assert r.store("set", key, "back") == "STORED"
     assert held_value(victim, key) == b"back"
+
+
+def test_a_stall_under_load_costs_no_errors_and_the_node_is_repaired(start_server, start_router):
+    """A node stopped (SIGSTOP: it keeps its data) under the same load: the requests it holds
+    time out and are retried on the gutter, none fails; once both workers have it marked down
+    the load's writes of its keys go to the gutter and are logged for it; resumed, it is repaired
+    before its keys are read from it again, so once the load stops every key reads as a miss
+    or as the last value its client wrote, never an older one the node kept."""
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    router, admin, _ = start_router(doc, "-t", "2", "--timeout-ms", "300", "--probe-ms", "100")
+    victim = nodes[2]
+    vaddr = f"127.0.0.1:{victim.port}"
+    down = f'shoal_router_node_down{{node="{vaddr}"}}'
+    stop, loaders = start_load(router)
+
+    def total():
+        return sum(ld.done for ld in loaders)
+
+    def running(cond):
+        def check():
+            assert all(ld.is_alive() for ld in loaders), "a loader stopped"
+            return cond()
+        return check
+
+    try:
+        wait_until(running(lambda: total() >= 4000), timeout=10, message="the load running")
+        pause_server(victim)
+        try:
+            wait_until(running(lambda: metric(admin, down) == 2), timeout=10,
+                       message="the stalled node marked down by both workers")
+            sets = node_stat(gutter, "cmd_set")
+            wait_until(running(lambda: node_stat(gutter, "cmd_set") >= sets + 500), timeout=10,
+                       message="the load writing its keys to the gutter")
+            assert metric(admin, "shoal_router_repair_keys_logged_total") > 0
+        finally:
+            resume_server(victim)
+        wait_until(running(lambda: router.stderr_text().count(f"node {vaddr} back in use") >= 2),
+                   timeout=10, message="the node repaired and back in use in both workers")
+        at_back = total()
+        wait_until(running(lambda: total() >= at_back + 5000), timeout=10, message="more load")
+    finally:
+        stop.set()
+        for ld in loaders:
+            ld.join(timeout=15)
+    errs = [e for ld in loaders for e in ld.errors]
+    assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
+    stale = []
+    with router.raw() as r:
+        for ld in loaders:
+            for key in ld.keys:
+                got = r.get(key)
+                if got and got[0][2] != ld.last.get(key):
+                    stale.append((key, got[0][2], ld.last.get(key)))
+    assert stale == [], f"{len(stale)} keys read older values, e.g. {stale[:5]}"
+    assert metric(admin, "shoal_router_gutter_retries_total") > 0
+    assert metric(admin, "shoal_router_repair_deletes_total") > 0
