@@ -361,7 +361,8 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         }
         /* a fragment retried on the gutter if its node fails it carries only keys of sharded
          * pools sent to their owner */
-        if (gutter || held || topo_pool_of(w->topo, key, nk)->replicated)
+        if (rq->frags[fi]->failover &&
+            (gutter || held || topo_pool_of(w->topo, key, nk)->replicated))
             rq->frags[fi]->failover = FAILOVER_NONE;
         rq->keyfrag[i++] = (uint16_t)fi;
         struct buf *o = &rq->frags[fi]->out;
