@@ -7,7 +7,8 @@
 #
 # Settings (environment): DURATION (8 s), KILL_AT (2), RESTART_AT (5), CONNS (50), DEPTH (16),
 # RATIO (1:9), KEYS (100000), ROUTER_THREADS (2), TIMEOUT_MS (1000), RETRY_MS (100), PROBE_MS
-# (100), NODE_BIN, ROUTER_BIN, BENCH_BIN (default: build/bin/...).
+# (100), ROUTER_FLAGS (more router options, e.g. "--upstream-conns 2"), NODE_BIN, ROUTER_BIN,
+# BENCH_BIN (default: build/bin/...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,7 +68,8 @@ EOF
 rport=$(free_port)
 aport=$(free_port)
 "$ROUTER_BIN" -p "$rport" -t "$ROUTER_THREADS" --admin-port "$aport" --config "$dir/topology.json" \
-    --timeout-ms "$TIMEOUT_MS" --retry-ms "$RETRY_MS" --probe-ms "$PROBE_MS" 2>"$dir/router.log" &
+    --timeout-ms "$TIMEOUT_MS" --retry-ms "$RETRY_MS" --probe-ms "$PROBE_MS" ${ROUTER_FLAGS:-} \
+    2>"$dir/router.log" &
 pids+=("$!")
 wait_port "$rport"
 
