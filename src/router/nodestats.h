@@ -26,6 +26,8 @@ struct nodestat_slot {
 struct nodestat {
     char addr[TOPO_ADDR_MAX];
     struct nodestat_slot *slots; /* one per worker */
+    uint64_t health;             /* shared mark-down epoch, odd while the node is marked down
+                                  * (failover.h); atomics only */
 };
 
 struct nodestats {

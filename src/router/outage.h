@@ -18,9 +18,10 @@
  * overtaken by it (another connection) leaves a miss.
  *
  * A write that fails on a node that is up (not yet marked down) is logged and repaired the same
- * way, but the node is not taken out of use for it. "Fails" means the router gave up on it (a
- * timeout, a lost connection): an answer of the node's, a SERVER_ERROR included, is the write's
- * outcome and logs nothing (REPL_OWNER). Reads (get, gets, gat, gats, mg, me) are never
+ * way, but the node is not taken out of use for it; so is one retried on the gutter pool
+ * (failover.h). "Fails" means the router gave up on it (a timeout, a lost connection): an
+ * answer of the node's, a SERVER_ERROR included, is the write's outcome and logs nothing
+ * (REPL_OWNER). Reads (get, gets, gat, gats, mg, me) are never
  * logged: they change no value on the gutter that the owner lacks (a TTL that gat or mg T sets
  * in the gutter concerns the gutter's copy only). */
 #ifndef SHOAL_ROUTER_OUTAGE_H

@@ -52,6 +52,10 @@ struct frag {
                              * nothing */
     uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
                              * own one's index (upstream.c); 0 when sent on its own */
+    uint8_t failover;       /* may be retried on the gutter pool if its node fails it
+                             * (failover.h): FAILOVER_NONE, _UNSENT or _ANY */
+    uint64_t qstart;        /* where its bytes start in its connection's output stream: it
+                             * reached the node when the connection wrote past that */
     int32_t pool, ns;       /* for per-pool/namespace figures: indices in the routing table,
                              * -1 when none (probes, flush_all) */
     uint64_t deadline_ms;

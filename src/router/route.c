@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "router/failover.h"
 #include "router/lineedit.h"
 #include "router/outage.h"
 #include "router/policy.h"
@@ -227,6 +228,10 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
         goto oom;
     }
     if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0) goto oom;
+    /* to the owner of a sharded pool's key: retried on the gutter if the owner fails it */
+    if (!gutter && !held && !rq->warm_mg && w->topo->gutter_pool >= 0 &&
+        !topo_pool_of(w->topo, req->key, req->nkey)->replicated)
+        f->failover = failover_kind(req);
     client_enqueue(c, rq);
     upnode_submit(un, f);
     return;
@@ -346,6 +351,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             }
             route_tag(w->topo, f, key, nk, gutter); /* by the fragment's first key */
             f->held = held;
+            if (!warm && w->topo->gutter_pool >= 0) f->failover = FAILOVER_ANY; /* see below */
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
@@ -353,6 +359,11 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             dest[fi].ttl = ttl;
             dest[fi].held = held;
         }
+        /* a fragment retried on the gutter if its node fails it carries only keys of sharded
+         * pools sent to their owner */
+        if (rq->frags[fi]->failover &&
+            (gutter || held || topo_pool_of(w->topo, key, nk)->replicated))
+            rq->frags[fi]->failover = FAILOVER_NONE;
         rq->keyfrag[i++] = (uint16_t)fi;
         struct buf *o = &rq->frags[fi]->out;
         if (buf_append(o, " ", 1) < 0 || buf_append(o, key, nk) < 0) {

@@ -2,7 +2,8 @@
  *
  * Each worker thread owns an epoll loop, the client connections it accepted and its own
  * upstream connections to every node (struct upnode), so nothing on the request path is shared
- * between threads except the read-only topology table. Counters are per worker and summed when
+ * between threads except the read-only topology table and whether each node is marked down
+ * (failover.h). Counters are per worker and summed when
  * `stats` or /metrics asks. */
 #ifndef SHOAL_ROUTER_ROUTER_H
 #define SHOAL_ROUTER_ROUTER_H
@@ -98,10 +99,14 @@ struct router_config {
     X(client_caused_reply_errors, COUNTER,                                                       \
       "replies of a request's kind that did not echo it, failing that request alone (not the node)") \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
-    X(nodes_marked_down, COUNTER, "times a worker marked a node down")                           \
-    X(nodes_marked_up, COUNTER, "times a probe found a node marked down healthy again")          \
+    X(nodes_marked_down, COUNTER, "times a worker marked a node down (after failures of its " \
+      "own, or adopting another worker's mark)")                                                  \
+    X(nodes_marked_up, COUNTER, "times a worker marked a node up again (its probe, or another " \
+      "worker's, found it healthy)")                                                              \
     X(gutter_requests, COUNTER, "requests sent to the gutter pool: their node is down or being " \
       "repaired")                                                                                 \
+    X(gutter_retries, COUNTER, "requests retried on the gutter pool after their node refused, " \
+      "reset or timed out (failover.h)")                                                           \
     X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
       "no gutter for it")                                                                         \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
@@ -141,6 +146,7 @@ struct rworker {
     struct client *dirty;       /* clients to service at the end of the batch */
     struct upconn *dirty_up;    /* upstream connections with bytes to send */
     uint64_t inflight;          /* fragments queued or outstanding on any upstream */
+    uint64_t health_seen;       /* router.health_gen when it last adopted mark-downs (failover.h) */
     struct uring ring;          /* batches client reads and sends when use_ring (--io-uring) */
     bool use_ring;
     struct router_metrics m __attribute__((aligned(64)));
@@ -162,6 +168,8 @@ struct router {
     uint64_t curr_conns, rejected_conns;
     struct connlist conns;      /* every worker's clients, for `stats conns` (connlist.h) */
     uint64_t reloads, reload_failures;
+    /* bumped whenever a worker marks a node down or up, so the others adopt it (failover.h) */
+    uint64_t health_gen __attribute__((aligned(64)));
     /* `stats reset`: the counters' sums at the last reset, which `stats` subtracts (the workers'
      * own counters, and /metrics, keep counting: nothing writes another thread's counters) */
     pthread_mutex_t reset_lock;

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "router/client.h"
+#include "router/failover.h"
 #include "router/replyframe.h"
 #include "router/replica.h"
 
@@ -23,31 +24,62 @@
 
 static void upnode_pump(struct upnode *un);
 
-/* One more consecutive failure; at down_after the node is marked down. */
+/* Mark the node down in this worker (`why`, for the log): requests go around it from now on,
+ * it is probed, and its connections are closed at the next pump (abandon), their requests
+ * retried on the gutter pool or failed, before any later one can overtake them there. */
+static void upnode_mark_down(struct upnode *un, const char *why)
+{
+    struct rworker *w = un->w;
+    un->down = true;
+    un->mending = true;
+    un->abandon = true;
+    if (un->stat) NODESTAT_ADD(un->stat->down, 1);
+    un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
+    w->m.nodes_marked_down++;
+    log_notice("worker %d: node %s marked down %s; probing every %llu ms", w->id, un->node.addr,
+               why, (unsigned long long)w->r->cfg.probe_ms);
+}
+
+/* One more consecutive failure; at down_after the node is marked down, for every worker. */
 static void upnode_failure(struct upnode *un)
 {
     struct rworker *w = un->w;
     if (un->destroying || un->down) return;
     if (++un->fails < w->r->cfg.down_after) return;
-    un->down = true;
-    un->mending = true;
-    if (un->stat) NODESTAT_ADD(un->stat->down, 1);
-    un->next_probe_ms = w->now_ms + w->r->cfg.probe_ms;
-    w->m.nodes_marked_down++;
-    log_notice("worker %d: node %s marked down after %u consecutive failures; probing every "
-               "%llu ms", w->id, un->node.addr, un->fails, (unsigned long long)w->r->cfg.probe_ms);
+    char why[64];
+    snprintf(why, sizeof why, "after %u consecutive failures", un->fails);
+    upnode_mark_down(un, why);
+    failover_publish(un, true);
+}
+
+static void upnode_mark_up(struct upnode *un, const char *why)
+{
+    un->fails = 0;
+    un->down = false;
+    if (un->stat) NODESTAT_ADD(un->stat->down, -1);
+    un->w->m.nodes_marked_up++;
+    log_notice("worker %d: node %s %s", un->w->id, un->node.addr, why);
+    replica_node_up(un);
 }
 
 static void upnode_success(struct upnode *un, bool probe)
 {
     un->fails = 0;
     if (un->down && probe) {
-        un->down = false;
-        if (un->stat) NODESTAT_ADD(un->stat->down, -1);
-        un->w->m.nodes_marked_up++;
-        log_notice("worker %d: node %s answers again", un->w->id, un->node.addr);
-        replica_node_up(un);
+        upnode_mark_up(un, "answers again");
+        failover_publish(un, false);
     }
+}
+
+void upnode_adopt(struct upnode *un, bool down)
+{
+    if (un->destroying || un->down == down) return;
+    if (!down) {
+        upnode_mark_up(un, "answers again (another worker's probe)");
+        return;
+    }
+    upnode_mark_down(un, "by another worker");
+    upnode_pump(un); /* which abandons its connections now */
 }
 
 struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
@@ -58,6 +90,8 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     un->node = *node;
     struct nodestat *ns = nodestats_get(&w->r->nodes, node->addr);
     un->stat = ns ? &ns->slots[w->id] : NULL;
+    un->health = ns ? &ns->health : NULL;
+    w->health_seen = UINT64_MAX; /* look at its epoch at the next failover_sync */
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
     repairlog_init(&un->repair, (uint32_t)w->r->cfg.repair_log);
@@ -88,6 +122,16 @@ static void upnode_unstray(struct upnode *un, struct frag *f)
     f->stray = 0;
 }
 
+/* f failed on un by the node's own fault (refused, reset, timed out) and is no longer in any of
+ * its queues; `sent`: its bytes reached the node. Retried on the gutter pool when it may be
+ * (failover.h): true, and the caller forgets it; the node's figures count the failure. */
+static bool upnode_failover(struct upnode *un, struct frag *f, bool sent, bool timed_out)
+{
+    if (f->failover == FAILOVER_NONE || !failover_retry(un, f, sent)) return false;
+    if (un->stat) NODESTAT_ADD(*(timed_out ? &un->stat->timeouts : &un->stat->errors), 1);
+    return true;
+}
+
 /* Answer a fragment with a router error line; it is no longer in any queue. */
 static void frag_fail(struct upnode *un, struct frag *f, const char *msg, size_t n)
 {
@@ -107,11 +151,15 @@ static void upconn_set_events(struct upconn *uc)
 }
 
 /* Close the connection and fail every request sent on it: after a timeout or a lost
- * connection, later replies could no longer be matched to requests. */
-static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
+ * connection, later replies could no longer be matched to requests. `fault`: the node refused
+ * the connection, reset it or timed out, and each request may be retried on the gutter pool
+ * instead (failover.h); not for a reply the router refused, nor when the node leaves. */
+static void upconn_close(struct upconn *uc, const char *why, bool timeout, bool fault)
 {
     struct upnode *un = uc->un;
     struct rworker *w = un->w;
+    uint64_t written = uc->written;
+    uc->queued = uc->written = 0;
     if (uc->fd >= 0) {
         epoll_ctl(w->epfd, EPOLL_CTL_DEL, uc->fd, NULL);
         close(uc->fd);
@@ -134,6 +182,10 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
         uc->sent = f->next;
         un->outstanding--;
         upnode_unstray(un, f);
+        if (fault && upnode_failover(un, f, f->qstart < written, timeout && first)) {
+            first = false;
+            continue;
+        }
         if (timeout && first) {
             w->m.upstream_timeouts++;
             if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
@@ -162,8 +214,20 @@ static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
     }
 }
 
-/* Fail everything waiting for this node (it cannot be reached now). */
-static void upnode_fail_waiting(struct upnode *un, const char *why)
+static void upconn_fail(struct upconn *uc, const char *why, bool timeout)
+{
+    upconn_close(uc, why, timeout, false);
+}
+
+/* The node refused, reset or timed out (`timeout`) the connection. */
+static void upconn_fault(struct upconn *uc, const char *why, bool timeout)
+{
+    upconn_close(uc, why, timeout, true);
+}
+
+/* Fail everything waiting for this node (it cannot be reached now); with `fault`, retry on
+ * the gutter pool what may be (none of it was sent). */
+static void upnode_fail_waiting(struct upnode *un, const char *why, bool fault)
 {
     struct rworker *w = un->w;
     char msg[256];
@@ -174,6 +238,7 @@ static void upnode_fail_waiting(struct upnode *un, const char *why)
         struct frag *f = un->wait;
         un->wait = f->next;
         un->nwait--;
+        if (fault && upnode_failover(un, f, false, false)) continue;
         w->m.upstream_errors++;
         frag_fail(un, f, msg, (size_t)n);
     }
@@ -284,9 +349,15 @@ static void upconn_take(struct upconn *uc, struct frag *f)
 {
     struct upnode *un = uc->un;
     struct rworker *w = un->w;
+    f->qstart = uc->queued;
+    uc->queued += buf_used(&f->out);
     reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
-    frag_keep_line(f);
+    /* a request that may be retried keeps its bytes until answered; one too large to keep
+     * (window x value size) gives its value back now and is no longer retried */
+    if (f->failover != FAILOVER_NONE && buf_used(&f->out) > FAILOVER_KEEP_MAX)
+        f->failover = FAILOVER_NONE;
+    if (f->failover == FAILOVER_NONE) frag_keep_line(f);
     f->next = NULL;
     if (uc->sent_tail) uc->sent_tail->next = f;
     else uc->sent = f;
@@ -310,7 +381,7 @@ static void upnode_pump_dump(struct upnode *un)
             upnode_failure(un);
             char why[160];
             snprintf(why, sizeof why, "is unavailable: %s", strerror(errno));
-            upnode_fail_waiting(un, why); /* the dumps; the others fail as they would */
+            upnode_fail_waiting(un, why, false); /* the dumps; the others fail as they would */
             return;
         }
         struct frag *f = un->dwait;
@@ -327,18 +398,30 @@ static void upnode_pump_dump(struct upnode *un)
     }
 }
 
+/* The node was just marked down: close its connections and retry on the gutter pool (or fail)
+ * what was in flight on them and what waits for them, in the order sent, before any later
+ * request routed to the gutter can overtake them there. Probes come later (next_probe_ms). */
+static void upnode_abandon(struct upnode *un)
+{
+    un->abandon = false;
+    for (uint32_t i = 0; i <= un->nconns; i++) /* and the dump connection */
+        if (un->conns[i].state != UP_DOWN) upconn_fault(&un->conns[i], "was marked down", false);
+    upnode_fail_waiting(un, "is down", true);
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
+    if (un->abandon) upnode_abandon(un);
     upnode_pump_dump(un);
     while (un->wait && un->outstanding < un->window) {
         struct frag *head = un->wait;
         unsigned pin = head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0;
         struct upconn *uc = upnode_pick(un, pin);
         if (uc == NULL) {
-            upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)");
-            return;
+            upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)", true);
+            break;
         }
         struct frag *f = un->wait;
         un->wait = f->next;
@@ -358,6 +441,7 @@ static void upnode_pump(struct upnode *un)
         }
         upconn_take(uc, f);
     }
+    if (un->abandon) upnode_abandon(un); /* marked down by a connect failing just now */
 }
 
 void upnode_submit(struct upnode *un, struct frag *f)
@@ -368,6 +452,7 @@ void upnode_submit(struct upnode *un, struct frag *f)
     w->inflight++;
     if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, -1, requests);
     if ((un->down || f->held) && !f->probe) { /* never make a client wait on a node down */
+        if (un->down && upnode_failover(un, f, false, false)) return;
         char msg[256];
         int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s is down%s\r\n",
                          un->node.addr, un->down ? "" : " (back, being repaired)");
@@ -623,6 +708,7 @@ static void upconn_write(struct upconn *uc)
         ssize_t n = send(uc->fd, buf_start(&uc->wbuf), buf_used(&uc->wbuf), MSG_NOSIGNAL);
         if (n > 0) {
             buf_consume(&uc->wbuf, (size_t)n);
+            uc->written += (uint64_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -635,7 +721,7 @@ static void upconn_write(struct upconn *uc)
         }
         char why[160];
         snprintf(why, sizeof why, "write failed: %s", strerror(errno));
-        upconn_fail(uc, why, false);
+        upconn_fault(uc, why, false);
         upnode_pump(uc->un);
         return;
     }
@@ -662,7 +748,7 @@ void upconn_event(struct upconn *uc, uint32_t events)
             un->retry_at_ms = w->now_ms + w->r->cfg.retry_ms;
             char why[160];
             snprintf(why, sizeof why, "is unavailable: %s", strerror(soerr));
-            upconn_fail(uc, why, false);
+            upconn_fault(uc, why, false);
             upnode_pump(un);
             return;
         }
@@ -688,11 +774,11 @@ void upconn_event(struct upconn *uc, uint32_t events)
                 continue;
             }
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-            upconn_fail(uc, n == 0 ? "closed the connection" : "connection failed", false);
+            upconn_fault(uc, n == 0 ? "closed the connection" : "connection failed", false);
             break;
         }
     } else if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
-        upconn_fail(uc, "closed the connection", false);
+        upconn_fault(uc, "closed the connection", false);
     }
     if (uc->state == UP_READY && (events & EPOLLOUT)) upconn_mark_dirty(uc);
     upnode_pump(un);
@@ -732,6 +818,7 @@ void upstream_check_timeouts(struct rworker *w)
             un->wait = f->next;
             if (un->wait == NULL) un->wait_tail = NULL;
             un->nwait--;
+            if (upnode_failover(un, f, false, true)) continue;
             w->m.upstream_timeouts++;
             if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
             SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, timeouts);
@@ -745,7 +832,7 @@ void upstream_check_timeouts(struct rworker *w)
             struct upconn *uc = &un->conns[i];
             if (uc->sent && uc->sent->deadline_ms <= w->now_ms) {
                 log_info_limited("node %s: request timed out; reconnecting", un->node.addr);
-                upconn_fail(uc, why, true);
+                upconn_fault(uc, why, true);
             }
         }
         if (un->down && !un->retired && w->now_ms >= un->next_probe_ms) {
@@ -789,7 +876,7 @@ void upnode_destroy(struct upnode *un)
         }
         upconn_fail(uc, "was removed from the topology", false);
     }
-    upnode_fail_waiting(un, "was removed from the topology");
+    upnode_fail_waiting(un, "was removed from the topology", false);
     repairlog_free(&un->repair);
     free(un);
 }

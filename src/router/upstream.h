@@ -18,11 +18,13 @@
  *
  * Health: after down_after consecutive failures (a timeout, a lost or refused connection, a
  * reply no request explains; never anything a client's request made the node answer) the
- * worker marks the node down. Requests are then routed elsewhere by the caller (the gutter
- * pool) and never wait on the node; one probe (`version`) every probe_ms tells when it answers
- * again. Each worker judges for itself, from its own connections. A node that missed writes
- * meanwhile is repaired before this worker reads its keys from it again (replica.h for a
- * replicated pool, outage.h for a sharded one). */
+ * worker marks the node down, and every other worker adopts that (failover.h). Requests are
+ * then routed elsewhere by the caller (the gutter pool) and never wait on the node; one probe
+ * (`version`) every probe_ms tells when it answers again. Each worker counts the failures of
+ * its own connections. A node that missed writes meanwhile is repaired before this worker
+ * reads its keys from it again (replica.h for a replicated pool, outage.h for a sharded one).
+ * A request the node fails (refused, reset, timed out) may be retried on the gutter pool before
+ * its client is answered (failover.h). */
 #ifndef SHOAL_ROUTER_UPSTREAM_H
 #define SHOAL_ROUTER_UPSTREAM_H
 
@@ -58,6 +60,8 @@ struct upconn {
     uint32_t sync_left;
     uint32_t suspects;              /* requests failed alone meanwhile, the client's fault once
                                      * the MN is where it belongs */
+    uint64_t queued, written;       /* bytes put in wbuf, and sent, since it connected: a
+                                     * request reached the node when written > its qstart */
 };
 
 struct upnode {
@@ -76,6 +80,11 @@ struct upnode {
     bool down;                      /* marked down: only probes are sent to it */
     bool mending;                   /* marked down since its last repair (outage.h) */
     bool destroying;                /* failures while tearing down do not count */
+    bool abandon;                   /* just marked down: close its connections and retry or
+                                     * fail their requests (failover.h) */
+    uint64_t *health;               /* its mark-down epoch, shared by the workers (failover.h);
+                                     * NULL (no memory): this worker judges it alone */
+    uint64_t health_seen;           /* the epoch this worker last acted on */
     uint64_t next_probe_ms;
     struct repairlog repair;        /* keys of replicated writes it missed (replica.h) */
     uint32_t repairs_inflight;      /* repair requests sent, not yet answered */
@@ -97,6 +106,9 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node);
 /* Close connections, fail everything queued (orphans only at shutdown), free. */
 void upnode_destroy(struct upnode *un);
 bool upnode_idle(const struct upnode *un);
+/* Another worker marked the node down (`down`) or found it healthy: do the same here
+ * (failover_sync). */
+void upnode_adopt(struct upnode *un, bool down);
 /* Is the node usable for requests (not marked down)? */
 static inline bool upnode_up(const struct upnode *un) { return !un->down; }
 /* Queue a fragment whose request bytes are in f->out, and send what the window allows (a

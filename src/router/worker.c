@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "router/client.h"
+#include "router/failover.h"
 #include "router/request.h"
 #include "router/upstream.h"
 
@@ -203,6 +204,7 @@ static void *worker_main(void *arg)
         w->now_ms = w->now_us / 1000;
         uint64_t gen = topo_gen(&r->topo);
         if (gen != w->topo_gen) worker_adopt(w, gen);
+        failover_sync(w); /* mark-downs of other workers, before any request is routed */
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));

@@ -1,0 +1,317 @@
+/* failover.c — retrying on the gutter pool a request whose node failed it, and the mark-down
+ * state the workers share (see failover.h). */
+#include "router/failover.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "router/lineedit.h"
+#include "router/policy.h"
+#include "router/replica.h"
+#include "router/route.h"
+#include "router/upstream.h"
+#include "router/worker.h"
+
+uint8_t failover_kind(const struct proto_req *req)
+{
+    switch (req->cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS: case CMD_MG: case CMD_ME:
+    case CMD_SET: case CMD_REPLACE: case CMD_DELETE: case CMD_TOUCH:
+        return FAILOVER_ANY;
+    case CMD_MS:
+        return !proto_meta_has(&req->meta, 'C') &&
+                       (req->meta.mode == 0 || req->meta.mode == 'S' || req->meta.mode == 'R')
+                   ? FAILOVER_ANY
+                   : FAILOVER_UNSENT;
+    case CMD_MD:
+        return proto_meta_has(&req->meta, 'C') ? FAILOVER_UNSENT : FAILOVER_ANY;
+    default: /* add, append, prepend, cas, incr, decr, ma */
+        return FAILOVER_UNSENT;
+    }
+}
+
+static bool failover_writes(enum proto_cmd cmd)
+{
+    switch (cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
+    case CMD_CAS: case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
+    case CMD_MS: case CMD_MD: case CMD_MA:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The gutter node a retry of `key` goes to, or NULL when there is none this worker can use:
+ * no gutter pool, a key of a replicated pool (never sent to the gutter), the gutter node is
+ * `from` itself, or it is marked down. */
+static struct upnode *failover_gutter(struct rworker *w, const struct upnode *from,
+                                      const char *key, size_t nkey)
+{
+    if (topo_pool_of(w->topo, key, nkey)->replicated) return NULL;
+    int64_t g = topo_gutter_route(w->topo, key, nkey);
+    if (g < 0) return NULL;
+    struct upnode *gun = w->map[g];
+    return gun != from && upnode_up(gun) ? gun : NULL;
+}
+
+/* f's request, as sent: the line (without \r\n) parsed into *req, and what follows it. */
+struct failover_req {
+    const char *line, *rest;
+    size_t nline, nrest;
+    struct proto_req req;
+};
+
+static bool failover_parse(struct rworker *w, const struct frag *f, struct failover_req *r)
+{
+    const char *p = buf_start(&f->out), *nl = memchr(p, '\n', buf_used(&f->out));
+    const char *err;
+    if (nl == NULL || nl == p || nl[-1] != '\r') return false;
+    r->line = p;
+    r->nline = (size_t)(nl - 1 - p);
+    r->rest = nl + 1;
+    r->nrest = buf_used(&f->out) - (size_t)(r->rest - p);
+    return proto_parse(r->line, r->nline, w->r->cfg.item_max, &r->req, &err) == PROTO_OK;
+}
+
+/* A line built for the gutter is sent only if a node takes it (route_line_fits' rule): a TTL
+ * capped by gutter_ttl can be longer than the one it replaces ("0" becomes "10"). */
+static bool failover_fits(struct rworker *w, const struct buf *b)
+{
+    const char *nl = memchr(buf_start(b), '\n', buf_used(b));
+    return nl && (size_t)(nl - buf_start(b)) <= w->r->cfg.line_max + 1;
+}
+
+/* The index of key's namespace in the routing table (a fragment's figures: route_tag). */
+static int32_t failover_ns(const struct rworker *w, const char *key, size_t nkey)
+{
+    return (int32_t)(topo_namespace(w->topo, key, nkey) - w->topo->ns);
+}
+
+/* Send f, rebuilt for the gutter into `out` (taken), to `gun`, counted for namespace `ns`. */
+static void failover_send(struct rworker *w, struct frag *f, struct buf *out, struct upnode *gun,
+                          int32_t ns)
+{
+    buf_release(&f->out);
+    f->out = *out;
+    buf_init(out);
+    f->failover = FAILOVER_NONE; /* once */
+    f->held = false;
+    f->ns = ns;
+    f->pool = w->topo->gutter_pool;
+    upnode_submit(gun, f);
+}
+
+/* A request for one key. */
+static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f, bool sent,
+                         struct failover_req *r)
+{
+    const struct proto_req *req = &r->req;
+    if (req->key == NULL || req->nkey == 0) return false;
+    struct upnode *gun = failover_gutter(w, from, req->key, req->nkey);
+    if (gun == NULL) return false;
+    struct ledit_ttl e;
+    int n = ledit_ttl(req, r->line, r->nline, topo_namespace(w->topo, req->key, req->nkey),
+                      w->topo->gutter_ttl, (int64_t)time(NULL), &e);
+    struct buf out;
+    buf_init(&out);
+    if (ledit_copy(&out, r->line, r->nline, req, false, NULL, e.cut, n) < 0 ||
+        !failover_fits(w, &out) || buf_append(&out, r->rest, r->nrest) < 0) {
+        buf_release(&out);
+        return false;
+    }
+    if (failover_writes(req->cmd)) {
+        /* logged here, for the owner: the gutter's answer is not the owner's */
+        replica_log(from, req->key, req->nkey, sent);
+        replica_write_free(f->repl);
+        f->repl = NULL;
+    }
+    w->m.gutter_retries++;
+    w->inflight--; /* upnode_submit counts it again */
+    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey));
+    return true;
+}
+
+/* An RQ_FORWARD get of several keys on one node, about to be split over several gutter
+ * nodes: make it the RQ_MULTIGET route_get would have built had its keys been on several
+ * nodes (its keys, each carried by fragment 0, f). -1 when memory runs out (nothing changed). */
+static int failover_to_multiget(struct rreq *rq, struct frag *f, const struct proto_req *req,
+                                uint32_t nkeys)
+{
+    size_t nb = (size_t)(req->keys_end - req->keys);
+    char *keys = malloc(nb + 1);
+    uint16_t *keyfrag = calloc(nkeys, sizeof *keyfrag);
+    struct frag **frags = malloc(sizeof *frags);
+    if (keys == NULL || keyfrag == NULL || frags == NULL || rq->nfrags != 1 || f->idx != 0) {
+        free(keys);
+        free(keyfrag);
+        free(frags);
+        return -1;
+    }
+    memcpy(keys, req->keys, nb);
+    frags[0] = f;
+    rq->kind = RQ_MULTIGET;
+    rq->keys = keys;
+    rq->nkeys_bytes = nb;
+    rq->nkeys = nkeys;
+    rq->keyfrag = keyfrag;
+    rq->frags = frags;
+    rq->fcap = 1;
+    rq->exptime = req->exptime;
+    return 0;
+}
+
+/* get, gets, gat, gats: each key to its gutter node (and, for a gat, the exptime its namespace
+ * and gutter_ttl give it). All to one node: f goes there whole. Else f is split, as route_get
+ * splits a get over nodes: f takes the first group's keys, new fragments of the same request
+ * the others, and the request's keys are re-assigned, so the merge keeps the client's order. */
+static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
+                         struct failover_req *r)
+{
+    const struct proto_req *req = &r->req;
+    struct rreq *rq = f->rq;
+    bool gat = req->cmd == CMD_GAT || req->cmd == CMD_GATS;
+    const char *verb = req->cmd == CMD_GET ? "get" : req->cmd == CMD_GETS ? "gets"
+                     : req->cmd == CMD_GAT ? "gat" : "gats";
+    int64_t now = (int64_t)time(NULL);
+    uint32_t nkeys = 0, ngroups = 0, cap = 16;
+    struct group {
+        struct upnode *gun;
+        int64_t ttl;
+        int32_t ns; /* its first key's namespace */
+        struct frag *f;
+        struct buf out;
+    } *groups;
+    uint32_t *gof = NULL; /* per key of f, in order: its group */
+    size_t gofcap = 64;
+    bool ok = false;
+    groups = malloc(cap * sizeof *groups);
+    gof = malloc(gofcap * sizeof *gof);
+    if (groups == NULL || gof == NULL) goto out;
+    const char *kp = req->keys, *key;
+    uint8_t nk;
+    while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
+        struct upnode *gun = failover_gutter(w, from, key, nk);
+        if (gun == NULL) goto out;
+        int64_t ttl = 0;
+        if (gat && !policy_ttl_capped(topo_namespace(w->topo, key, nk), w->topo->gutter_ttl,
+                                      req->exptime, now, &ttl))
+            ttl = req->exptime;
+        uint32_t g = 0;
+        while (g < ngroups && (groups[g].gun != gun || groups[g].ttl != ttl)) g++;
+        if (g == ngroups) {
+            if (ngroups == cap) {
+                void *more = realloc(groups, 2 * cap * sizeof *groups);
+                if (more == NULL) goto out;
+                groups = more;
+                cap *= 2;
+            }
+            groups[g] = (struct group){gun, ttl, failover_ns(w, key, nk), NULL, {0}};
+            buf_init(&groups[g].out);
+            ngroups++;
+            if ((gat ? buf_printf(&groups[g].out, "%s %lld", verb, (long long)ttl)
+                     : buf_append_str(&groups[g].out, verb)) < 0)
+                goto out;
+        }
+        if (nkeys == gofcap) {
+            void *more = realloc(gof, 2 * gofcap * sizeof *gof);
+            if (more == NULL) goto out;
+            gof = more;
+            gofcap *= 2;
+        }
+        gof[nkeys++] = g;
+        if (buf_append(&groups[g].out, " ", 1) < 0 || buf_append(&groups[g].out, key, nk) < 0)
+            goto out;
+    }
+    if (nkeys == 0) goto out;
+    for (uint32_t g = 0; g < ngroups; g++)
+        if (buf_append(&groups[g].out, "\r\n", 2) < 0 || !failover_fits(w, &groups[g].out))
+            goto out;
+    if (ngroups > 1) {
+        if (rq->kind == RQ_FORWARD && failover_to_multiget(rq, f, req, nkeys) < 0) goto out;
+        if (rq->kind != RQ_MULTIGET || (size_t)rq->nfrags + ngroups - 1 > UINT16_MAX) goto out;
+        uint32_t mine = 0; /* f's keys in the request's order are the keys of its line */
+        for (uint32_t i = 0; i < rq->nkeys; i++) mine += rq->keyfrag[i] == f->idx;
+        if (mine != nkeys) goto out;
+        uint16_t need = (uint16_t)(rq->nfrags + ngroups - 1);
+        if (need > rq->fcap) {
+            struct frag **more = rq->frags == &rq->frag1 ? NULL : rq->frags;
+            more = realloc(more, need * sizeof *more);
+            if (more == NULL) goto out;
+            if (rq->frags == &rq->frag1) more[0] = rq->frag1;
+            rq->frags = more;
+            rq->fcap = need;
+        }
+        for (uint32_t g = 1; g < ngroups; g++)
+            if ((groups[g].f = frag_create(rq, (uint16_t)(rq->nfrags + g - 1))) == NULL) {
+                for (uint32_t k = 1; k < g; k++) frag_destroy(groups[k].f);
+                goto out;
+            }
+        for (uint32_t i = 0, j = 0; i < rq->nkeys; i++) {
+            if (rq->keyfrag[i] != f->idx) continue;
+            if (gof[j] > 0) rq->keyfrag[i] = groups[gof[j]].f->idx;
+            j++;
+        }
+        for (uint32_t g = 1; g < ngroups; g++) rq->frags[rq->nfrags++] = groups[g].f;
+        rq->pending = (uint16_t)(rq->pending + ngroups - 1);
+    }
+    groups[0].f = f;
+    w->m.gutter_retries++;
+    w->inflight--; /* upnode_submit counts each fragment again */
+    /* the last submission may complete the request: nothing of it is read after */
+    for (uint32_t g = 0; g < ngroups; g++)
+        failover_send(w, groups[g].f, &groups[g].out, groups[g].gun, groups[g].ns);
+    ok = true;
+out:
+    for (uint32_t g = 0; groups && g < ngroups; g++) buf_release(&groups[g].out);
+    free(groups);
+    free(gof);
+    return ok;
+}
+
+bool failover_retry(struct upnode *from, struct frag *f, bool sent)
+{
+    struct rworker *w = from->w;
+    if (f->failover == FAILOVER_NONE || f->rq == NULL || f->probe ||
+        (sent && f->failover != FAILOVER_ANY) || !worker_topology_ready(w) ||
+        w->topo->gutter_pool < 0)
+        return false;
+    struct failover_req r;
+    if (!failover_parse(w, f, &r)) return false;
+    switch (r.req.cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
+        return failover_get(w, from, f, &r);
+    default:
+        return failover_one(w, from, f, sent, &r);
+    }
+}
+
+void failover_publish(struct upnode *un, bool down)
+{
+    if (un->health == NULL) return;
+    uint64_t e = __atomic_load_n(un->health, __ATOMIC_ACQUIRE);
+    while (((e & 1) != 0) != down) {
+        if (__atomic_compare_exchange_n(un->health, &e, e + 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            e++;
+            __atomic_add_fetch(&un->w->r->health_gen, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    un->health_seen = e;
+}
+
+void failover_sync(struct rworker *w)
+{
+    uint64_t gen = __atomic_load_n(&w->r->health_gen, __ATOMIC_ACQUIRE);
+    if (gen == w->health_seen) return;
+    w->health_seen = gen;
+    for (struct upnode *un = w->upnodes; un; un = un->next) {
+        if (un->health == NULL || un->retired) continue;
+        uint64_t e = __atomic_load_n(un->health, __ATOMIC_ACQUIRE);
+        if (e == un->health_seen) continue;
+        un->health_seen = e;
+        if ((e & 1) != un->down) upnode_adopt(un, e & 1);
+    }
+}
