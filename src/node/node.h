@@ -141,6 +141,7 @@ struct worker {
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
     struct class_metrics cls[NODE_CLASS_SLOTS]; /* per size class id */
     struct conn *conns;             /* list of this worker's connections */
+    uint64_t reaped_ms;             /* when worker_conn_room last reaped, monotonic ms */
     struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
     bool use_ring;
 };
