@@ -39,7 +39,8 @@
     X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
     X(out_max, 0, SIZE, "32m", 65536, 1ull << 32, "most reply bytes queued per connection",      \
       NULL)                                                                                      \
-    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(backlog, 'b', UINT, "4096", 1, 65535,                                                      \
+      "TCP listen backlog (the kernel caps it at net.core.somaxconn)", "listen-backlog")         \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \

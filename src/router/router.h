@@ -54,7 +54,8 @@
     X(repair_log, 0, UINT, "4096", 0, 1 << 24,                                                   \
       "keys remembered per node per worker whose writes the node missed (replicated, or while " \
       "marked down); past that it is flushed when it is back", NULL)                              \
-    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(backlog, 'b', UINT, "4096", 1, 65535,                                                       \
+      "TCP listen backlog (the kernel caps it at net.core.somaxconn)", "listen-backlog")          \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
