@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/admin.h"
 #include "common/buf.h"
 #include "common/connlist.h"
 #include "common/metrics.h"
@@ -56,11 +57,13 @@
       "each)", NULL)                                                                             \
     X(worker_yield, 0, UINT, "1", 0, 1,                                                          \
       "1: after a batch of requests from 4 or more connections a worker lets threads waiting "  \
-      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)
+      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)\
+    ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, inflight_max, io_uring, worker_yield;
+        admin_port, lease_keys, inflight_max, io_uring, worker_yield, admin_conn_max,
+        admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };

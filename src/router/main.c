@@ -91,7 +91,7 @@ static void router_reload(struct router *r)
 
 int main(int argc, char **argv)
 {
-    static struct opt_def defs[32]; /* read by `stats settings` while the router runs */
+    static struct opt_def defs[48]; /* read by `stats settings` while the router runs */
     size_t ndefs = build_options(defs, &router.cfg);
     router.opts = defs;
     router.nopts = ndefs;

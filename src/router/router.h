@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/admin.h"
 #include "common/connlist.h"
 #include "common/metrics.h"
 #include "common/uring.h"
@@ -64,12 +65,13 @@
       "picks the replica this router reads in replicated pools (default: the host name)", NULL)  \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the client reads and sends of each event-loop pass with io_uring (0: a system "  \
-      "call each)", NULL)
+      "call each)", NULL)                                                                      \
+    ADMIN_OPTIONS(X)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
-        backlog, admin_port, io_uring;
+        backlog, admin_port, io_uring, admin_conn_max, admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };
