@@ -91,7 +91,7 @@ static void worker_accept(struct worker *w)
             (void)wr;
             close(fd);
             log_info_limited("connection refused: limit -c %llu reached",
-                     (unsigned long long)n->cfg.conn_limit);
+                             (unsigned long long)n->cfg.conn_limit);
             continue;
         }
         __atomic_fetch_add(&n->total_conns, 1, __ATOMIC_RELAXED);
