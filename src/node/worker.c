@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "node/conn.h"
 
 #define WORKER_EVENTS 256
@@ -77,11 +78,16 @@ static void worker_accept(struct worker *w)
 {
     struct node *n = w->node;
     for (int i = 0; i < WORKER_ACCEPT_BATCH; i++) {
-        int fd = accept4(n->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = net_accept(n->listen_fd, too_many, sizeof too_many - 1);
         if (fd < 0) {
             if (errno == EINTR) continue;
+            if (errno == EMFILE) { /* net_accept told one client and closed it */
+                __atomic_fetch_add(&n->rejected_conns, 1, __ATOMIC_RELAXED);
+                log_warn_limited("connection refused: out of file descriptors (ulimit -n)");
+                continue;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                log_warn("accept failed: %s", strerror(errno));
+                log_warn_limited("accept failed: %s", strerror(errno));
             return;
         }
         if (!worker_conn_room(w)) {

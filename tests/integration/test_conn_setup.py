@@ -23,6 +23,7 @@ SLOWEST_BOUND = 0.5
 # accept, a send and a close, 2,000 of them take 10-100 ms; 2 ms or more each would show here.
 REFUSED_BOUND = 1.0
 LIMIT = 1024
+REFUSAL = b"ERROR Too many open connections\r\n"
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +104,7 @@ def refused_within(held, expect, timeout=5.0):
         while refused < expect:
             left = start + timeout - time.monotonic()
             ready = sel.select(timeout=max(left, 0)) if left > 0 else []
-            assert ready, f"only {refused} of {expect} clients past -c refused within {timeout} s"
+            assert ready, f"only {refused} of {expect} clients refused within {timeout} s"
             for key, _ in ready:
                 try:
                     data = key.fileobj.recv(4096)
@@ -114,7 +115,7 @@ def refused_within(held, expect, timeout=5.0):
                     sel.modify(key.fileobj, selectors.EVENT_READ, got)
                     continue
                 sel.unregister(key.fileobj)
-                assert got == b"ERROR Too many open connections\r\n", \
+                assert got == REFUSAL, \
                     f"a client closed by the server should have been told why, got {got!r}"
                 refused += 1
     finally:
@@ -186,3 +187,59 @@ def test_router_burst_within_conn_limit_connects_without_stalling(start_server, 
         assert held[-1].recv(64).startswith(b"VERSION "), "the last client of the burst is served"
     finally:
         close_all(held)
+
+
+def open_file_limit(pid):
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(l for l in f if l.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+@pytest.mark.shoal_only
+def test_node_raises_its_open_file_limit_to_fit_conn_limit(start_server):
+    # started with a soft limit of 256 (as many shells set ulimit -n); the hard one allows more
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        server = start_server("-c", "2000")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert open_file_limit(server.proc.pid) >= 2000 + 1024, \
+        "-c 2000 plus --admin-conn-max 1024 descriptors"
+    took, held = connect_burst(server.port, n=600)
+    try:
+        for s in held[-10:]:
+            s.setblocking(True)
+            s.settimeout(5)
+            s.sendall(b"version\r\n")
+            assert s.recv(64).startswith(b"VERSION "), "a client past 256 descriptors is served"
+    finally:
+        close_all(held)
+
+
+@pytest.mark.shoal_only
+def test_clients_past_the_open_file_limit_are_refused_not_left_waiting(start_server):
+    # Out of descriptors, a client used to stay in the listen queue, connected but never
+    # served or refused, while every worker spun on accept's EMFILE and logged each attempt.
+    server = start_server()
+    resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE, (200, 200))
+    took, held = connect_burst(server.port, n=400, in_flight=50)
+    try:
+        waited = refused_within(held, 100, timeout=3.0)
+        assert waited < REFUSED_BOUND, f"100 clients past the limit refused after {waited:.2f} s"
+        # the rest are either refused too or served: none is left waiting
+        for s in held:
+            s.setblocking(True)
+            s.settimeout(3)
+            try:
+                s.sendall(b"version\r\n")
+                got = s.recv(64)
+            except (BrokenPipeError, ConnectionResetError):
+                got = b""
+            assert got.startswith(b"VERSION ") or got in (b"", REFUSAL), \
+                f"a client is either served or refused, got {got!r}"
+    finally:
+        close_all(held)
+    log = server.stderr_text()
+    assert log.count("out of file descriptors") <= 10, "refusals for want of descriptors are " \
+        "logged a few times per 10 s, not once each"
