@@ -5,7 +5,9 @@ A connect() completes once the kernel has the handshake, before the server accep
 only when the listen queue is full and the kernel drops the SYN, and then for the 1 s
 retransmit. So the slowest connect of a burst measures whether the server drains its listen
 queue as fast as clients fill it, including while it refuses connections at -c (see "Connection
-set-up" in docs/operations.md; memcached 1.6.18 passes the node tests too)."""
+set-up" in docs/operations.md; memcached 1.6.18 passes the node tests too). The last two tests
+are about descriptors: the node raises its own open-file limit to fit -c, and a client that
+finds it out of descriptors anyway is refused at once rather than left in the queue."""
 
 import resource
 import selectors
