@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mcraw import McRaw, free_port, http, wait_until
+from mcraw import McRaw, accepts, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -19,6 +19,8 @@ PROBE_BOUND = 1.0  # seconds a probe may take; they take a few ms
 
 def hold_partial_requests(port, n):
     """n admin connections that each sent a request line and one header, and no end."""
+    # the harness waits for the data port; the admin listener may open a moment later
+    wait_until(lambda: accepts(port), message=f"the admin port {port} to accept")
     held = []
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -134,6 +136,7 @@ def test_node_probes_answer_with_over_1024_data_connections_open(start_server):
     try:
         admin = free_port()
         server = start_server("-c", "2000", "--admin-port", str(admin))
+        wait_until(lambda: accepts(admin), message=f"the admin port {admin} to accept")
         data = [socket.create_connection((server.host, server.port)) for _ in range(1100)]
         with McRaw(server.host, server.port) as c:
             wait_until(lambda: int(c.stats()["curr_connections"]) > 1100,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakenode import FakeNode
-from mcraw import McRaw, http, wait_until
+from mcraw import McRaw, accepts, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -64,6 +64,7 @@ def test_router_logs_cr_lf_of_an_admin_request_escaped(start_server, start_route
     bad = {"version": 2, "pools": {"main": {"nodes": ["\x01\r\n2026-01-01T00:00:00Z shoal-router "
                                                       "notice: forged\u00ff" + "x" * 3000]}},
            "namespaces": {"default": {"pool": "main"}}}
+    wait_until(lambda: accepts(admin), message="the admin port to accept")
     status, _ = http(admin, "PUT", "/v1/topology", bad)
     assert status == 400
     wait_until(lambda: b"refused" in log_bytes(router), message="the router to log the refusal")
