@@ -6,7 +6,7 @@
  * at a time. Request bodies are capped at ADMIN_BODY_MAX bytes (413 beyond).
  *
  * Health probes must get through whatever other admin clients do: up to --admin-conn-max
- * connections are served at once (a new one past that is closed at once), and a connection
+ * connections are served at once (past that, new ones wait in the listen queue), and one
  * silent for --admin-header-timeout seconds before its request is whole is closed, so
  * connections that send part of a request and stop hold a slot only that long. While a body
  * arrives the allowance is ADMIN_BODY_TIMEOUT seconds of silence. */
@@ -23,7 +23,7 @@
  * uint64_t field of each name). */
 #define ADMIN_OPTIONS(X)                                                                         \
     X(admin_conn_max, 0, UINT, "1024", 1, 65536,                                                 \
-      "admin HTTP connections served at once; a new one past it is closed at once", NULL)       \
+      "admin HTTP connections served at once; past it new ones wait to be accepted", NULL)      \
     X(admin_header_timeout, 0, UINT, "2", 1, 3600,                                               \
       "seconds an admin HTTP connection may stay silent before its request headers are whole",  \
       NULL)
