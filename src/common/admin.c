@@ -4,14 +4,17 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/log.h"
 
 struct admin {
     struct MHD_Daemon *d;
+    unsigned header_timeout;
     admin_metrics_fn metrics;
     void *ctx;
     unsigned port;
@@ -61,12 +64,17 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         return MHD_YES;
     }
     if (*upload_size > 0) { /* body arrives in pieces before the final call */
+        if (buf_used(&rq->body) == 0 && !rq->too_large)
+            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                      (unsigned)ADMIN_BODY_TIMEOUT);
         if (buf_used(&rq->body) + *upload_size > ADMIN_BODY_MAX ||
             buf_append(&rq->body, upload, *upload_size) < 0)
             rq->too_large = 1;
         *upload_size = 0;
         return MHD_YES;
     }
+    /* the next request on this connection gets the header allowance again */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, a->header_timeout);
     if (rq->too_large) {
         static const char msg[] = "{\"error\": \"request body over 1 MiB\"}\n";
         return admin_reply(conn, 413, "application/json", msg, sizeof msg - 1);
@@ -112,9 +120,20 @@ static void admin_done(void *cls, struct MHD_Connection *conn, void **state,
     }
 }
 
-struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn metrics, void *ctx,
-                           const struct admin_route *routes, size_t nroutes, char *err,
-                           size_t errlen)
+/* libmicrohttpd's own messages ("reached connection limit", a failed accept) go to our log,
+ * a few per 10 s: a client can make it repeat them at will. */
+static void admin_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
+    log_info_limited("admin HTTP: %s", msg);
+}
+
+struct admin *admin_create(const char *host, unsigned port, const struct admin_limits *lim,
+                           admin_metrics_fn metrics, void *ctx, const struct admin_route *routes,
+                           size_t nroutes, char *err, size_t errlen)
 {
     struct admin *a = calloc(1, sizeof *a);
     if (a == NULL) {
@@ -123,6 +142,7 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
     }
     a->metrics = metrics;
     a->ctx = ctx;
+    a->header_timeout = lim->header_timeout;
     if (nroutes > ADMIN_ROUTES_MAX) nroutes = ADMIN_ROUTES_MAX;
     memcpy(a->routes, routes, nroutes * sizeof *routes);
     a->nroutes = nroutes;
@@ -133,9 +153,13 @@ struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn met
         free(a);
         return NULL;
     }
-    a->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
+    /* MHD_USE_AUTO picks epoll: select() would refuse every admin connection whose descriptor
+     * is 1024 or more, which is every one on a node holding a thousand clients. */
+    a->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
-                            MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                            MHD_OPTION_CONNECTION_LIMIT, lim->conn_max,
+                            MHD_OPTION_CONNECTION_TIMEOUT, lim->header_timeout,
+                            MHD_OPTION_EXTERNAL_LOGGER, admin_log, NULL,
                             MHD_OPTION_NOTIFY_COMPLETED, admin_done, NULL, MHD_OPTION_END);
     if (a->d == NULL) {
         snprintf(err, errlen,

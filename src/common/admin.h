@@ -1,9 +1,15 @@
 /* admin.h — every daemon's admin HTTP listener: /healthz, Prometheus /metrics, and routes the
  * daemon adds (e.g. shoal-node's /v1/namespaces).
  *
- * Built on libmicrohttpd with its own thread, so admin traffic never runs on a data-path
- * worker. Handlers run on that thread, one request at a time. Request bodies are capped at
- * ADMIN_BODY_MAX bytes (413 beyond). */
+ * Built on libmicrohttpd with its own thread (epoll, so descriptor numbers past 1024 are fine),
+ * so admin traffic never runs on a data-path worker. Handlers run on that thread, one request
+ * at a time. Request bodies are capped at ADMIN_BODY_MAX bytes (413 beyond).
+ *
+ * Health probes must get through whatever other admin clients do: up to --admin-conn-max
+ * connections are served at once (past that, new ones wait in the listen queue), and one
+ * silent for --admin-header-timeout seconds before its request is whole is closed, so
+ * connections that send part of a request and stop hold a slot only that long. While a body
+ * arrives the allowance is ADMIN_BODY_TIMEOUT seconds of silence. */
 #ifndef SHOAL_COMMON_ADMIN_H
 #define SHOAL_COMMON_ADMIN_H
 
@@ -11,6 +17,20 @@
 
 #define ADMIN_BODY_MAX (1 << 20)
 #define ADMIN_ROUTES_MAX 8
+#define ADMIN_BODY_TIMEOUT 10
+
+/* The admin listener's options, in each daemon's options table (its config struct has a
+ * uint64_t field of each name). */
+#define ADMIN_OPTIONS(X)                                                                         \
+    X(admin_conn_max, 0, UINT, "1024", 1, 65536,                                                 \
+      "admin HTTP connections served at once; past it new ones wait to be accepted", NULL)      \
+    X(admin_header_timeout, 0, UINT, "2", 1, 3600,                                               \
+      "seconds an admin HTTP connection may stay silent before its request headers are whole",  \
+      NULL)
+
+struct admin_limits {
+    unsigned conn_max, header_timeout; /* --admin-conn-max, --admin-header-timeout */
+};
 
 struct buf;
 struct admin;
@@ -30,10 +50,11 @@ struct admin_route {
 };
 
 /* Start listening on host:port (port 0 picks one; see admin_port()) with the given routes
- * (copied; at most ADMIN_ROUTES_MAX). Returns NULL with a message in err on failure. */
-struct admin *admin_create(const char *host, unsigned port, admin_metrics_fn metrics, void *ctx,
-                           const struct admin_route *routes, size_t nroutes, char *err,
-                           size_t errlen);
+ * (copied; at most ADMIN_ROUTES_MAX) and limits. Returns NULL with a message in err on
+ * failure. */
+struct admin *admin_create(const char *host, unsigned port, const struct admin_limits *lim,
+                           admin_metrics_fn metrics, void *ctx, const struct admin_route *routes,
+                           size_t nroutes, char *err, size_t errlen);
 unsigned admin_port(const struct admin *a);
 void admin_destroy(struct admin **a);
 

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static int log_level = LOG_NOTICE;
@@ -27,6 +28,24 @@ char *log_escape(char *dst, size_t cap, const char *s, size_t n)
     return dst;
 }
 
+size_t log_clean(char *dst, size_t cap, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0, i = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool plain = c >= 0x20 && c < 0x7f;
+        if (o + (plain ? 1 : 4) >= cap) break;
+        if (plain) {
+            dst[o++] = (char)c;
+        } else {
+            dst[o++] = '\\', dst[o++] = 'x', dst[o++] = hex[c >> 4], dst[o++] = hex[c & 15];
+        }
+    }
+    dst[o] = '\0';
+    return i;
+}
+
 void log_set_level(int level) { __atomic_store_n(&log_level, level, __ATOMIC_RELAXED); }
 int log_get_level(void) { return __atomic_load_n(&log_level, __ATOMIC_RELAXED); }
 void log_set_name(const char *name) { log_name = name; }
@@ -39,8 +58,21 @@ static void log_line(int level, const char *prefix, const char *fmt, va_list ap)
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    char line[1024];
-    vsnprintf(line, sizeof line, fmt, ap);
+    /* Whatever a caller formats (a peer's bytes, a name from a file), the line stays one
+     * line of printable text no longer than LOG_LINE_MAX: a log reader or terminal never sees
+     * a forged line, an escape sequence or a megabyte. */
+    char raw[LOG_LINE_MAX + 1], line[LOG_LINE_MAX + 1];
+    va_list copy;
+    va_copy(copy, ap);
+    int len = vsnprintf(raw, sizeof raw, fmt, copy);
+    va_end(copy);
+    if (len < 0) len = 0;
+    size_t have = (size_t)len < sizeof raw ? (size_t)len : sizeof raw - 1;
+    size_t took = log_clean(line, sizeof line - LOG_CUT_ROOM, raw, have);
+    if (took < (size_t)len) {
+        size_t o = strlen(line);
+        snprintf(line + o, sizeof line - o, "... (%zu more bytes)", (size_t)len - took);
+    }
     fprintf(stderr, "%s %s %s: %s%s\n", ts, log_name, names[level - LOG_ERROR], prefix, line);
 }
 

@@ -21,6 +21,18 @@ void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * cannot forge log lines or drive a terminal. Returns dst. */
 char *log_escape(char *dst, size_t cap, const char *s, size_t n);
 
+/* A log line's message (after the timestamp, name and level) is at most LOG_LINE_MAX bytes:
+ * log_msg escapes every byte below 0x20, DEL and above as \xNN (backslashes stay, so the
+ * output of log_escape passes unchanged) and cuts a longer message to end in
+ * "... (N more bytes)", within LOG_CUT_ROOM of the limit. */
+#define LOG_LINE_MAX 1024
+#define LOG_CUT_ROOM 40
+
+/* Copy n bytes of s into dst (cap > 0 bytes, NUL-terminated) as log_msg writes a message:
+ * bytes below 0x20, DEL and above as \xNN, stopping before an escape or byte that would not
+ * fit. Returns how many bytes of s were written. */
+size_t log_clean(char *dst, size_t cap, const char *s, size_t n);
+
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)

@@ -6,10 +6,16 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* A descriptor held only to be given up for one accept when the process has none left. */
+static int net_reserve = -1;
+static pthread_mutex_t net_reserve_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int net_set_nonblock(int fd)
 {
@@ -58,6 +64,40 @@ int net_listen(const char *host, unsigned port, int backlog, char *err, size_t e
                      strerror(last_errno));
     }
     return fd;
+}
+
+unsigned long long net_raise_nofile(unsigned long long want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rlim_t cur = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) rl.rlim_cur = cur;
+    }
+    pthread_mutex_lock(&net_reserve_lock);
+    if (net_reserve < 0) net_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pthread_mutex_unlock(&net_reserve_lock);
+    return getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (unsigned long long)rl.rlim_cur : 0;
+}
+
+int net_accept(int lfd, const char *busy, size_t busylen)
+{
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) return fd;
+    pthread_mutex_lock(&net_reserve_lock);
+    if (net_reserve >= 0) {
+        close(net_reserve);
+        fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t wr = send(fd, busy, busylen, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)wr;
+            close(fd);
+        }
+        net_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    pthread_mutex_unlock(&net_reserve_lock);
+    errno = EMFILE;
+    return -1;
 }
 
 unsigned net_local_port(int fd)

@@ -9,6 +9,16 @@
  * for EADDRINUSE, the fix. */
 int net_listen(const char *host, unsigned port, int backlog, char *err, size_t errlen);
 int net_set_nonblock(int fd);
+/* Accept one connection from listener `lfd` (non-blocking, close-on-exec); -1 with errno as
+ * accept4 sets it. When the process is out of descriptors (EMFILE, ENFILE) the connection at
+ * the head of the queue is accepted on a descriptor kept in reserve, sent `busy` and closed,
+ * and -1 is returned with errno EMFILE: the client is told at once instead of waiting in the
+ * queue for as long as descriptors stay short, and a level-triggered poll on the listener
+ * does not spin on the same error. Thread-safe. */
+int net_accept(int lfd, const char *busy, size_t busylen);
+/* Raise the soft limit on open descriptors towards `want` (at most the hard limit). Returns
+ * the soft limit in force afterwards. Also sets up net_accept's reserve descriptor. */
+unsigned long long net_raise_nofile(unsigned long long want);
 /* Port a listening socket is bound to (useful with port 0). */
 unsigned net_local_port(int fd);
 

@@ -115,6 +115,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: out of memory creating the lease table (--lease-keys)\n");
         return 2;
     }
+    /* Descriptors for -c clients, the admin listener's connections and our own files; past
+     * the limit in force clients are refused by net_accept. */
+    unsigned long long want = node.cfg.conn_limit + node.cfg.admin_conn_max + 64,
+                       nofile = net_raise_nofile(want);
+    if (nofile < node.cfg.conn_limit + 64)
+        log_warn("open-file limit %llu (ulimit -n) is below -c %llu: clients past about %llu "
+                 "connections are refused",
+                 nofile, (unsigned long long)node.cfg.conn_limit, nofile > 64 ? nofile - 64 : 0);
     node.listen_fd = net_listen(node.cfg.listen, (unsigned)node.cfg.port, (int)node.cfg.backlog,
                                 err, sizeof err);
     if (node.listen_fd < 0) {

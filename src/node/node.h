@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/admin.h"
 #include "common/buf.h"
 #include "common/connlist.h"
 #include "common/metrics.h"
@@ -39,7 +40,8 @@
     X(line_max, 0, SIZE, "64k", 1024, 1 << 24, "longest request line, in bytes", NULL)           \
     X(out_max, 0, SIZE, "32m", 65536, 1ull << 32, "most reply bytes queued per connection",      \
       NULL)                                                                                      \
-    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(backlog, 'b', UINT, "4096", 1, 65535,                                                      \
+      "TCP listen backlog (the kernel caps it at net.core.somaxconn)", "listen-backlog")         \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
@@ -55,11 +57,13 @@
       "each)", NULL)                                                                             \
     X(worker_yield, 0, UINT, "1", 0, 1,                                                          \
       "1: after a batch of requests from 4 or more connections a worker lets threads waiting "  \
-      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)
+      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)\
+    ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, inflight_max, io_uring, worker_yield;
+        admin_port, lease_keys, inflight_max, io_uring, worker_yield, admin_conn_max,
+        admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -141,6 +145,7 @@ struct worker {
     struct ns_metrics ns_m[NS_MAX]; /* per namespace id */
     struct class_metrics cls[NODE_CLASS_SLOTS]; /* per size class id */
     struct conn *conns;             /* list of this worker's connections */
+    uint64_t reaped_ms;             /* when worker_conn_room last reaped, monotonic ms */
     struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
     bool use_ring;
 };

@@ -91,7 +91,7 @@ static void router_reload(struct router *r)
 
 int main(int argc, char **argv)
 {
-    static struct opt_def defs[32]; /* read by `stats settings` while the router runs */
+    static struct opt_def defs[48]; /* read by `stats settings` while the router runs */
     size_t ndefs = build_options(defs, &router.cfg);
     router.opts = defs;
     router.nopts = ndefs;
@@ -152,6 +152,15 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* Descriptors for -c clients, the admin listener's, and the node connections of every
+     * worker (at most 1024 of them, a generous guess: the topology may change). */
+    unsigned long long want = router.cfg.conn_limit + router.cfg.admin_conn_max + 1024,
+                       nofile = net_raise_nofile(want);
+    if (nofile < router.cfg.conn_limit + 1024)
+        log_warn("open-file limit %llu (ulimit -n) is below -c %llu plus node connections: "
+                 "clients past about %llu connections are refused",
+                 nofile, (unsigned long long)router.cfg.conn_limit,
+                 nofile > 1024 ? nofile - 1024 : 0);
     router.listen_fd = net_listen(router.cfg.listen, (unsigned)router.cfg.port,
                                   (int)router.cfg.backlog, err, sizeof err);
     if (router.listen_fd < 0) {

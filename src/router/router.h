@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/admin.h"
 #include "common/connlist.h"
 #include "common/metrics.h"
 #include "common/uring.h"
@@ -55,7 +56,8 @@
     X(repair_log, 0, UINT, "4096", 0, 1 << 24,                                                   \
       "keys remembered per node per worker whose writes the node missed (replicated, or while " \
       "marked down); past that it is flushed when it is back", NULL)                              \
-    X(backlog, 'b', UINT, "1024", 1, 65535, "TCP listen backlog", "listen-backlog")              \
+    X(backlog, 'b', UINT, "4096", 1, 65535,                                                       \
+      "TCP listen backlog (the kernel caps it at net.core.somaxconn)", "listen-backlog")          \
     X(admin_port, 0, UINT, "0", 0, 65535, "admin HTTP port for /healthz and /metrics (0: off)",  \
       NULL)                                                                                      \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
@@ -64,12 +66,13 @@
       "picks the replica this router reads in replicated pools (default: the host name)", NULL)  \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the client reads and sends of each event-loop pass with io_uring (0: a system "  \
-      "call each)", NULL)
+      "call each)", NULL)                                                                      \
+    ADMIN_OPTIONS(X)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
-        backlog, admin_port, io_uring;
+        backlog, admin_port, io_uring, admin_conn_max, admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "router/client.h"
 #include "router/failover.h"
 #include "router/request.h"
@@ -97,11 +98,16 @@ static void worker_accept(struct rworker *w)
 {
     struct router *r = w->r;
     for (int i = 0; i < WORKER_ACCEPT_BATCH; i++) {
-        int fd = accept4(r->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = net_accept(r->listen_fd, too_many, sizeof too_many - 1);
         if (fd < 0) {
             if (errno == EINTR) continue;
+            if (errno == EMFILE) { /* net_accept told one client and closed it */
+                __atomic_fetch_add(&r->rejected_conns, 1, __ATOMIC_RELAXED);
+                log_warn_limited("connection refused: out of file descriptors (ulimit -n)");
+                continue;
+            }
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                log_warn("accept failed: %s", strerror(errno));
+                log_warn_limited("accept failed: %s", strerror(errno));
             return;
         }
         uint64_t cur = __atomic_add_fetch(&r->curr_conns, 1, __ATOMIC_RELAXED);

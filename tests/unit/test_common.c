@@ -277,11 +277,68 @@ static void test_log_escape(void **state)
     assert_string_equal(log_escape(out, 1, "abc", 3), "");
 }
 
+/* The line-level escaping every log line gets: control bytes, CR, LF, DEL and bytes above 0x7f
+ * become \xNN; a backslash stays, so log_escape's output passes through unchanged. */
+static void test_log_clean(void **state)
+{
+    char out[64];
+    assert_int_equal(log_clean(out, sizeof out, "node a:1 down", 13), 13);
+    assert_string_equal(out, "node a:1 down");
+    assert_int_equal(log_clean(out, sizeof out, "a\r\nb\x01\x7f\xff\\x0a", 11), 11);
+    assert_string_equal(out, "a\\x0d\\x0ab\\x01\\x7f\\xff\\x0a");
+    assert_int_equal(log_clean(out, 4, "abcdef", 6), 3); /* cut to fit, NUL included */
+    assert_string_equal(out, "abc");
+    assert_int_equal(log_clean(out, 6, "ab\n", 3), 2); /* an escape is never split */
+    assert_string_equal(out, "ab");
+}
+
+/* One call logs one line, however many CR/LF it holds, and a long message is cut to
+ * LOG_LINE_MAX saying how much was cut. */
+static void test_log_line_is_one_bounded_printable_line(void **state)
+{
+    char path[] = "/tmp/shoal-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int saved = dup(2);
+    assert_true(dup2(fd, 2) >= 0);
+    static char big[5000];
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (char)(i % 2 ? '\n' : 0xff);
+    log_msg(LOG_WARN, "short \r\nforged line\x1b[31m");
+    log_msg(LOG_WARN, "long %s", big);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4 * LOG_LINE_MAX];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        size_t n = strlen(line);
+        char *msg = strstr(line, "warn: ");
+        assert_non_null(msg);
+        msg += strlen("warn: ");
+        assert_true(strlen(msg) <= LOG_LINE_MAX + 1); /* + the newline */
+        for (size_t i = 0; i + 1 < n; i++) assert_true(line[i] >= 0x20 && line[i] < 0x7f);
+        if (lines == 1) assert_string_equal(msg, "short \\x0d\\x0aforged line\\x1b[31m\n");
+        if (lines == 2) {
+            assert_non_null(strstr(msg, "long \\xff\\x0a\\xff"));
+            assert_non_null(strstr(msg, " more bytes)\n"));
+        }
+    }
+    fclose(f);
+    unlink(path);
+    assert_int_equal(lines, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf_append_and_consume),
         cmocka_unit_test(test_log_escape),
+        cmocka_unit_test(test_log_clean),
+        cmocka_unit_test(test_log_line_is_one_bounded_printable_line),
         cmocka_unit_test(test_buf_numbers),
         cmocka_unit_test(test_buf_reserve_reuses_consumed_space),
         cmocka_unit_test(test_options_defaults_and_flags),
