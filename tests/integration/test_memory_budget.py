@@ -46,11 +46,12 @@ def fd_room(n):
 
 
 class Prober:
-    """A well-behaved client: a set and a get of a small key, again and again, on its own
-    connection, recording each round trip's latency, until stopped."""
+    """A well-behaved client: a set and a get of a key (a short value, or `size` bytes), again
+    and again, on its own connection, recording each round trip's latency, until stopped."""
 
-    def __init__(self, host, port):
+    def __init__(self, host, port, size=0):
         self.conn = McRaw(host, port, timeout=10)
+        self.size = size
         self.latencies, self.failures = [], []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -61,13 +62,14 @@ class Prober:
         while not self._stop.is_set():
             i += 1
             t0 = time.monotonic()
+            value = str(i).encode().ljust(self.size, b"v")
             try:
-                got = self.conn.cmd(f"set probe 0 0 {len(str(i))}", str(i))
+                got = self.conn.cmd(f"set probe 0 0 {len(value)}", value)
                 if got != "STORED":
                     self.failures.append(f"set answered {got!r}")
                 items = self.conn.get("probe")
-                if [v for _, _, v, _ in items] != [str(i).encode()]:
-                    self.failures.append(f"get answered {items!r}")
+                if [v for _, _, v, _ in items] != [value]:
+                    self.failures.append(f"get answered {str(items)[:80]}")
             except Exception as e:  # noqa: BLE001 - any failure of the well-behaved client counts
                 self.failures.append(repr(e))
                 return
@@ -197,8 +199,17 @@ def close_all(socks):
 
 
 def stat(host, port, name):
+    """A figure of `stats`; a router's own is read under its router_ name when its nodes have
+    one of the same name."""
     with McRaw(host, port) as c:
-        return int(c.stats().get(name, "0"))
+        st = c.stats()
+        return int(st.get("router_" + name, st.get(name, "0")))
+
+
+def rss_settles(pid, below, timeout=10.0):
+    """Wait until the process's RSS is under `below` bytes."""
+    wait_until(lambda: rss_bytes(pid) < below, timeout=timeout, interval=0.1,
+               message=f"RSS under {below / MIB:.0f} MiB (it is {rss_bytes(pid) / MIB:.0f} MiB)")
 
 
 def quiet(host, port, name, still=0.5, slack=256 * 1024, timeout=20.0):
@@ -235,9 +246,10 @@ def test_node_rss_stays_bounded_with_100_clients_that_never_read(start_server):
     finally:
         watch.stop()
         prober.stop()
-        close_all(socks)
     watch.check("shoal-node with 100 clients that never read")
     prober.check(latency_bound(node.proc.pid))
+    assert stat(node.host, node.port, "conns_paused_budget") > 0, "the budget paused them"
+    close_all(socks)
 
 
 def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
@@ -245,37 +257,46 @@ def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
     n = fd_room(2000)
     bound = (64 + 128) * MIB * (3 if sanitized(node.proc.pid) else 1)
     watch = RssWatch(node.proc.pid, bound)
-    prober = Prober(node.host, node.port)
+    prober = Prober(node.host, node.port, size=200_000)
     try:
         socks, _ = slowloris(node.port, n, 1_000_000, 900_000, watch)
     finally:
         watch.stop()
         prober.stop()
-    close_all(socks)
     watch.check(f"shoal-node with {n} slowloris connections")
     prober.check(latency_bound(node.proc.pid))
+    close_all(socks)
 
 
 # -- shoal-router -------------------------------------------------------------------------------
 
 def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server, start_router):
+    """The clients' first pipelines (100 x 1,024 gets of 100 KB, all sent to the node before a
+    reply can tell the router they are not read) take the node's connection for a second or two
+    whatever the memory does, so the well-behaved client is asked for once that has passed."""
     node = start_server()
     router, _, _ = start_router([node])
     with McRaw(router.host, router.port) as c:
         assert c.store("set", "big", BIG) == "STORED"
     bound = 256 * MIB * (3 if sanitized(router.proc.pid) else 1)
     watch = RssWatch(router.proc.pid, bound)
-    prober = Prober(router.host, router.port)
     socks = never_readers(router.port, 100, b"get big\r\n", 2000, watch)
+    prober = None
     try:
         if not watch.over.is_set():
             quiet(router.host, router.port, "bytes_written")
+            prober = Prober(router.host, router.port)
+            wait_until(lambda: len(prober.latencies) >= 20 or prober.failures, timeout=20,
+                       message="20 round trips of the well-behaved client")
     finally:
         watch.stop()
-        prober.stop()
-        close_all(socks)
+        if prober:
+            prober.stop()
     watch.check("shoal-router with 100 clients that never read")
     prober.check(latency_bound(router.proc.pid))
+    assert stat(router.host, router.port, "conns_paused_budget") + \
+        stat(router.host, router.port, "conns_closed_budget") > 0, "the budget paused or closed them"
+    close_all(socks)
 
 
 def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, start_router):
@@ -284,12 +305,76 @@ def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, 
     n = fd_room(2000)
     bound = 256 * MIB * (3 if sanitized(router.proc.pid) else 1)
     watch = RssWatch(router.proc.pid, bound)
-    prober = Prober(router.host, router.port)
+    # its 200 kB sets are incomplete requests too while they arrive: the slowloris ones, holding
+    # more and for longer, are the ones closed
+    prober = Prober(router.host, router.port, size=200_000)
     try:
         socks, _ = slowloris(router.port, n, 1_000_000, 900_000, watch)
     finally:
         watch.stop()
         prober.stop()
-    close_all(socks)
     watch.check(f"shoal-router with {n} slowloris connections")
     prober.check(latency_bound(router.proc.pid))
+    closed = stat(router.host, router.port, "conns_closed_budget")
+    assert closed > 0, "connections past --buffers-max should have been closed"
+    logged = router.stderr_text().count("went over --buffers-max")
+    assert logged == closed, f"{closed} closed over the budget, {logged} logged"
+    close_all(socks)
+
+
+def test_router_gives_memory_back_once_clients_close(start_server, start_router):
+    node = start_server()
+    router, _, _ = start_router([node], "--buffers-max", "1g")  # nothing closed: all held
+    pid = router.proc.pid
+    if sanitized(pid):
+        pytest.skip("ASAN keeps freed memory in its quarantine")
+    base = rss_bytes(pid)
+    watch = RssWatch(pid, 1 << 40)
+    socks, closed = slowloris(router.port, 200, 1_000_000, 900_000, watch)
+    watch.stop()
+    assert closed == 0
+    wait_until(lambda: rss_bytes(pid) > base + 150 * MIB, timeout=10,
+               message="the router to hold the 200 partial values")
+    close_all(socks)
+    rss_settles(pid, base + 32 * MIB)
+
+
+# -- incomplete requests ------------------------------------------------------------------------
+
+def start_target(kind, start_server, start_router, *flags):
+    """A shoal-node, or a shoal-router in front of one, with `flags`."""
+    if kind == "node":
+        return start_server(*flags)
+    return start_router([start_server()], *flags)[0]
+
+
+@pytest.mark.parametrize("kind", ["node", "router"])
+@pytest.mark.parametrize("partial", [b"get abc", b"set k 0 0 10\r\nabc"], ids=["line", "value"])
+def test_incomplete_request_idle_past_partial_timeout_is_closed(start_server, start_router, kind,
+                                                                 partial):
+    target = start_target(kind, start_server, start_router, "--partial-timeout-ms", "300")
+    idle = target.raw()
+    assert idle.cmd("version").startswith("VERSION")
+    slow = target.raw()
+    slow.send(partial)
+    t0 = time.monotonic()
+    assert slow.is_closed(timeout=5), "an incomplete request idle past the timeout stays open"
+    took = time.monotonic() - t0
+    assert took >= 0.25, f"closed after {took:.2f}s, before --partial-timeout-ms"
+    assert idle.cmd("version").startswith("VERSION"), "a connection idle between requests stays"
+    assert stat(target.host, target.port, "conns_closed_idle") == 1
+    assert "its request is incomplete" in target.stderr_text()
+
+
+@pytest.mark.parametrize("kind", ["node", "router"])
+def test_slow_but_steady_request_is_not_closed(start_server, start_router, kind):
+    target = start_target(kind, start_server, start_router, "--partial-timeout-ms", "300")
+    r = target.raw()
+    value = b"0123456789"
+    r.send(b"set k 0 0 10\r\n")
+    for b in value:  # one byte every 100 ms: a second in all, three times the timeout
+        time.sleep(0.1)
+        r.send(bytes([b]))
+    r.send(b"\r\n")
+    assert r.read_line() == "STORED"
+    assert r.get("k") == [("k", 0, value, None)]
