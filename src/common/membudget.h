@@ -31,7 +31,7 @@
 /* Closing stops once the sum is back under this share of the budget (in eighths). */
 #define MEMBUDGET_TARGET_EIGHTHS 7
 /* Allocations of at least this size are mapped on their own (mallopt M_MMAP_THRESHOLD). */
-#define MEMBUDGET_MMAP (256 * 1024)
+#define MEMBUDGET_MMAP (1u << 20)
 /* malloc_trim runs once closed connections freed this much since the last one. */
 #define MEMBUDGET_TRIM_BYTES (4u << 20)
 

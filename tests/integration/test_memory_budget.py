@@ -19,11 +19,13 @@ import time
 
 import pytest
 
-from mcraw import McRaw, wait_until, rss_bytes, sanitized
+from mcraw import McRaw, http, wait_until, rss_bytes, sanitized
 
 pytestmark = pytest.mark.shoal_only
 
 MIB = 1 << 20
+# the well-behaved client's latency is judged by the tests' bound, not by the router's timeout
+ROUTER_FLAGS = ("--timeout-ms", "5000")
 BIG = bytes((i * 7 + 13) % 251 for i in range(100_000))
 
 
@@ -199,11 +201,21 @@ def close_all(socks):
 
 
 def stat(host, port, name):
-    """A figure of `stats`; a router's own is read under its router_ name when its nodes have
-    one of the same name."""
+    """A figure of a node's `stats`, or of a router's own: its `stats` gives it the router_ name
+    when its nodes have one of the same name."""
     with McRaw(host, port) as c:
         st = c.stats()
         return int(st.get("router_" + name, st.get(name, "0")))
+
+
+def router_metric(admin, name):
+    """A router's own counter from /metrics, which never waits on a node (`stats` asks them)."""
+    status, body = http(admin, "GET", "/metrics")
+    assert status == 200
+    for line in body.splitlines():
+        if line.startswith(f"shoal_router_{name}_total "):
+            return int(line.split()[1])
+    raise AssertionError(f"no shoal_router_{name}_total in /metrics")
 
 
 def rss_settles(pid, below, timeout=10.0):
@@ -212,18 +224,18 @@ def rss_settles(pid, below, timeout=10.0):
                message=f"RSS under {below / MIB:.0f} MiB (it is {rss_bytes(pid) / MIB:.0f} MiB)")
 
 
-def quiet(host, port, name, still=0.5, slack=256 * 1024, timeout=20.0):
-    """Wait until counter `name` grows by less than `slack` in `still` seconds: the attack has
-    done what it can (every connection paused or closed; the prober alone moves it)."""
-    last = [stat(host, port, name), time.monotonic()]
+def quiet(read, still=0.5, slack=256 * 1024, timeout=20.0):
+    """Wait until the counter `read()` returns grows by less than `slack` in `still` seconds:
+    the attack has done what it can (every connection paused or closed)."""
+    last = [read(), time.monotonic()]
 
     def settled():
-        now, t = stat(host, port, name), time.monotonic()
+        now, t = read(), time.monotonic()
         if now - last[0] >= slack:
             last[0], last[1] = now, t
         return t - last[1] >= still
 
-    wait_until(settled, timeout=timeout, interval=0.1, message=f"{name} to settle")
+    wait_until(settled, timeout=timeout, interval=0.1, message="the bytes sent to settle")
 
 
 def latency_bound(pid):
@@ -242,7 +254,7 @@ def test_node_rss_stays_bounded_with_100_clients_that_never_read(start_server):
     socks = never_readers(node.port, 100, b"get big\r\n", 2000, watch)
     try:
         if not watch.over.is_set():
-            quiet(node.host, node.port, "bytes_written")
+            quiet(lambda: stat(node.host, node.port, "bytes_written"))
     finally:
         watch.stop()
         prober.stop()
@@ -271,11 +283,12 @@ def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
 # -- shoal-router -------------------------------------------------------------------------------
 
 def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server, start_router):
-    """The clients' first pipelines (100 x 1,024 gets of 100 KB, all sent to the node before a
-    reply can tell the router they are not read) take the node's connection for a second or two
-    whatever the memory does, so the well-behaved client is asked for once that has passed."""
+    """The clients' first pipelines (100 x 1,024 gets of 100 KB, all queued for the node before
+    a reply can tell the router they are not read) hold the node's connection until they are
+    sent or time out, whatever the memory does (requests to a node are sent in arrival order):
+    the well-behaved client is asked for once the router has stopped sending them."""
     node = start_server()
-    router, _, _ = start_router([node])
+    router, admin, _ = start_router([node])
     with McRaw(router.host, router.port) as c:
         assert c.store("set", "big", BIG) == "STORED"
     bound = 256 * MIB * (3 if sanitized(router.proc.pid) else 1)
@@ -284,7 +297,8 @@ def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server,
     prober = None
     try:
         if not watch.over.is_set():
-            quiet(router.host, router.port, "bytes_written")
+            quiet(lambda: router_metric(admin, "bytes_written"))
+            quiet(lambda: router_metric(admin, "upstream_requests"), slack=20)
             prober = Prober(router.host, router.port)
             wait_until(lambda: len(prober.latencies) >= 20 or prober.failures, timeout=20,
                        message="20 round trips of the well-behaved client")
@@ -294,14 +308,14 @@ def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server,
             prober.stop()
     watch.check("shoal-router with 100 clients that never read")
     prober.check(latency_bound(router.proc.pid))
-    assert stat(router.host, router.port, "conns_paused_budget") + \
-        stat(router.host, router.port, "conns_closed_budget") > 0, "the budget paused or closed them"
+    assert router_metric(admin, "conns_paused_budget") + \
+        router_metric(admin, "conns_closed_budget") > 0, "the budget paused or closed them"
     close_all(socks)
 
 
 def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, start_router):
     node = start_server()
-    router, _, _ = start_router([node])
+    router, admin, _ = start_router([node], *ROUTER_FLAGS)
     n = fd_room(2000)
     bound = 256 * MIB * (3 if sanitized(router.proc.pid) else 1)
     watch = RssWatch(router.proc.pid, bound)
@@ -315,28 +329,32 @@ def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, 
         prober.stop()
     watch.check(f"shoal-router with {n} slowloris connections")
     prober.check(latency_bound(router.proc.pid))
-    closed = stat(router.host, router.port, "conns_closed_budget")
+    closed = router_metric(admin, "conns_closed_budget")
     assert closed > 0, "connections past --buffers-max should have been closed"
-    logged = router.stderr_text().count("went over --buffers-max")
-    assert logged == closed, f"{closed} closed over the budget, {logged} logged"
+    # one log line each (the counter moves just before its line is written)
+    wait_until(lambda: router.stderr_text().count("went over --buffers-max") >= closed,
+               message=f"a log line for each of the {closed} connections closed over the budget")
     close_all(socks)
 
 
 def test_router_gives_memory_back_once_clients_close(start_server, start_router):
+    """400 partial values of 900 kB, all held (a budget above them), then every client closes:
+    the memory goes back to the system. (Before, the router kept 132 MB of the 400 MB here, and
+    990 MB after 2,000 such clients.)"""
     node = start_server()
-    router, _, _ = start_router([node], "--buffers-max", "1g")  # nothing closed: all held
+    router, _, _ = start_router([node], "--buffers-max", "1g")
     pid = router.proc.pid
     if sanitized(pid):
         pytest.skip("ASAN keeps freed memory in its quarantine")
     base = rss_bytes(pid)
     watch = RssWatch(pid, 1 << 40)
-    socks, closed = slowloris(router.port, 200, 1_000_000, 900_000, watch)
+    socks, closed = slowloris(router.port, 400, 1_000_000, 900_000, watch)
     watch.stop()
     assert closed == 0
-    wait_until(lambda: rss_bytes(pid) > base + 150 * MIB, timeout=10,
-               message="the router to hold the 200 partial values")
+    wait_until(lambda: rss_bytes(pid) > base + 300 * MIB, timeout=10,
+               message="the router to hold the 400 partial values")
     close_all(socks)
-    rss_settles(pid, base + 32 * MIB)
+    rss_settles(pid, base + 48 * MIB)
 
 
 # -- incomplete requests ------------------------------------------------------------------------
