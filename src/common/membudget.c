@@ -20,7 +20,7 @@ void membudget_release(struct membudget *b, uint64_t *acct)
 {
     if (*acct == 0) return;
     __atomic_sub_fetch(&b->used, *acct, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&b->freed, *acct, __ATOMIC_RELAXED);
+    if (*acct > MEMBUDGET_TRIM_CONN) __atomic_add_fetch(&b->freed, *acct, __ATOMIC_RELAXED);
     *acct = 0;
 }
 

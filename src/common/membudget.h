@@ -32,8 +32,12 @@
 #define MEMBUDGET_TARGET_EIGHTHS 7
 /* Allocations of at least this size are mapped on their own (mallopt M_MMAP_THRESHOLD). */
 #define MEMBUDGET_MMAP (1u << 20)
-/* malloc_trim runs once closed connections freed this much since the last one. */
+/* malloc_trim runs once closed connections freed this much since the last one, counting only
+ * those that held more than MEMBUDGET_TRIM_CONN: the small buffers of connections that come and
+ * go are taken again by the next ones, and a trim (a walk of every arena, with page faults to
+ * follow) once a second for them would cost latency for nothing. */
 #define MEMBUDGET_TRIM_BYTES (4u << 20)
+#define MEMBUDGET_TRIM_CONN (64 * 1024)
 
 struct membudget {
     uint64_t max;   /* --buffers-max */
@@ -78,7 +82,8 @@ static inline bool membudget_relieved(const struct membudget *b)
     return membudget_used(b) <= b->max / 8 * MEMBUDGET_TARGET_EIGHTHS;
 }
 
-/* A connection closed with `*acct` bytes accounted: take them off (and zero *acct). */
+/* A connection closed with `*acct` bytes accounted: take them off (and zero *acct); count them
+ * towards the next trim when they were many. */
 void membudget_release(struct membudget *b, uint64_t *acct);
 /* Hand freed memory back to the system when closed connections released enough since the
  * last time and a second has passed. Any thread, any time outside a request. */

@@ -304,6 +304,10 @@ static void test_membudget_thresholds(void **state)
     assert_int_equal(b.freed, 5 << 20);
     membudget_release(&b, &a); /* idempotent */
     assert_int_equal(membudget_used(&b), 2 << 20);
+    uint64_t small = 16384;
+    membudget_account(&b, &small, 16384);
+    membudget_release(&b, &small); /* a small connection's bytes are not counted for a trim */
+    assert_int_equal(b.freed, 5 << 20);
     membudget_trim(&b, 5000); /* enough freed: trims and starts counting again */
     assert_int_equal(b.freed, 0);
     assert_int_equal(b.trim_ms, 5000);
