@@ -11,9 +11,9 @@
  *     quarter of --out-max normally): the client that reads gets its replies and goes on;
  *   - past all of it ("over"), each worker closes, of its own connections, those holding the
  *     most among the ones that are the client's doing (replies it does not read, a request it
- *     does not finish), largest first, with a log line each, until the sum is back under
- *     MEMBUDGET_TARGET of the budget. A connection whose bytes wait on the server itself (a
- *     reply still coming from a node) is never picked.
+ *     does not finish), stalled ones first, largest first, with a log line each, until the sum
+ *     is back under MEMBUDGET_TARGET_EIGHTHS eighths of the budget. A connection whose bytes
+ *     wait on the server itself (a reply still coming from a node) is never picked.
  * The allocator is set up so that buffers of MEMBUDGET_MMAP bytes and more are mapped on their
  * own and unmapped when freed, and the smaller ones that closed connections freed are handed
  * back with malloc_trim at most once a second: memory taken during an attack does not stay with
@@ -28,6 +28,11 @@
 
 /* Replies a connection may have waiting while the budget is pressed: about one large reply. */
 #define MEMBUDGET_PRESSED_OUT (64 * 1024)
+/* Of the connections to close, those whose client has made no progress on its side (read no
+ * reply byte, sent no request byte) for this long go first, largest first; the others, largest
+ * first, only when none is left: a well-behaved client caught mid-way through a large value
+ * keeps moving, and is spared while the stalled ones are closed. */
+#define MEMBUDGET_STALL_MS 100
 /* Closing stops once the sum is back under this share of the budget (in eighths). */
 #define MEMBUDGET_TARGET_EIGHTHS 7
 /* Allocations of at least this size are mapped on their own (mallopt M_MMAP_THRESHOLD). */

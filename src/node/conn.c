@@ -42,7 +42,7 @@ struct conn *conn_create(struct worker *w, int fd)
     c->node = w->node;
     c->fd = fd;
     c->state = CONN_LINE;
-    c->last_in_ms = w->now_ms;
+    c->last_in_ms = c->last_out_ms = w->now_ms;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
@@ -346,6 +346,7 @@ static int conn_flush(struct conn *c)
         ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
         if (n > 0) {
             c->w->m.bytes_written += (uint64_t)n;
+            c->last_out_ms = c->w->now_ms;
             buf_consume(&c->wbuf, (size_t)n);
             continue;
         }
@@ -513,6 +514,7 @@ void conn_send_done(struct conn *c, int res)
 {
     if (res > 0) {
         c->w->m.bytes_written += (uint64_t)res;
+        c->last_out_ms = c->w->now_ms;
         buf_consume(&c->wbuf, (size_t)res);
     } else if (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR) {
         conn_destroy(c); /* the peer is gone (EPIPE, ECONNRESET, ...) */

@@ -66,7 +66,8 @@ struct conn {
     struct lget lget;  /* the get line over line_max being answered (CONN_LGET) */
     struct connlist_ent listed; /* its entry in the node's `stats conns` list */
     uint64_t acct;       /* bytes its buffers account in the node's budget (conn_budget.c) */
-    uint64_t last_in_ms; /* when it last sent a byte (the worker's now_ms) */
+    uint64_t last_in_ms;  /* when it last sent a byte (the worker's now_ms) */
+    uint64_t last_out_ms; /* when it last took a byte of its replies */
 };
 
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's

@@ -37,7 +37,7 @@ struct client *client_create(struct rworker *w, int fd)
     c->evkind = EV_CLIENT;
     c->w = w;
     c->fd = fd;
-    c->last_in_ms = w->now_ms;
+    c->last_in_ms = c->last_out_ms = w->now_ms;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
     buf_init(&c->lline);
@@ -387,6 +387,7 @@ static int client_flush(struct client *c)
         ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
         if (n > 0) {
             c->w->m.bytes_written += (uint64_t)n;
+            c->last_out_ms = c->w->now_ms;
             buf_consume(&c->wbuf, (size_t)n);
             continue;
         }
@@ -423,6 +424,7 @@ int client_send_done(struct client *c, int res)
 {
     if (res > 0) {
         c->w->m.bytes_written += (uint64_t)res;
+        c->last_out_ms = c->w->now_ms;
         buf_consume(&c->wbuf, (size_t)res);
         return 0;
     }

@@ -36,32 +36,43 @@ static bool client_partial(const struct client *c)
 
 /* Are the bytes the client holds there by its own doing: replies it does not read (the socket
  * takes no more), or a request it has not finished? NULL when not: they wait on the router or
- * its nodes. */
-static const char *client_blame(const struct client *c)
+ * its nodes. *since: when the client last made progress on that side. */
+static const char *client_blame(const struct client *c, uint64_t *since)
 {
+    *since = c->last_in_ms;
     if (c->dead) return NULL;
-    if (c->epollout && buf_used(&c->wbuf) > 0) return "replies it does not read";
+    if (c->epollout && buf_used(&c->wbuf) > 0) {
+        *since = c->last_out_ms;
+        return "replies it does not read";
+    }
     if (client_partial(c)) return "a request it has not finished";
     return NULL;
 }
 
-/* Close this worker's clients holding the most by their own doing, largest first, until the
- * budget is relieved or none is left. Only those holding at least half the average share: the
- * other workers may hold the large ones, and this one's small ones are no cause. */
+/* Close this worker's clients holding the most by their own doing, stalled ones first
+ * (MEMBUDGET_STALL_MS), largest first, until the budget is relieved or none is left. Only those
+ * holding at least half the average share: the other workers may hold the large ones, and this
+ * one's small ones are no cause. */
 static void sweep_over(struct rworker *w)
 {
     struct membudget *b = &w->r->budget;
     while (!membudget_relieved(b)) {
         uint64_t conns = __atomic_load_n(&w->r->curr_conns, __ATOMIC_RELAXED);
         uint64_t floor = membudget_used(b) / (2 * (conns ? conns : 1));
-        struct client *victim = NULL;
-        const char *why = NULL;
+        struct client *stalled = NULL, *moving = NULL;
+        const char *why_stalled = NULL, *why_moving = NULL;
         for (struct client *c = w->clients; c; c = c->next) {
-            const char *blame = client_blame(c);
-            if (blame && c->acct > 0 && c->acct >= floor &&
-                (victim == NULL || c->acct > victim->acct))
-                victim = c, why = blame;
+            uint64_t since;
+            const char *blame = client_blame(c, &since);
+            if (!blame || c->acct == 0 || c->acct < floor) continue;
+            if (w->now_ms - since >= MEMBUDGET_STALL_MS) {
+                if (stalled == NULL || c->acct > stalled->acct) stalled = c, why_stalled = blame;
+            } else if (moving == NULL || c->acct > moving->acct) {
+                moving = c, why_moving = blame;
+            }
         }
+        struct client *victim = stalled ? stalled : moving;
+        const char *why = stalled ? why_stalled : why_moving;
         if (victim == NULL) return;
         w->m.conns_closed_budget++;
         log_warn("closing client %s: it holds %llu bytes (%s) and client buffers went over "

@@ -11,6 +11,7 @@ Each test measures the process's RSS from /proc while the attack runs (failing a
 passes its bound, so today's code stops early), and a well-behaved client keeps being served
 with a bounded latency throughout. shoal_only: these are shoal's own limits."""
 
+import multiprocessing
 import resource
 import select
 import socket
@@ -47,41 +48,59 @@ def fd_room(n):
     return max(100, min(n, (soft - 200) // 2))
 
 
+_MP = multiprocessing.get_context("fork")
+
+
+def _probe(host, port, size, stop, answers, out):
+    """The prober's loop, in a process of its own: in a thread it would wait for the attackers'
+    Python (the GIL) as much as for the server."""
+    conn = McRaw(host, port, timeout=10)
+    latencies, failures = [], []
+    i = 0
+    while not stop.is_set():
+        i += 1
+        value = str(i).encode().ljust(size, b"v")
+        t0 = time.monotonic()
+        try:
+            got = conn.cmd(f"set probe 0 0 {len(value)}", value)
+            if got != "STORED":
+                failures.append(f"set answered {got!r}")
+            items = conn.get("probe")
+            if [v for _, _, v, _ in items] != [value]:
+                failures.append(f"get answered {str(items)[:80]}")
+        except Exception as e:  # noqa: BLE001 - any failure of the well-behaved client counts
+            failures.append(repr(e))
+            break
+        latencies.append(time.monotonic() - t0)
+        answers.value += 1
+        time.sleep(0.01)
+    conn.close()
+    out.send((latencies, failures))
+
+
 class Prober:
     """A well-behaved client: a set and a get of a key (a short value, or `size` bytes), again
     and again, on its own connection, recording each round trip's latency, until stopped."""
 
     def __init__(self, host, port, size=0):
-        self.conn = McRaw(host, port, timeout=10)
-        self.size = size
+        self._stop = _MP.Event()
+        self._answers = _MP.Value("i", 0)
+        self._results, send = _MP.Pipe(duplex=False)
+        self._proc = _MP.Process(target=_probe, daemon=True,
+                                 args=(host, port, size, self._stop, self._answers, send))
+        self._proc.start()
         self.latencies, self.failures = [], []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
 
-    def _run(self):
-        i = 0
-        while not self._stop.is_set():
-            i += 1
-            t0 = time.monotonic()
-            value = str(i).encode().ljust(self.size, b"v")
-            try:
-                got = self.conn.cmd(f"set probe 0 0 {len(value)}", value)
-                if got != "STORED":
-                    self.failures.append(f"set answered {got!r}")
-                items = self.conn.get("probe")
-                if [v for _, _, v, _ in items] != [value]:
-                    self.failures.append(f"get answered {str(items)[:80]}")
-            except Exception as e:  # noqa: BLE001 - any failure of the well-behaved client counts
-                self.failures.append(repr(e))
-                return
-            self.latencies.append(time.monotonic() - t0)
-            time.sleep(0.01)
+    def answers(self):
+        return self._answers.value
 
     def stop(self):
         self._stop.set()
-        self._thread.join(20)
-        self.conn.close()
+        if self._results.poll(30):
+            self.latencies, self.failures = self._results.recv()
+        else:
+            self.failures = ["the prober did not stop"]
+        self._proc.join(5)
 
     def check(self, bound):
         """The well-behaved client was answered every time, at least a few times, and never
@@ -238,6 +257,12 @@ def quiet(read, still=0.5, slack=256 * 1024, timeout=20.0):
     wait_until(settled, timeout=timeout, interval=0.1, message="the bytes sent to settle")
 
 
+def answered(prober, n=20):
+    """Wait for n round trips of the prober (or its failure)."""
+    wait_until(lambda: prober.answers() >= n or not prober._proc.is_alive(), timeout=30,
+               message=f"{n} round trips of the well-behaved client")
+
+
 def serves(server):
     """Does `server` store and return a value now?"""
     try:
@@ -280,8 +305,10 @@ def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
     bound = (64 + 128) * MIB * (3 if sanitized(node.proc.pid) else 1)
     watch = RssWatch(node.proc.pid, bound)
     prober = Prober(node.host, node.port, size=200_000)
+    socks = []
     try:
         socks, _ = slowloris(node.port, n, 1_000_000, 900_000, watch)
+        answered(prober)  # while the connections are held
     finally:
         watch.stop()
         prober.stop()
@@ -315,8 +342,7 @@ def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server,
             wait_until(lambda: serves(router), timeout=30, interval=0.2,
                        message="the router to serve the node again after the burst")
             prober = Prober(router.host, router.port)
-            wait_until(lambda: len(prober.latencies) >= 20 or prober.failures, timeout=20,
-                       message="20 round trips of the well-behaved client")
+            answered(prober)
     finally:
         watch.stop()
         if prober:
@@ -337,8 +363,10 @@ def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, 
     # its 200 kB sets are incomplete requests too while they arrive: the slowloris ones, holding
     # more and for longer, are the ones closed
     prober = Prober(router.host, router.port, size=200_000)
+    socks = []
     try:
         socks, _ = slowloris(router.port, n, 1_000_000, 900_000, watch)
+        answered(prober)  # while the connections are held
     finally:
         watch.stop()
         prober.stop()
