@@ -317,6 +317,25 @@ def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
     close_all(socks)
 
 
+def test_node_gives_memory_back_once_clients_close(start_server):
+    """30 clients that never read, all held (a budget above them: 8 MB of replies each), then
+    every client closes: the memory goes back to the system."""
+    node = start_server("--buffers-max", "1g")
+    pid = node.proc.pid
+    if sanitized(pid):
+        pytest.skip("ASAN keeps freed memory in its quarantine")
+    with McRaw(node.host, node.port) as c:
+        assert c.store("set", "big", BIG) == "STORED"
+    base = rss_bytes(pid)
+    watch = RssWatch(pid, 1 << 40)
+    socks = never_readers(node.port, 30, b"get big\r\n", 2000, watch)
+    watch.stop()
+    wait_until(lambda: rss_bytes(pid) > base + 200 * MIB, timeout=10,
+               message="the node to hold the replies of 30 clients")
+    close_all(socks)
+    rss_settles(pid, base + 32 * MIB)
+
+
 # -- shoal-router -------------------------------------------------------------------------------
 
 def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server, start_router):
