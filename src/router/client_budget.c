@@ -9,7 +9,8 @@
  * budget is over, so it closes the largest holders on its side; the loop's timeout brings it
  * back every SWEEP_OVER_MS meanwhile, since the clients to close may be paused ones that report
  * no events. A closed client's requests still in flight are orphaned as when it disconnects:
- * their replies are read off the node's connection and dropped. */
+ * their replies are read off the node's connection and dropped, and its gets not yet sent are
+ * dropped before they are (upstream.c, frag_abandoned). */
 #include "common/log.h"
 #include "protocol/protocol.h"
 #include "router/client.h"
