@@ -42,6 +42,7 @@ struct conn *conn_create(struct worker *w, int fd)
     c->node = w->node;
     c->fd = fd;
     c->state = CONN_LINE;
+    c->last_in_ms = c->last_out_ms = w->now_ms;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
@@ -72,6 +73,7 @@ void conn_destroy(struct conn *c)
     buf_release(&c->rbuf);
     buf_release(&c->wbuf);
     free(c->pline);
+    membudget_release(&c->node->budget, &c->acct);
     free(c);
     __atomic_fetch_sub(&w->node->curr_conns, 1, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&w->nconns, 1, __ATOMIC_RELAXED);
@@ -277,14 +279,19 @@ static void conn_fill_value(struct conn *c)
 
 /* Run requests from the input buffer until it runs dry, output backs up, or the connection
  * is to close. */
-static void conn_process(struct conn *c)
+static void conn_process_run(struct conn *c)
 {
     size_t soft = c->node->cfg.out_max / 4;
+    /* client buffers over half their budget: no more requests while about a reply waits */
+    bool pressed = soft > MEMBUDGET_PRESSED_OUT && membudget_pressed(&c->node->budget);
+    if (pressed) soft = MEMBUDGET_PRESSED_OUT;
     if (buf_used(&c->rbuf) > 0) connlist_touch(&c->listed, clock_now());
     while (c->state != CONN_CLOSE) {
         if (buf_used(&c->wbuf) > soft) {
             if (!c->paused) {
                 c->paused = true;
+                if (pressed && buf_used(&c->wbuf) <= c->node->cfg.out_max / 4)
+                    c->w->m.conns_paused_budget++;
                 conn_update_events(c);
             }
             return;
@@ -324,6 +331,14 @@ static void conn_process(struct conn *c)
     }
 }
 
+/* conn_process_run, then account what its replies took: at once, so that the connections
+ * served next in the same batch see the budget as it is. */
+static void conn_process(struct conn *c)
+{
+    conn_process_run(c);
+    conn_budget_account(c);
+}
+
 /* Write queued output. Returns -1 when the connection must close. */
 static int conn_flush(struct conn *c)
 {
@@ -331,6 +346,7 @@ static int conn_flush(struct conn *c)
         ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
         if (n > 0) {
             c->w->m.bytes_written += (uint64_t)n;
+            c->last_out_ms = c->w->now_ms;
             buf_consume(&c->wbuf, (size_t)n);
             continue;
         }
@@ -378,6 +394,7 @@ static int conn_read_target(struct conn *c, char **dst, size_t *len)
 static void conn_read_got(struct conn *c, int direct, size_t n)
 {
     c->w->m.bytes_read += (uint64_t)n;
+    c->last_in_ms = c->w->now_ms;
     if (direct) c->vgot += (uint64_t)n;
     else c->rbuf.len += n;
 }
@@ -418,6 +435,7 @@ static void conn_event_end(struct conn *c)
         c->epollout = true;
         conn_update_events(c);
     }
+    conn_budget_account(c);
     /* what `stats conns` shows for it until its next event */
     connlist_set_state(&c->listed, c->state == CONN_CLOSE ? CONNLIST_CLOSING
                                    : buf_used(&c->wbuf) > 0 || c->dump ? CONNLIST_WRITE
@@ -496,6 +514,7 @@ void conn_send_done(struct conn *c, int res)
 {
     if (res > 0) {
         c->w->m.bytes_written += (uint64_t)res;
+        c->last_out_ms = c->w->now_ms;
         buf_consume(&c->wbuf, (size_t)res);
     } else if (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR) {
         conn_destroy(c); /* the peer is gone (EPIPE, ECONNRESET, ...) */

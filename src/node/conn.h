@@ -65,6 +65,9 @@ struct conn {
     struct dump *dump; /* a key dump in progress (cmd_dump.c): runs before further requests */
     struct lget lget;  /* the get line over line_max being answered (CONN_LGET) */
     struct connlist_ent listed; /* its entry in the node's `stats conns` list */
+    uint64_t acct;       /* bytes its buffers account in the node's budget (conn_budget.c) */
+    uint64_t last_in_ms;  /* when it last sent a byte (the worker's now_ms) */
+    uint64_t last_out_ms; /* when it last took a byte of its replies */
 };
 
 /* Create a connection for an accepted, non-blocking socket and register it with the worker's
@@ -109,5 +112,15 @@ bool conn_lget_step(struct conn *c);
 bool conn_stage_room(struct conn *c, char **dst, size_t *len);
 void conn_stage_copy(const struct conn *c, struct item *it);
 void conn_stage_free(struct conn *c);
+
+/* The client-buffer budget (conn_budget.c, common/membudget.h). conn_budget_account: bring the
+ * connection's share of the budget up to date (after its buffers may have changed size).
+ * conn_budget_sweep: a worker's check after each batch: when the budget is over, close its
+ * connections that hold the most by the client's doing; close those whose incomplete request
+ * saw no byte for --partial-timeout-ms; hand freed memory back. conn_budget_wait_ms: how long
+ * the worker may block before the sweep is due again (-1: until an event). */
+void conn_budget_account(struct conn *c);
+void conn_budget_sweep(struct worker *w);
+int conn_budget_wait_ms(const struct worker *w);
 
 #endif

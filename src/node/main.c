@@ -105,6 +105,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
     clock_setup();
+    membudget_setup_allocator();
+    membudget_init(&node.budget, node.cfg.buffers_max);
     detail_init(&node.detail);
     if (store_create(&node.store, &node.cfg.store, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-node: %s\n", err);

@@ -15,6 +15,7 @@
 #include "common/admin.h"
 #include "common/buf.h"
 #include "common/connlist.h"
+#include "common/membudget.h"
 #include "common/metrics.h"
 #include "common/uring.h"
 #include "node/detail.h"
@@ -57,13 +58,21 @@
       "each)", NULL)                                                                             \
     X(worker_yield, 0, UINT, "1", 0, 1,                                                          \
       "1: after a batch of requests from 4 or more connections a worker lets threads waiting "  \
-      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL)\
+      "for its CPU run before its next batch (0: it runs on while requests keep coming)", NULL) \
+    X(buffers_max, 0, SIZE, "64m", 1 << 20, 1ull << 40,                                         \
+      "most bytes of client input and output buffers, all connections together: past half, a " \
+      "connection takes no request while over 64 KB of its replies wait; past it, those "      \
+      "holding the most that do not read their replies or finish their request are closed",     \
+      NULL)                                                                                      \
+    X(partial_timeout_ms, 0, UINT, "30000", 0, 86400000,                                         \
+      "a connection whose request is incomplete and that sends no byte for this long is "        \
+      "closed (0: never)", NULL)                                                                 \
     ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, inflight_max, io_uring, worker_yield, admin_conn_max,
-        admin_header_timeout;
+        admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
+        partial_timeout_ms, admin_conn_max, admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *namespaces;
     struct store_options store;
 };
@@ -106,6 +115,15 @@ struct node_config {
     X(conn_oom, COUNTER, "connection buffer allocations that failed")                            \
     X(store_inflight_refused, COUNTER,                                                           \
       "stores refused: staging their value would pass inflight_max")                             \
+    X(conns_paused_budget, COUNTER,                                                              \
+      "times a connection stopped taking requests because client buffers were over half "       \
+      "buffers_max")                                                                             \
+    X(conns_closed_budget, COUNTER,                                                              \
+      "connections closed because client buffers were over buffers_max")                         \
+    X(conns_closed_idle, COUNTER,                                                                \
+      "connections closed: an incomplete request saw no byte for partial_timeout_ms")            \
+    /* node-wide, from struct node's budget (node_metrics_sum) */                                \
+    X(client_buffer_bytes, GAUGE, "bytes held by client connections' input and output buffers") \
     /* node-wide, from struct node's inflight_bytes (node_metrics_sum): not counted per worker */ \
     X(inflight_bytes, GAUGE, "bytes staged for storage values still arriving")
 
@@ -148,6 +166,8 @@ struct worker {
     uint64_t reaped_ms;             /* when worker_conn_room last reaped, monotonic ms */
     struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
     bool use_ring;
+    uint64_t now_ms;                /* membudget_now_ms() when the batch began */
+    uint64_t next_idle_ms;          /* next look for idle incomplete requests (conn_budget.c) */
 };
 
 struct node {
@@ -167,6 +187,7 @@ struct node {
     uint64_t rejected_conns;
     /* bytes of every connection's staging buffers (conn_stage.c), at most cfg.inflight_max */
     uint64_t inflight_bytes;
+    struct membudget budget; /* every connection's buffers, within cfg.buffers_max */
     struct connlist conns; /* every worker's connections, for `stats conns` (connlist.h) */
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */

@@ -205,8 +205,9 @@ static void *worker_main(void *arg)
     struct epoll_event evs[WORKER_EVENTS];
     for (;;) {
         ns_quiescent(&w->ns_seen); /* holds no namespace table while blocked */
-        int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, -1);
+        int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, conn_budget_wait_ms(w));
         ns_online(&w->node->ns, &w->ns_seen);
+        w->now_ms = membudget_now_ms();
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
@@ -230,6 +231,7 @@ static void *worker_main(void *arg)
         if (stop) break;
         if (accepting) worker_accept(w);
         if (handed) worker_take_handed(w);
+        conn_budget_sweep(w); /* with no queued I/O left pointing into connections */
         /* A busy worker finds new requests in every epoll_wait and so never blocks: threads
          * waiting for its CPU (the other worker, the clients its replies just woke) then wait
          * for the scheduler tick to preempt it, 4 ms at HZ=250, and every connection behind
@@ -356,4 +358,5 @@ void node_metrics_sum(struct node *n, struct node_metrics *out)
         metrics_sum((uint64_t *)out, (const uint64_t *)&n->workers[i].m,
                     sizeof *out / sizeof(uint64_t));
     out->inflight_bytes = __atomic_load_n(&n->inflight_bytes, __ATOMIC_RELAXED);
+    out->client_buffer_bytes = membudget_used(&n->budget);
 }

@@ -37,6 +37,7 @@ struct client *client_create(struct rworker *w, int fd)
     c->evkind = EV_CLIENT;
     c->w = w;
     c->fd = fd;
+    c->last_in_ms = c->last_out_ms = w->now_ms;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
     buf_init(&c->lline);
@@ -80,6 +81,7 @@ void client_destroy(struct client *c)
     buf_release(&c->rbuf);
     buf_release(&c->wbuf);
     buf_release(&c->lline);
+    membudget_release(&w->r->budget, &c->acct);
     free(c);
     __atomic_fetch_sub(&w->r->curr_conns, 1, __ATOMIC_RELAXED);
 }
@@ -98,6 +100,7 @@ void client_read_done(struct client *c, int res)
     if (res > 0) {
         c->rbuf.len += (size_t)res;
         c->w->m.bytes_read += (uint64_t)res;
+        c->last_in_ms = c->w->now_ms;
     } else if (res == 0) {
         c->eof = true; /* half-closed: still answer what it sent */
     } else if (res != -EAGAIN && res != -EWOULDBLOCK && res != -EINTR) {
@@ -314,12 +317,22 @@ static void client_process(struct client *c)
 {
     struct router_config *cfg = &c->w->r->cfg;
     size_t soft = cfg->out_max / 4;
+    /* client buffers over half their budget: no more requests while about a reply waits */
+    bool pressed = soft > MEMBUDGET_PRESSED_OUT && membudget_pressed(&c->w->r->budget);
+    if (pressed) soft = MEMBUDGET_PRESSED_OUT;
+    bool was_paused = c->paused;
     c->paused = false;
     if (buf_used(&c->rbuf) > 0) connlist_touch(&c->listed, (uint32_t)(c->w->now_ms / 1000));
     while (!c->closing && !c->dead) {
         /* replies held behind a slower one count too, or a stalled head would let a client
          * that does not read send requests without bound */
-        if (c->npending >= cfg->client_pending || buf_used(&c->wbuf) + c->held > soft) {
+        uint64_t waiting = buf_used(&c->wbuf) + c->held;
+        /* ...and, pressed, what its requests in flight cost until answered */
+        uint64_t cost = pressed ? (uint64_t)c->npending * CLIENT_PENDING_COST : 0;
+        if (c->npending >= cfg->client_pending || waiting + cost > soft) {
+            if (pressed && !was_paused && c->npending < cfg->client_pending &&
+                waiting <= cfg->out_max / 4)
+                c->w->m.conns_paused_budget++;
             c->paused = true;
             return;
         }
@@ -374,6 +387,7 @@ static int client_flush(struct client *c)
         ssize_t n = send(c->fd, buf_start(&c->wbuf), buf_used(&c->wbuf), MSG_NOSIGNAL);
         if (n > 0) {
             c->w->m.bytes_written += (uint64_t)n;
+            c->last_out_ms = c->w->now_ms;
             buf_consume(&c->wbuf, (size_t)n);
             continue;
         }
@@ -397,6 +411,7 @@ bool client_prepare(struct client *c)
     }
     client_process(c);
     client_drain(c);
+    client_budget_account(c); /* before other clients' requests run in this batch */
     return true;
 }
 
@@ -409,6 +424,7 @@ int client_send_done(struct client *c, int res)
 {
     if (res > 0) {
         c->w->m.bytes_written += (uint64_t)res;
+        c->last_out_ms = c->w->now_ms;
         buf_consume(&c->wbuf, (size_t)res);
         return 0;
     }
@@ -426,6 +442,7 @@ void client_finish(struct client *c, int sent)
     }
     if ((c->closing || c->eof) && c->npending == 0 && buf_used(&c->wbuf) == 0) goto destroy;
     if (buf_used(&c->rbuf) == 0) buf_compact(&c->rbuf, CLIENT_BUF_KEEP);
+    client_budget_account(c);
     client_set_events(c);
     /* what `stats conns` shows for it until it is serviced again */
     connlist_set_state(&c->listed, c->closing ? CONNLIST_CLOSING

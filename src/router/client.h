@@ -41,6 +41,9 @@ struct client {
     bool lget_failed;             /* a part of it was answered with an error: drop the rest */
     struct buf lline;             /* the line built for its current part */
     struct connlist_ent listed;   /* its entry in the router's `stats conns` list */
+    uint64_t acct;                /* bytes it accounts in the router's budget (client_budget.c) */
+    uint64_t last_in_ms;          /* when it last sent a byte (the worker's now_ms) */
+    uint64_t last_out_ms;         /* when it last took a byte of its replies */
 };
 
 /* Take an accepted non-blocking socket. NULL (fd closed) when memory runs out. */
@@ -83,6 +86,18 @@ void client_oom(struct client *c);
 bool client_lget_begin(struct client *c, const char *start, size_t avail);
 bool client_lget_step(struct client *c);
 void client_lget_filter(struct client *c, struct rreq *rq);
+/* The client-buffer budget (client_budget.c, common/membudget.h). client_budget_account: bring
+ * the client's share up to date (after its buffers, held replies or requests in flight
+ * changed). client_budget_sweep: the worker's check between batches: when the budget is over,
+ * close its clients holding the most by their own doing; close those whose incomplete request
+ * saw no byte for --partial-timeout-ms; hand freed memory back. client_budget_wait_ms: `wait`
+ * (epoll's timeout, -1 for none) shortened to when the sweep is due again. */
+void client_budget_account(struct client *c);
+void client_budget_sweep(struct rworker *w);
+/* What a request in flight costs at least until it is answered: the request, one fragment and
+ * the smallest buffer for its line (buf.c), counted in the budget per request pending. */
+#define CLIENT_PENDING_COST (sizeof(struct rreq) + sizeof(struct frag) + 2048)
+int client_budget_wait_ms(const struct rworker *w, int wait);
 /* Destroy unconditionally (worker shutdown). */
 void client_destroy(struct client *c);
 

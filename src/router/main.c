@@ -169,6 +169,8 @@ int main(int argc, char **argv)
     }
     router.bound_port = net_local_port(router.listen_fd);
     router.started = time(NULL);
+    membudget_setup_allocator();
+    membudget_init(&router.budget, router.cfg.buffers_max);
     pthread_mutex_init(&router.reset_lock, NULL);
     connlist_init(&router.conns);
     if (worker_setup(&router, err, sizeof err) < 0) {

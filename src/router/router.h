@@ -15,6 +15,7 @@
 
 #include "common/admin.h"
 #include "common/connlist.h"
+#include "common/membudget.h"
 #include "common/metrics.h"
 #include "common/uring.h"
 #include "router/nodestats.h"
@@ -66,13 +67,22 @@
       "picks the replica this router reads in replicated pools (default: the host name)", NULL)  \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the client reads and sends of each event-loop pass with io_uring (0: a system "  \
-      "call each)", NULL)                                                                      \
+      "call each)", NULL)                                                                        \
+    X(buffers_max, 0, SIZE, "128m", 1 << 20, 1ull << 40,                                         \
+      "most bytes of client input and output buffers and replies kept for clients, all "         \
+      "together: past half, a client sends no request while over 64 KB of its replies wait; "  \
+      "past it, those holding the most that do not read their replies or finish their request " \
+      "are closed", NULL)                                                                        \
+    X(partial_timeout_ms, 0, UINT, "30000", 0, 86400000,                                         \
+      "a client whose request is incomplete and that sends no byte for this long is closed "     \
+      "(0: never)", NULL)                                                                          \
     ADMIN_OPTIONS(X)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
-        backlog, admin_port, io_uring, admin_conn_max, admin_header_timeout;
+        backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
+        admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *client_id;
     const char *topology; /* --config FILE */
 };
@@ -121,7 +131,16 @@ struct router_config {
       "replies replaced by SERVER_ERROR: the client's unread replies were over --out-max")     \
     X(bytes_read, COUNTER, "bytes read from clients")                                            \
     X(bytes_written, COUNTER, "bytes sent to clients")                                           \
-    X(conns_total, COUNTER, "client connections accepted")
+    X(conns_total, COUNTER, "client connections accepted")                                     \
+    X(conns_paused_budget, COUNTER,                                                              \
+      "times a client's input was paused because client buffers were over half --buffers-max")  \
+    X(conns_closed_budget, COUNTER,                                                              \
+      "clients closed because client buffers were over --buffers-max")                          \
+    X(conns_closed_idle, COUNTER,                                                                \
+      "clients closed: an incomplete request saw no byte for --partial-timeout-ms")              \
+    /* process-wide, from struct router's budget (router_metrics_sum); kept by `stats reset` */   \
+    X(client_buffer_bytes, GAUGE,                                                                \
+      "bytes held by clients' input and output buffers and the replies kept for them")
 
 struct router_metrics {
     ROUTER_METRICS(METRIC_FIELD)
@@ -152,6 +171,7 @@ struct rworker {
     uint64_t health_seen;       /* router.health_gen when it last adopted mark-downs (failover.h) */
     struct uring ring;          /* batches client reads and sends when use_ring (--io-uring) */
     bool use_ring;
+    uint64_t next_idle_ms;      /* next look for idle incomplete requests (client_budget.c) */
     struct router_metrics m __attribute__((aligned(64)));
 };
 
@@ -169,6 +189,7 @@ struct router {
     unsigned bound_port;
     time_t started;
     uint64_t curr_conns, rejected_conns;
+    struct membudget budget;    /* every client's buffers, within cfg.buffers_max */
     struct connlist conns;      /* every worker's clients, for `stats conns` (connlist.h) */
     uint64_t reloads, reload_failures;
     /* bumped whenever a worker marks a node down or up, so the others adopt it (failover.h) */

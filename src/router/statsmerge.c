@@ -83,7 +83,8 @@ static void sm_counters(struct router *r, struct router_metrics *out)
     pthread_mutex_lock(&r->reset_lock);
     const uint64_t *base = (const uint64_t *)&r->reset_base;
     for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-        v[i] = v[i] > base[i] ? v[i] - base[i] : 0;
+        if (router_metric_descs[i].kind == METRIC_COUNTER) /* a gauge is what it is now */
+            v[i] = v[i] > base[i] ? v[i] - base[i] : 0;
     pthread_mutex_unlock(&r->reset_lock);
 }
 

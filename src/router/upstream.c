@@ -409,6 +409,17 @@ static void upnode_abandon(struct upnode *un)
     upnode_fail_waiting(un, "is down", true);
 }
 
+/* A get whose client closed before it was sent: nobody would read its reply, and sending it
+ * anyway would make the clients still there wait behind it. (A write is still sent: its client
+ * may count on it.) */
+static bool frag_abandoned(const struct frag *f)
+{
+    if (f->rq || f->probe || f->repl) return false;
+    size_t n = buf_used(&f->out);
+    const char *p = buf_start(&f->out);
+    return (n > 4 && !memcmp(p, "get ", 4)) || (n > 5 && !memcmp(p, "gets ", 5));
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
@@ -427,6 +438,11 @@ static void upnode_pump(struct upnode *un)
         un->wait = f->next;
         if (un->wait == NULL) un->wait_tail = NULL;
         un->nwait--;
+        if (frag_abandoned(f)) { /* its client is gone (closed over --buffers-max, say) */
+            w->inflight--;
+            frag_destroy(f);
+            continue;
+        }
         if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
             static const char oom[] = "SERVER_ERROR out of memory\r\n";
             w->m.out_of_memory++;

@@ -48,6 +48,7 @@ void router_metrics_sum(struct router *r, struct router_metrics *out)
     for (uint64_t i = 0; i < r->cfg.threads; i++)
         metrics_sum((uint64_t *)out, (const uint64_t *)&r->workers[i].m,
                     sizeof *out / sizeof(uint64_t));
+    out->client_buffer_bytes = membudget_used(&r->budget);
 }
 
 /* Build this worker's node map for the table published at generation `gen`: upstreams are
@@ -204,6 +205,7 @@ static void *worker_main(void *arg)
             uint64_t idle = upstream_idle_ms(w, 1000);
             if (idle > WORKER_TICK_MS) timeout = (int)idle;
         }
+        timeout = client_budget_wait_ms(w, timeout);
         int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, timeout);
         topo_online(&r->topo, &w->topo_seen);
         w->now_us = worker_now_us();
@@ -230,6 +232,7 @@ static void *worker_main(void *arg)
             upstream_check_timeouts(w);
             worker_finish_batch(w);
         }
+        client_budget_sweep(w); /* between batches: no client is being serviced */
     }
 out:
     while (w->clients) client_destroy(w->clients);

@@ -15,6 +15,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/membudget.h"
 #include "common/clock.h"
 #include "common/options.h"
 #include "common/uring.h"
@@ -332,6 +333,41 @@ static void test_log_line_is_one_bounded_printable_line(void **state)
     assert_int_equal(lines, 2);
 }
 
+/* A connection's bytes move the sum as its buffers change; half is "pressed", all is "over",
+ * and closing may stop at 7/8; a closed connection's bytes leave the sum and count as freed. */
+static void test_membudget_thresholds(void **state)
+{
+    (void)state;
+    struct membudget b;
+    membudget_init(&b, 8 << 20);
+    uint64_t a = 0, c = 0;
+    membudget_account(&b, &a, 3 << 20);
+    assert_int_equal(membudget_used(&b), 3 << 20);
+    assert_false(membudget_pressed(&b));
+    membudget_account(&b, &c, 2 << 20);
+    assert_true(membudget_pressed(&b)); /* 5 of 8 MiB */
+    assert_false(membudget_over(&b));
+    membudget_account(&b, &a, 7 << 20); /* a grows to 7: 9 of 8 */
+    assert_true(membudget_over(&b));
+    assert_false(membudget_relieved(&b));
+    membudget_account(&b, &a, 5 << 20); /* shrinks: 7 of 8, at the target */
+    assert_false(membudget_over(&b));
+    assert_true(membudget_relieved(&b));
+    membudget_release(&b, &a);
+    assert_int_equal(a, 0);
+    assert_int_equal(membudget_used(&b), 2 << 20);
+    assert_int_equal(b.freed, 5 << 20);
+    membudget_release(&b, &a); /* idempotent */
+    assert_int_equal(membudget_used(&b), 2 << 20);
+    uint64_t small = 16384;
+    membudget_account(&b, &small, 16384);
+    membudget_release(&b, &small); /* a small connection's bytes are not counted for a trim */
+    assert_int_equal(b.freed, 5 << 20);
+    membudget_trim(&b, 5000); /* enough freed: trims and starts counting again */
+    assert_int_equal(b.freed, 0);
+    assert_int_equal(b.trim_ms, 5000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_clock_exptime_rules),
         cmocka_unit_test(test_uring_send_recv_batch),
         cmocka_unit_test(test_log_limited_keeps_a_repeating_peer_quiet),
+        cmocka_unit_test(test_membudget_thresholds),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

@@ -1,0 +1,97 @@
+/* membudget.h — one budget for the bytes all client connections' buffers hold together, and
+ * handing memory that closed connections freed back to the system.
+ *
+ * Each connection limits itself (--out-max, --line-max, the item size), but many connections
+ * within their own limits can still add up to gigabytes: a hundred clients that never read their
+ * replies, two thousand that each send most of a large value and stall. So every connection
+ * accounts the bytes its buffers hold in one process-wide counter (changed only when a buffer's
+ * size changes, which the request path rarely does), and --buffers-max bounds the sum:
+ *   - past half of it ("pressed"), a connection takes no new request while more than
+ *     MEMBUDGET_PRESSED_OUT bytes of its replies wait to be sent (it is paused, as it is at a
+ *     quarter of --out-max normally): the client that reads gets its replies and goes on;
+ *   - past all of it ("over"), each worker closes, of its own connections, those holding the
+ *     most among the ones that are the client's doing (replies it does not read, a request it
+ *     does not finish), stalled ones first, largest first, with a log line each, until the sum
+ *     is back under MEMBUDGET_TARGET_EIGHTHS eighths of the budget. A connection whose bytes
+ *     wait on the server itself (a reply still coming from a node) is never picked.
+ * The allocator is set up so that buffers of MEMBUDGET_MMAP bytes and more are mapped on their
+ * own and unmapped when freed, and the smaller ones that closed connections freed are handed
+ * back with malloc_trim at most once a second: memory taken during an attack does not stay with
+ * the process after it (glibc's default raises its mmap threshold to the largest buffer freed,
+ * after which big buffers come from the heap and stay there). */
+#ifndef SHOAL_COMMON_MEMBUDGET_H
+#define SHOAL_COMMON_MEMBUDGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/* Replies a connection may have waiting while the budget is pressed: about one large reply. */
+#define MEMBUDGET_PRESSED_OUT (64 * 1024)
+/* Of the connections to close, those whose client has made no progress on its side (read no
+ * reply byte, sent no request byte) for this long go first, largest first; the others, largest
+ * first, only when none is left: a well-behaved client caught mid-way through a large value
+ * keeps moving, and is spared while the stalled ones are closed. */
+#define MEMBUDGET_STALL_MS 100
+/* Closing stops once the sum is back under this share of the budget (in eighths). */
+#define MEMBUDGET_TARGET_EIGHTHS 7
+/* Allocations of at least this size are mapped on their own (mallopt M_MMAP_THRESHOLD). */
+#define MEMBUDGET_MMAP (1u << 20)
+/* malloc_trim runs once closed connections freed this much since the last one, counting only
+ * those that held more than MEMBUDGET_TRIM_CONN: the small buffers of connections that come and
+ * go are taken again by the next ones, and a trim (a walk of every arena, with page faults to
+ * follow) once a second for them would cost latency for nothing. */
+#define MEMBUDGET_TRIM_BYTES (4u << 20)
+#define MEMBUDGET_TRIM_CONN (64 * 1024)
+
+struct membudget {
+    uint64_t max;   /* --buffers-max */
+    uint64_t used;  /* atomic: bytes every open connection accounts */
+    uint64_t freed; /* atomic: bytes closed connections released since the last trim */
+    uint64_t trim_ms; /* atomic: when the last trim ran (membudget_now_ms) */
+};
+
+/* Set the allocator up as described above: once, before any thread starts. */
+void membudget_setup_allocator(void);
+void membudget_init(struct membudget *b, uint64_t max);
+
+/* A monotonic clock in ms, coarse (a few ms) and cheap. */
+static inline uint64_t membudget_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A connection's buffers hold `now` bytes; `*acct` is what it accounted so far. */
+static inline void membudget_account(struct membudget *b, uint64_t *acct, uint64_t now)
+{
+    if (now == *acct) return;
+    if (now > *acct) __atomic_add_fetch(&b->used, now - *acct, __ATOMIC_RELAXED);
+    else __atomic_sub_fetch(&b->used, *acct - now, __ATOMIC_RELAXED);
+    *acct = now;
+}
+
+static inline uint64_t membudget_used(const struct membudget *b)
+{
+    return __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+}
+static inline bool membudget_pressed(const struct membudget *b)
+{
+    return membudget_used(b) > b->max / 2;
+}
+static inline bool membudget_over(const struct membudget *b) { return membudget_used(b) > b->max; }
+/* Closing may stop: the sum is back under the target. */
+static inline bool membudget_relieved(const struct membudget *b)
+{
+    return membudget_used(b) <= b->max / 8 * MEMBUDGET_TARGET_EIGHTHS;
+}
+
+/* A connection closed with `*acct` bytes accounted: take them off (and zero *acct); count them
+ * towards the next trim when they were many. */
+void membudget_release(struct membudget *b, uint64_t *acct);
+/* Hand freed memory back to the system when closed connections released enough since the
+ * last time and a second has passed. Any thread, any time outside a request. */
+void membudget_trim(struct membudget *b, uint64_t now_ms);
+
+#endif

@@ -1,0 +1,136 @@
+/* conn_budget.c — shoal-node's connections within one budget for client buffers, and the
+ * timeout of incomplete requests (common/membudget.h says what the budget does).
+ *
+ * A connection accounts the capacity of its input and output buffers and of its kept request
+ * line; a value still arriving is staged within --inflight-max (conn_stage.c) and is not counted
+ * again here. Each worker sweeps its own connections (nothing else may touch them) after every
+ * batch while the budget is over, so it closes the largest holders on its side; a worker with
+ * nothing to do wakes every SWEEP_OVER_MS meanwhile, since the connections to close may be
+ * paused ones that report no events. */
+#include <stdio.h>
+
+#include "common/log.h"
+#include "node/conn.h"
+
+/* How often a worker looks again while the budget is over. */
+#define SWEEP_OVER_MS 10
+/* Longest gap between looks for idle incomplete requests. */
+#define SWEEP_IDLE_MAX_MS 1000
+
+void conn_budget_account(struct conn *c)
+{
+    uint64_t now = (uint64_t)c->rbuf.cap + c->wbuf.cap + c->plinecap;
+    membudget_account(&c->node->budget, &c->acct, now);
+}
+
+/* Is the client in the middle of sending a request (a line or a data block not all here) that
+ * the connection is waiting to read? A paused connection is waiting on its own output, so what
+ * it holds is not counted as the client's unfinished request. */
+static bool conn_partial(const struct conn *c)
+{
+    if (c->paused || c->dump) return false;
+    switch (c->state) {
+    case CONN_VALUE:
+    case CONN_SWALLOW:
+    case CONN_LGET: return true;
+    case CONN_LINE: return buf_used(&c->rbuf) > 0;
+    default: return false;
+    }
+}
+
+/* Are the bytes the connection holds there by its client's doing: replies it does not read (the
+ * socket takes no more), or a request it has not finished? NULL when not: its bytes are in use.
+ * *since: when the client last made progress on that side. */
+static const char *conn_blame(const struct conn *c, uint64_t *since)
+{
+    if (c->epollout && buf_used(&c->wbuf) > 0) {
+        *since = c->last_out_ms;
+        return "replies it does not read";
+    }
+    *since = c->last_in_ms;
+    if (conn_partial(c)) return "a request it has not finished";
+    return NULL;
+}
+
+/* Close this worker's connections holding the most by their client's doing, stalled ones first
+ * (MEMBUDGET_STALL_MS), largest first, until the budget is relieved or none is left. Only those
+ * holding at least half the average share: the other workers may hold the large ones, and this
+ * one's small ones are no cause. */
+static void sweep_over(struct worker *w)
+{
+    struct membudget *b = &w->node->budget;
+    while (!membudget_relieved(b)) {
+        uint64_t conns = __atomic_load_n(&w->node->curr_conns, __ATOMIC_RELAXED);
+        uint64_t floor = membudget_used(b) / (2 * (conns ? conns : 1));
+        struct conn *stalled = NULL, *moving = NULL;
+        const char *why_stalled = NULL, *why_moving = NULL;
+        for (struct conn *c = w->conns; c; c = c->next) {
+            uint64_t since;
+            const char *blame = conn_blame(c, &since);
+            if (!blame || c->acct == 0 || c->acct < floor) continue;
+            if (w->now_ms - since >= MEMBUDGET_STALL_MS) {
+                if (stalled == NULL || c->acct > stalled->acct) stalled = c, why_stalled = blame;
+            } else if (moving == NULL || c->acct > moving->acct) {
+                moving = c, why_moving = blame;
+            }
+        }
+        struct conn *victim = stalled ? stalled : moving;
+        const char *why = stalled ? why_stalled : why_moving;
+        if (victim == NULL) return;
+        w->m.conns_closed_budget++;
+        log_warn("closing connection %s: its buffers hold %llu bytes (%s) and client buffers "
+                 "went over --buffers-max (now %llu of %llu bytes)",
+                 victim->listed.addr, (unsigned long long)victim->acct, why,
+                 (unsigned long long)membudget_used(b), (unsigned long long)b->max);
+        conn_destroy(victim);
+    }
+}
+
+/* Close connections whose incomplete request saw no byte for --partial-timeout-ms. */
+static void sweep_idle(struct worker *w)
+{
+    uint64_t limit = w->node->cfg.partial_timeout_ms;
+    for (struct conn *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        if (!conn_partial(c) || w->now_ms - c->last_in_ms < limit) continue;
+        w->m.conns_closed_idle++;
+        log_warn("closing connection %s: its request is incomplete and it sent nothing for "
+                 "%llu ms (--partial-timeout-ms %llu)",
+                 c->listed.addr, (unsigned long long)(w->now_ms - c->last_in_ms),
+                 (unsigned long long)limit);
+        conn_destroy(c);
+    }
+}
+
+static uint64_t idle_period(const struct node *n)
+{
+    uint64_t p = n->cfg.partial_timeout_ms / 4;
+    return p < SWEEP_OVER_MS ? SWEEP_OVER_MS : p > SWEEP_IDLE_MAX_MS ? SWEEP_IDLE_MAX_MS : p;
+}
+
+void conn_budget_sweep(struct worker *w)
+{
+    struct node *n = w->node;
+    if (membudget_over(&n->budget)) sweep_over(w);
+    if (n->cfg.partial_timeout_ms && w->now_ms >= w->next_idle_ms) {
+        sweep_idle(w);
+        w->next_idle_ms = w->now_ms + idle_period(n);
+    }
+    membudget_trim(&n->budget, w->now_ms);
+}
+
+int conn_budget_wait_ms(const struct worker *w)
+{
+    const struct node *n = w->node;
+    if (membudget_over(&n->budget)) return SWEEP_OVER_MS;
+    int wait = -1;
+    if (n->cfg.partial_timeout_ms && w->conns) {
+        uint64_t now = membudget_now_ms();
+        wait = w->next_idle_ms > now ? (int)(w->next_idle_ms - now) : 0;
+    }
+    /* memory freed but not yet handed back: come back when the trim may run */
+    if (__atomic_load_n(&n->budget.freed, __ATOMIC_RELAXED) >= MEMBUDGET_TRIM_BYTES &&
+        (wait < 0 || wait > SWEEP_IDLE_MAX_MS))
+        wait = SWEEP_IDLE_MAX_MS;
+    return wait;
+}
