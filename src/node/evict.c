@@ -137,10 +137,10 @@ int evict_admit(struct seg_pool *pl, struct item *it, uint64_t hv)
         uint32_t len = (uint32_t)seg_item_size(it);
         /* Streaming median in 1/16 bytes (pool lock held): a step of 1/256 towards each new
          * record's size. */
-        uint32_t mid = pl->size_mid;
-        if (mid == 0) pl->size_mid = len << 4;
-        else if ((uint64_t)len << 4 > mid) pl->size_mid = mid + (mid >> S3_MID_STEP_SHIFT) + 1;
-        else if ((uint64_t)len << 4 < mid) pl->size_mid = mid - (mid >> S3_MID_STEP_SHIFT) - 1;
+        uint32_t mid = pl->size_mid, l16 = len < (1u << 27) ? len << 4 : 1u << 31;
+        if (mid == 0) pl->size_mid = l16;
+        else if (l16 > mid) pl->size_mid = mid + (mid >> S3_MID_STEP_SHIFT) + 1;
+        else if (l16 < mid) pl->size_mid = mid - (mid >> S3_MID_STEP_SHIFT) - 1;
         return ghost_take(pl, hv) && s3_ghost_admit(len, mid) ? Q_MAIN : Q_SMALL;
     }
     default:
