@@ -527,7 +527,8 @@ static void test_transient_item_found_after_a_move(void **state)
 
 /* s3fifo: with small and large keys asked for equally often (uniformly, cache-aside, twice what
  * fits), the small ones hit clearly more often: a key back from the ghost goes straight to main
- * only when its record is small for the pool. Before, both hit about 62% of the time. */
+ * only when its record is small for the pool. Hits are recorded as a get does (store_bump).
+ * Before, both hit about 63% of the time. */
 static void test_s3fifo_keeps_small_items_asked_for_as_often_as_large_ones(void **state)
 {
     (void)state;
@@ -540,7 +541,17 @@ static void test_s3fifo_keeps_small_items_asked_for_as_often_as_large_ones(void 
         size_t n = large ? 2000 : 100;
         snprintf(key, sizeof key, "%c:%05d", large ? 'l' : 's', k);
         bool hit = check(st, key, n, 1);
-        if (!hit) assert_true(put(st, 0, key, n, 1));
+        if (hit) { /* a read, as a get records it */
+            size_t nkey = strlen(key);
+            uint64_t hv = store_hash(key, nkey);
+            uint32_t now = clock_now();
+            store_lock(st, hv);
+            struct item *it = store_find(st, hv, key, nkey, now, NULL);
+            if (it) store_bump(st, it, now);
+            store_unlock(st, hv);
+        } else {
+            assert_true(put(st, 0, key, n, 1));
+        }
         if (i < 60000) continue;
         gets[large]++;
         hits[large] += hit;
