@@ -59,6 +59,7 @@ struct seg_pool {
     struct seg_queue q[Q_COUNT];
     uint32_t *ghost;      /* s3fifo: fingerprints of keys recently evicted from the small queue */
     uint32_t ghost_mask;
+    uint32_t size_low;    /* s3fifo: estimated lower tercile of new records' sizes, 1/16 B */
     struct seg_counters *bk; /* per bucket, [0..nbuckets] */
 } __attribute__((aligned(64)));
 

@@ -1,5 +1,8 @@
 """Eviction policies of a namespace on shoal-node (lru, lfu, s3fifo): what each keeps when a
-one-pass scan floods a full namespace, and that expired items go before live ones. shoal only."""
+one-pass scan floods a full namespace, that expired items go before live ones, and that s3fifo
+keeps small items over large ones asked for as often. shoal only."""
+
+import random
 
 import pytest
 
@@ -82,3 +85,28 @@ def test_transient_items_go_within_about_a_second_without_a_sweep(start_server):
                message="short-TTL items to be freed without a read or a sweep")
     assert int(r.stats()["transient_reclaimed"]) >= 1000
     assert r.get("tr:long")
+
+
+def test_s3fifo_keeps_small_items_over_large_ones_asked_for_as_often(start_server):
+    """Cache-aside at -m 8 over 6,000 keys of 100 B and 6,000 of 2,000 B asked for uniformly
+    (about twice what fits): the default policy (s3fifo) keeps small items more, since a cache is
+    judged by its hits and one large item takes the room of many small ones. Before, both hit
+    about 62% of the time; memcached's per-class pages favour small items in the same way."""
+    srv = start_server("-m", "8")
+    r = srv.raw()
+    rng = random.Random(7)
+    keys = [(f"s:{i:05d}", 100) for i in range(6000)] + [(f"l:{i:05d}", 2000) for i in range(6000)]
+    hits = {"s": [0, 0], "l": [0, 0]}
+    for rnd in range(120):
+        batch = [keys[rng.randrange(len(keys))] for _ in range(500)]
+        got = {it[0] for it in r.get(*[k for k, _ in batch])}
+        miss = [(k, n) for k, n in batch if k not in got]
+        r.send(b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k.encode(), n, b"v" * n) for k, n in miss))
+        for k, _ in miss:
+            assert r.read_line() == "STORED", k
+        if rnd >= 60:  # the first half fills the cache
+            for k, _ in batch:
+                hits[k[0]][0] += k in got
+                hits[k[0]][1] += 1
+    small, large = (hits[c][0] / hits[c][1] for c in "sl")
+    assert small > large + 0.15, f"hit ratio of small keys {small:.3f}, of large keys {large:.3f}"
