@@ -48,6 +48,9 @@ bool seg_pool_roomy(struct segs *s, struct seg_pool *pl)
 {
     uint64_t segs = LOAD(&pl->quota_segs);
     if (segs == 0 || LOAD(&pl->nsegs) > segs) segs = LOAD(&pl->nsegs);
+    /* -m bounds the index and the ghosts too (seg_withhold): the 90% rule is of -m, so what is
+     * withheld for them counts as room of a pool sharing what quotas leave */
+    if (!LOAD(&pl->quota_segs)) segs += LOAD(&s->held);
     return pool_live(s, pl) * 10 < segs * s->seg_size * 9;
 }
 
@@ -367,6 +370,16 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
     uint32_t gone = before - LOAD(&pl->nsegs);
     pl->bk[0].segs_trimmed += gone;
     return gone > 0;
+}
+
+bool seg_give_back(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    uint32_t before = LOAD(&pl->nsegs);
+    if (seg_consolidate(s, pl, fn, ctx)) return true;
+    /* full: evict by the policy (a referenced item stays, moved forward) until a victim empties */
+    for (uint32_t k = 0; k < before + 8 && LOAD(&pl->nsegs) >= before; k++)
+        if (!evict_one(s, pl, Q_MAIN, false, true, fn, ctx)) break;
+    return LOAD(&pl->nsegs) < before || seg_shrink(s, pl, fn, ctx);
 }
 
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,

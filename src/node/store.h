@@ -115,6 +115,8 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(slab_pages_moved, COUNTER, "log segments cleaned (live items compacted) to make room")     \
     X(slab_pages_trimmed, COUNTER, "log segments given back by namespaces over their quota")      \
     X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \
+    X(ghost_bytes, GAUGE, "bytes used by the s3fifo ghosts (evicted keys' fingerprints)")        \
+    X(reserved_bytes, GAUGE, "bytes of -m withheld from items for hash tables and ghosts")       \
     X(hash_power_level, GAUGE, "log2 of total hash buckets")                                     \
     X(hash_expansions, COUNTER, "shard table doublings")                                         \
     X(alloc_failures, COUNTER, "allocations that found nothing to evict")
