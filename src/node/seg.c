@@ -141,7 +141,20 @@ oom:
     return -1;
 }
 
-int seg_advise_huge(struct segs *s) { return madvise(s->base, s->mapped, MADV_HUGEPAGE); }
+int seg_advise_huge(struct segs *s)
+{
+    s->huge = true;
+    return madvise(s->base, s->mapped, MADV_HUGEPAGE);
+}
+
+/* Drop the pages of withheld segment i. Not huge any more first: khugepaged would otherwise
+ * collapse the range back into a huge page with the segment beside it, zeros and all, and make
+ * it resident again. */
+static void drop_pages(struct segs *s, uint32_t i)
+{
+    if (s->huge) madvise(seg_base(s, i), s->seg_size, MADV_NOHUGEPAGE);
+    madvise(seg_base(s, i), s->seg_size, MADV_DONTNEED);
+}
 
 void seg_destroy(struct segs **sp)
 {
@@ -268,6 +281,7 @@ static void take_bits(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t 
         m->nrun = 0;
         m->start = 0;
         m->shares_tail = 0;
+        m->touched = 1;
         STORE(&m->nsid, pl->id);
         STORE(&m->state, (uint8_t)SS_BUSY);
     }
@@ -501,7 +515,7 @@ static void withhold_now(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, v
         uint32_t got = s->held < s->held_want ? hold_one(s) : SEG_NONE;
         pthread_mutex_unlock(&s->free_lock);
         if (got != SEG_NONE) {
-            madvise(seg_base(s, got), s->seg_size, MADV_DONTNEED);
+            drop_pages(s, got);
             continue;
         }
         if (LOAD(&pl->nsegs) <= POOL_MIN_SEGS || !seg_give_back(s, pl, fn, ctx)) return;
@@ -608,25 +622,34 @@ void seg_count_gone(struct seg_pool *pl, const struct item *it, enum seg_visit w
 
 /* ---- withheld segments: -m's share of the index and the ghosts ------------------------------- */
 
-/* Take one free segment out of circulation (free_lock held), if one is not owed to a quota.
- * Highest first: heads are taken from the bottom, so the pools' segments stay together at -m's
- * start (a store's layout does not depend on what was withheld). */
+/* Take one free segment out of circulation (free_lock held), if one is not owed to a quota:
+ * the highest one whose pages a pool has used (so that dropping them lowers RSS), else the
+ * highest (heads are taken from the bottom, so the pools' segments stay together at -m's start
+ * and a store's layout does not depend on what was withheld). */
 static uint32_t hold_one(struct segs *s)
 {
     if (s->nfree <= pool_owed(s)) return SEG_NONE;
-    for (uint32_t w = (s->nsegs + 63) / 64; w-- > 0;) {
-        if (!s->freemap[w]) continue;
-        uint32_t i = w * 64 + 63 - (uint32_t)__builtin_clzll(s->freemap[w]);
-        s->freemap[w] &= ~(1ull << (i % 64));
-        s->nfree--;
-        struct seg_meta *m = &s->meta[i];
-        m->woff = m->start = 0;
-        m->prev = m->next = SEG_NONE;
-        STORE(&m->state, (uint8_t)SS_HELD);
-        STORE(&s->held, s->held + 1);
-        return i;
+    uint32_t got = SEG_NONE;
+    for (uint32_t w = (s->nsegs + 63) / 64; w-- > 0 && (got == SEG_NONE || !s->meta[got].touched);) {
+        for (uint64_t bits = s->freemap[w]; bits; bits &= ~(1ull << (63 - __builtin_clzll(bits)))) {
+            uint32_t i = w * 64 + 63 - (uint32_t)__builtin_clzll(bits);
+            if (got == SEG_NONE) got = i;
+            if (s->meta[i].touched) {
+                got = i;
+                break;
+            }
+        }
     }
-    return SEG_NONE;
+    if (got == SEG_NONE) return SEG_NONE;
+    s->freemap[got / 64] &= ~(1ull << (got % 64));
+    s->nfree--;
+    struct seg_meta *m = &s->meta[got];
+    m->woff = m->start = 0;
+    m->prev = m->next = SEG_NONE;
+    m->touched = 0;
+    STORE(&m->state, (uint8_t)SS_HELD);
+    STORE(&s->held, s->held + 1);
+    return got;
 }
 
 /* Give one withheld segment back to the free map (free_lock held). */
@@ -634,6 +657,7 @@ static void unhold_one(struct segs *s)
 {
     for (uint32_t i = s->nsegs; i-- > 0;) {
         if (LOAD(&s->meta[i].state) != SS_HELD) continue;
+        if (s->huge) madvise(seg_base(s, i), s->seg_size, MADV_HUGEPAGE);
         STORE(&s->meta[i].state, (uint8_t)SS_FREE);
         s->freemap[i / 64] |= 1ull << (i % 64);
         if (i / 64 < s->free_hint) s->free_hint = i / 64;
@@ -672,8 +696,7 @@ uint32_t seg_withhold(struct segs *s, uint64_t index_bytes, uint32_t max, seg_vi
         pthread_mutex_unlock(&s->free_lock);
         if (held == want) break;
         if (got != SEG_NONE) {
-            /* its pages go back to the kernel: what the index and ghosts use instead */
-            madvise(seg_base(s, got), s->seg_size, MADV_DONTNEED);
+            drop_pages(s, got); /* what the index and ghosts use instead */
             continue;
         }
         if (held > want) continue;

@@ -38,6 +38,7 @@ struct seg_meta {
     uint8_t state;  /* enum seg_state (relaxed atomic for walkers) */
     uint8_t queue;  /* Q_MAIN or Q_SMALL */
     uint8_t shares_tail; /* SS_RUN: the item ends in segment start + nrun, which holds records */
+    uint8_t touched; /* taken by a pool since its pages were last dropped (free_lock) */
 };
 
 struct seg_queue {
@@ -89,6 +90,7 @@ struct segs {
      * target; while held < held_want, pools without a quota leave the difference free. */
     uint32_t held, held_want;
     uint64_t ghost_bytes;      /* all pools' ghost arrays in use (atomic) */
+    bool huge;                 /* item memory advised MADV_HUGEPAGE (seg_advise_huge) */
     uint64_t index_bytes;      /* the index's bytes at the last seg_set_reserve (atomic) */
     struct seg_pool *pools[STORE_NS_MAX];
 };

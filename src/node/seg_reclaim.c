@@ -700,6 +700,7 @@ static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
         m->prev = m->next = SEG_NONE;
         STORE(&m->live, 0);
         STORE(&m->pins, 0);
+        m->touched = 1;
         STORE(&m->nsid, to->id);
         STORE(&m->state, (uint8_t)SS_BUSY);
         STORE(&to->nsegs, to->nsegs + 1);
