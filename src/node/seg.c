@@ -671,8 +671,9 @@ uint32_t seg_set_reserve(struct segs *s, uint64_t index_bytes)
 {
     STORE(&s->index_bytes, index_bytes);
     uint64_t bytes = index_bytes + LOAD(&s->ghost_bytes);
-    /* to the nearest whole segment: -m holds within half a segment */
-    uint64_t want = (bytes + s->seg_size / 2 - 1) >> s->seg_shift;
+    /* whole segments, rounded up but for an eighth of one: -m holds them within 1/8 segment
+     * (128 KiB from -m 64 up), and a small index (a few KiB at -m 8) takes none of -m's 64 */
+    uint64_t want = (bytes + s->seg_size - s->seg_size / 8) >> s->seg_shift;
     if (want > s->nsegs / 2) want = s->nsegs / 2;
     STORE(&s->held_want, (uint32_t)want);
     /* what is no longer needed goes back at once (no pages to drop: the next user faults them) */
