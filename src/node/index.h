@@ -176,7 +176,7 @@ static inline struct item *index_slot_item(uint64_t s)
 
 static inline uint32_t index_item_bytes(const struct item *it)
 {
-    return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes +
+    return (uint32_t)ITEM_HEADER + it->nkey + it->nbytes +
            ((it->iflags & ITEM_FLAGS) ? (uint32_t)sizeof(uint32_t) : 0);
 }
 

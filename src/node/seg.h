@@ -25,7 +25,7 @@
 
 #include "node/store.h"
 
-#define SEG_CHUNK_MIN 28u
+#define SEG_CHUNK_MIN 24u /* the smallest record: a 22-byte header and a 1-byte key */
 #define SEG_CLASS_MAX 255 /* a class id fits a uint8_t; 0 means "no class" */
 #define SEG_NONE UINT32_MAX
 #define SEG_ALIGN 4u      /* records are 4-byte aligned */
@@ -131,7 +131,7 @@ uint32_t seg_set_reserve(struct segs *s, uint64_t index_bytes);
 /* Bytes a record of nkey, nbytes and (with_flags) client flags takes in the log. */
 static inline size_t seg_record_size(size_t nkey, size_t nbytes, bool with_flags)
 {
-    size_t n = sizeof(struct item) + nkey + nbytes + (with_flags ? 4 : 0);
+    size_t n = ITEM_HEADER + nkey + nbytes + (with_flags ? 4 : 0);
     return (n + SEG_ALIGN - 1) & ~(size_t)(SEG_ALIGN - 1);
 }
 static inline size_t seg_item_size(const struct item *it)

@@ -58,7 +58,7 @@ void seg_put_filler(char *at, uint32_t len)
 {
     struct item *f = (struct item *)at;
     f->nkey = 0;
-    f->nbytes = len - (uint32_t)sizeof(struct item);
+    f->nbytes = len - (uint32_t)ITEM_HEADER;
     __atomic_store_n(&f->iflags, (uint8_t)ITEM_SEG_DEAD, __ATOMIC_RELEASE);
 }
 

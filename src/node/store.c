@@ -403,7 +403,7 @@ void store_unlock(struct store *st, uint64_t hv)
 size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
 {
     if (nkey > UINT8_MAX || nbytes > UINT32_MAX) return 0;
-    size_t total = sizeof(struct item) + nkey + nbytes + (flags ? sizeof flags : 0);
+    size_t total = ITEM_HEADER + nkey + nbytes + (flags ? sizeof flags : 0);
     /* memcached counts the value's \r\n against the limit; so do we, to refuse the same items */
     if (total + 2 > st->item_max) return 0;
     return seg_record_size(nkey, nbytes, flags != 0);
@@ -539,7 +539,9 @@ void store_bump(struct store *st, struct item *it, uint32_t now)
 
 uint64_t store_next_cas(struct store *st)
 {
-    return __atomic_fetch_add(&st->cas_next, 1, __ATOMIC_RELAXED);
+    /* 48 bits kept (item_cas): 0 is "none", so the counter wraps to 1 */
+    uint64_t v = __atomic_fetch_add(&st->cas_next, 1, __ATOMIC_RELAXED) & STORE_CAS_MAX;
+    return v ? v : store_next_cas(st);
 }
 
 void store_flush(struct store *st, uint32_t when, uint32_t now)
