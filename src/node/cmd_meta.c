@@ -509,7 +509,7 @@ static void meta_debug(struct conn *c, struct proto_req *req)
                      exp,
                      now > it->atime ? now - it->atime : 0, (unsigned long long)item_cas(it),
                      (it->iflags & ITEM_FETCHED) ? "yes" : "no", store_item_class(st, it),
-                     sizeof(struct item) + it->nkey + it->nbytes);
+                     ITEM_HEADER + it->nkey + it->nbytes);
     ml_put(&l, tail, (size_t)n);
     store_unlock(st, hv);
     ml_send(c, &l);

@@ -29,6 +29,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #define LFU_INIT 5             /* a new item's counter: it is not evicted before a second look */
@@ -58,47 +59,83 @@ static inline uint64_t rng_next(void)
 
 /* ---- ghost: fingerprints of recently evicted keys ----------------------------------------- */
 
-static inline uint32_t ghost_fp(uint64_t hv) { return (uint32_t)(hv >> 32) | 1u; }
+/* 16 bits of the hash above those that pick the entry (bits 16..39 at most), never 0 (empty).
+ * A key never evicted matches a full entry with probability 1/32768: a false readmission to
+ * main now and then, where 4-byte entries took twice the memory (-m holds the ghost). */
+static inline ghost_fp_t ghost_fp(uint64_t hv) { return (ghost_fp_t)(hv >> 48) | 1u; }
 
+/* Bytes of a ghost of n entries: whole pages, its own mapping. */
+static inline size_t ghost_map_bytes(uint32_t n)
+{
+    return ((size_t)n * sizeof(ghost_fp_t) + 4095) & ~(size_t)4095;
+}
+
+/* All callers hold the pool lock, which also guards a resize (evict_pool_prepare). The first
+ * put makes the ghost count in the log's ghost_bytes, which -m covers (seg_withhold): until a
+ * pool evicts from its small queue its ghost is never written, and its mapping's pages are
+ * not resident, so it costs no memory before the pool is full. */
 static void ghost_put(struct seg_pool *pl, uint64_t hv)
 {
-    uint32_t *g = __atomic_load_n(&pl->ghost, __ATOMIC_ACQUIRE);
-    if (g) STORE(&g[(hv >> 16) & pl->ghost_mask], ghost_fp(hv));
+    ghost_fp_t *g = pl->ghost;
+    if (!g) return;
+    if (!pl->ghost_used) {
+        pl->ghost_used = true;
+        __atomic_fetch_add(&pl->segs->ghost_bytes, ghost_map_bytes(pl->ghost_mask + 1),
+                           __ATOMIC_RELAXED);
+        seg_ghost_grew(pl->segs);
+    }
+    g[(hv >> 16) & pl->ghost_mask] = ghost_fp(hv);
 }
 
 /* True (and forgotten) if hv was evicted from the small queue lately. Direct-mapped: a newer
  * eviction overwrites an older one, so the set remembers roughly the last `size` keys. */
 static bool ghost_take(struct seg_pool *pl, uint64_t hv)
 {
-    uint32_t *g = __atomic_load_n(&pl->ghost, __ATOMIC_ACQUIRE);
-    if (!g) return false;
-    uint32_t *e = &g[(hv >> 16) & pl->ghost_mask];
-    if (LOAD(e) != ghost_fp(hv)) return false;
-    STORE(e, 0);
+    ghost_fp_t *g = pl->ghost;
+    if (!g || !pl->ghost_used) return false;
+    ghost_fp_t *e = &g[(hv >> 16) & pl->ghost_mask];
+    if (*e != ghost_fp(hv)) return false;
+    *e = 0;
+    return true;
+}
+
+/* Drop pl's ghost (pool lock held). */
+static void ghost_drop(struct seg_pool *pl)
+{
+    if (!pl->ghost) return;
+    size_t bytes = ghost_map_bytes(pl->ghost_mask + 1);
+    munmap(pl->ghost, bytes);
+    if (pl->ghost_used) __atomic_fetch_sub(&pl->segs->ghost_bytes, bytes, __ATOMIC_RELAXED);
+    pl->ghost = NULL;
+    pl->ghost_used = false;
+}
+
+/* Replace pl's ghost (pool lock held) with an empty one of n entries; false when out of memory
+ * (the old one stays). What the old one remembered is dropped: it is a hint. */
+static bool ghost_resize(struct seg_pool *pl, uint32_t n)
+{
+    void *g = mmap(NULL, ghost_map_bytes(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (g == MAP_FAILED) return false;
+    ghost_drop(pl);
+    pl->ghost = g;
+    pl->ghost_mask = n - 1;
     return true;
 }
 
 int evict_pool_prepare(struct seg_pool *pl, enum seg_policy policy, uint64_t capacity)
 {
     pl->lfu_floor = LFU_INIT;
-    if (policy != SEG_POLICY_S3FIFO || pl->ghost) return 0;
+    if (policy != SEG_POLICY_S3FIFO) return 0; /* a ghost is kept for a change back */
     uint64_t want = capacity / GHOST_BYTES_PER_ENTRY;
     uint32_t n = GHOST_MIN;
     while (n < want && n < GHOST_MAX) n <<= 1;
-    uint32_t *g = calloc(n, sizeof *g);
-    if (!g) return -1;
-    pl->ghost_mask = n - 1;
-    /* Readers load the pointer with acquire, so they see the mask; it is never freed before
-     * the pool (a policy change away from s3fifo keeps it for a change back). */
-    __atomic_store_n(&pl->ghost, g, __ATOMIC_RELEASE);
-    return 0;
+    /* sized again when the quota changes: a raised quota gets a ghost to match */
+    if (pl->ghost && pl->ghost_mask + 1 == n) return 0;
+    return ghost_resize(pl, n) ? 0 : -1;
 }
 
-void evict_pool_free(struct seg_pool *pl)
-{
-    free(pl->ghost);
-    pl->ghost = NULL;
-}
+void evict_pool_free(struct seg_pool *pl) { ghost_drop(pl); }
 
 void evict_forget(struct seg_pool *pl, struct item *it)
 {

@@ -32,9 +32,13 @@
  * allocation. Growth is retried on every insert past the limit, so it recovers once memory is
  * back.
  *
- * Memory (outside -m, like memcached's hash table): 8 bytes per slot. A freed old table goes back
- * to malloc; tables are small (a few KiB each at a million items), so freed ones are reused by
- * the next shards to grow rather than kept as holes. */
+ * Memory: 8 bytes per slot, counted inside -m (the store withholds segments of item memory for
+ * it: seg_withhold). A table below a page comes from malloc; from a page on, tables are whole
+ * pages, each its own mapping, unmapped when outgrown: in malloc, outgrown tables stayed
+ * resident as free chunks that the next shards to grow only partly reused (1.4 MB of the 6.1 MB
+ * the workers' arenas held at -m 64 full). That is why there are 256 shards, not 1024: at -m 64
+ * (about 400,000 items) a shard's table is 4-6 pages, fine enough for the 5/4 steps, where 1024
+ * shards' 1-2 pages would step by 2x. */
 #include "node/index.h"
 #include "node/lock.h"
 
@@ -105,9 +109,19 @@ void *index_table_alloc(size_t nmemb, size_t size)
 {
     size_t bytes = nmemb * size;
     if (size && bytes / size != nmemb) return NULL;
+    if (bytes >= INDEX_PAGED_SLOTS * sizeof(uint64_t) && bytes % 4096 == 0) {
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return m == MAP_FAILED ? NULL : m;
+    }
     void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+void index_table_free(void *p, size_t bytes)
+{
+    if (bytes >= INDEX_PAGED_SLOTS * sizeof(uint64_t) && bytes % 4096 == 0) munmap(p, bytes);
+    else free(p);
 }
 
 /* index_match(k, INDEX_TAG_MASK, tag) for a lookup, where it matters most: fewer instructions
@@ -201,6 +215,7 @@ int index_create(struct index **out, unsigned hash_power, char *err, size_t errl
     if (first == MAP_FAILED) goto oom;
     ix->first = first;
     ix->first_left = INDEX_SHARDS;
+    ix->slots_total = (uint64_t)INDEX_SHARDS * nslots;
     for (unsigned i = 0; i < INDEX_SHARDS; i++) {
         struct index_shard *sh = &ix->shards[i];
         sh->nslots = nslots;
@@ -232,7 +247,7 @@ oom:
 static void index_table_drop(struct index_shard *sh)
 {
     if (!sh->in_first) {
-        free(sh->slots);
+        index_table_free(sh->slots, (size_t)sh->nslots * sizeof *sh->slots);
         return;
     }
     sh->in_first = false;
@@ -312,16 +327,16 @@ struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas)
     return index_probe(sh, hv, match_cas, &p);
 }
 
-/* Grow the shard's table by 5/4 (index_grown_size). Items do not keep their hash (it would cost
- * 8 bytes each), so each key is hashed again: paid once per growth, amortised over the inserts
- * that led to it, with the item a few slots ahead prefetched since each is a likely cache miss.
- * A slot's tag does not depend on the table size, so the entry moves as it is. Returns false,
- * leaving the table as it was, when the new one cannot be had. */
-static bool index_grow(struct index_shard *sh)
+/* Rebuild the shard's table at nn slots (bigger: index_grown_size; smaller: index_shrunk_size).
+ * Items do not keep their hash (it would cost 8 bytes each), so each key is hashed again: paid
+ * once per resize, amortised over the inserts or removals that led to it, with the item a few
+ * slots ahead prefetched since each is a likely cache miss. A slot's tag does not depend on the
+ * table size, so the entry moves as it is. Returns false, leaving the table as it was, when the
+ * new one cannot be had. */
+static bool index_resize(struct index_shard *sh, uint32_t nn)
 {
     enum { AHEAD = 8 };
-    uint32_t nn = index_grown_size(sh->nslots);
-    if (nn == sh->nslots) return false;
+    if (nn == sh->nslots || nn < sh->curr_items) return false;
     uint64_t *nt = sh->alloc(nn, sizeof *nt);
     if (!nt) return false;
     const uint64_t *t = sh->slots;
@@ -335,10 +350,28 @@ static bool index_grow(struct index_shard *sh)
         index_place(nt, nb, index_home(index_hash(it->data, it->nkey), nb), s);
     }
     index_table_drop(sh);
+    __atomic_fetch_add(&sh->owner->slots_total, (uint64_t)nn - old, __ATOMIC_RELAXED);
     sh->slots = nt;
     sh->nslots = nn;
+    return true;
+}
+
+static bool index_grow(struct index_shard *sh)
+{
+    if (!index_resize(sh, index_grown_size(sh->nslots))) return false;
     sh->expansions++;
     return true;
+}
+
+/* A shard whose load fell below 1/INDEX_SHRINK_BELOW halves its table (to 2/INDEX_SHRINK_BELOW
+ * load, far from the growth threshold, so a shard near it does not flap): -m holds the index
+ * (seg_withhold), and a working set of small items replaced by large ones would otherwise keep
+ * the tables it needed, in memory items could use. */
+static void index_maybe_shrink(struct index_shard *sh)
+{
+    if (sh->nslots <= INDEX_BUCKET_SLOTS || sh->curr_items * INDEX_SHRINK_BELOW >= sh->nslots)
+        return;
+    if (index_resize(sh, index_shrunk_size(sh->nslots))) sh->shrinks++;
 }
 
 static inline void index_count(struct index_shard *sh, const struct item *it, int sign)
@@ -463,6 +496,7 @@ bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it)
     index_clear(&sh->slots[i]);
     index_fill_hole(sh, i / B, i);
     index_count(sh, it, -1);
+    index_maybe_shrink(sh);
     return true;
 }
 

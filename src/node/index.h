@@ -43,7 +43,7 @@
 
 #include "node/store.h"
 
-#define INDEX_SHARD_BITS 10
+#define INDEX_SHARD_BITS 7
 #define INDEX_SHARDS (1u << INDEX_SHARD_BITS)
 #define INDEX_SLOTS_MAX ((uint32_t)1 << 31) /* per shard; 2^41 slots in all is beyond any -m */
 #define INDEX_BUCKET_SLOTS 8 /* slots per bucket: one 64-byte line */
@@ -89,9 +89,9 @@ struct index_shard {
     uint64_t total_items; /* links and replaces (kept by store.c) */
     uint64_t expired_unfetched; /* lazily expired on lookup, never read (kept by store.c) */
     uint64_t expansions;
+    uint64_t shrinks;     /* tables halved after most items left (index_remove) */
     /* Allocates a zeroed table (index_table_alloc by default: 64-byte aligned, so a bucket is
-     * one cache line; whatever it returns is released with free). Tests replace it to make
-     * growth fail. */
+     * one cache line; released by index_table_free). Tests replace it to make growth fail. */
     void *(*alloc)(size_t nmemb, size_t size);
     struct index *owner;
     bool in_first; /* slots is this shard's part of owner->first */
@@ -106,6 +106,7 @@ struct index {
     uint64_t *first;
     size_t first_bytes;
     uint32_t first_left; /* shards whose table is still in `first` (atomic) */
+    uint64_t slots_total; /* slots of all shards' tables (atomic): hash_bytes / 8, lock-free */
 };
 
 static inline uint64_t index_hash(const char *key, size_t nkey) { return XXH3_64bits(key, nkey); }
@@ -128,13 +129,35 @@ static inline uint64_t index_tag(uint64_t hv)
     return (hv >> INDEX_SHARD_BITS << INDEX_TAG_SHIFT) & INDEX_TAG_MASK;
 }
 
-/* The slot count a table of n slots grows to: n * 5/4 rounded up to whole buckets, at most
- * INDEX_SLOTS_MAX (then equal to n: it cannot grow). */
+#define INDEX_PAGE_SLOTS 512u  /* slots in a 4 KiB page */
+#define INDEX_PAGED_SLOTS 2048u /* tables this big (16 KiB) or bigger are whole pages */
+
+/* The slot count a table of n slots grows to: n * 5/4 rounded up to whole buckets; from
+ * INDEX_PAGED_SLOTS on, to the nearest whole page, at least one page more (a page is 1/4 of the
+ * smallest such table or less, so a step stays between 1.2 and 1.34). At most INDEX_SLOTS_MAX
+ * (then equal to n: it cannot grow). */
 static inline uint32_t index_grown_size(uint32_t n)
 {
     uint64_t g = (uint64_t)n * INDEX_GROW_NUM / INDEX_GROW_DEN + INDEX_BUCKET_SLOTS - 1;
     g &= ~(uint64_t)(INDEX_BUCKET_SLOTS - 1); /* > n for every n >= 1 */
+    if (g >= INDEX_PAGED_SLOTS) {
+        const uint64_t p = INDEX_PAGE_SLOTS;
+        uint64_t pages = ((uint64_t)n * INDEX_GROW_NUM / INDEX_GROW_DEN + p / 2) / p;
+        if (pages * p <= n) pages = n / p + 1;
+        g = pages * p;
+    }
     return g > INDEX_SLOTS_MAX ? (n < INDEX_SLOTS_MAX ? INDEX_SLOTS_MAX : n) : (uint32_t)g;
+}
+
+#define INDEX_SHRINK_BELOW 5u /* a table below 1/5 load is halved */
+
+/* The slot count a table of n slots shrinks to: half, rounded up to whole buckets, or from
+ * INDEX_PAGED_SLOTS on to whole pages; at least one bucket. */
+static inline uint32_t index_shrunk_size(uint32_t n)
+{
+    uint32_t g = (n / 2 + INDEX_BUCKET_SLOTS - 1) & ~(uint32_t)(INDEX_BUCKET_SLOTS - 1);
+    if (g >= INDEX_PAGED_SLOTS) g = (g + INDEX_PAGE_SLOTS - 1) & ~(INDEX_PAGE_SLOTS - 1);
+    return g < INDEX_BUCKET_SLOTS ? INDEX_BUCKET_SLOTS : g;
 }
 
 /* A bucket's overflow count: entries stored past it whose home is at or before it (sticky at
@@ -153,7 +176,7 @@ static inline struct item *index_slot_item(uint64_t s)
 
 static inline uint32_t index_item_bytes(const struct item *it)
 {
-    return (uint32_t)sizeof(struct item) + it->nkey + it->nbytes +
+    return (uint32_t)ITEM_HEADER + it->nkey + it->nbytes +
            ((it->iflags & ITEM_FLAGS) ? (uint32_t)sizeof(uint32_t) : 0);
 }
 
@@ -175,16 +198,26 @@ struct item *index_find_cas(struct index_shard *sh, uint64_t hv, uint64_t cas);
  * an allocation failure. */
 bool index_insert(struct index_shard *sh, uint64_t hv, struct item *it);
 /* Remove `it` and uncount it. Returns false if it was not in the shard. May rehash the key of an
- * item in a later bucket (one displaced by 7 buckets or more), so those must be intact. */
+ * item in a later bucket (one displaced by 7 buckets or more), and, when the shard's load falls
+ * below 1/5, every key of the shard (its table is halved), so those must be intact. */
 bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it);
 /* Put `it` where `old` is (same key), adjusting counts. Returns false if `old` was not found.
  * Never needs a free slot, so it cannot fail for want of room. */
 bool index_swap(struct index_shard *sh, uint64_t hv, struct item *old, struct item *it);
 
-/* The default table allocator: zeroed, 64-byte aligned. */
+/* The default table allocator: zeroed, 64-byte aligned; a table of whole 4 KiB pages is a
+ * mapping of its own, so that its pages go back to the kernel when it is outgrown (outgrown
+ * tables in malloc's heap stayed resident as free chunks: 1.4 MB at -m 64). */
 void *index_table_alloc(size_t nmemb, size_t size);
+/* Release a table of `bytes` bytes from index_table_alloc. */
+void index_table_free(void *p, size_t bytes);
 
 /* Total slots over all shards (takes each shard lock in turn; call with none held). */
 uint64_t index_buckets(struct index *ix);
+/* Bytes of all shards' tables now, without locks (a relaxed read: may lag a growth in flight). */
+static inline uint64_t index_table_bytes(const struct index *ix)
+{
+    return __atomic_load_n(&ix->slots_total, __ATOMIC_RELAXED) * sizeof(uint64_t);
+}
 
 #endif

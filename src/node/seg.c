@@ -141,7 +141,20 @@ oom:
     return -1;
 }
 
-int seg_advise_huge(struct segs *s) { return madvise(s->base, s->mapped, MADV_HUGEPAGE); }
+int seg_advise_huge(struct segs *s)
+{
+    s->huge = true;
+    return madvise(s->base, s->mapped, MADV_HUGEPAGE);
+}
+
+/* Drop the pages of withheld segment i. Not huge any more first: khugepaged would otherwise
+ * collapse the range back into a huge page with the segment beside it, zeros and all, and make
+ * it resident again. */
+static void drop_pages(struct segs *s, uint32_t i)
+{
+    if (s->huge) madvise(seg_base(s, i), s->seg_size, MADV_NOHUGEPAGE);
+    madvise(seg_base(s, i), s->seg_size, MADV_DONTNEED);
+}
 
 void seg_destroy(struct segs **sp)
 {
@@ -191,7 +204,18 @@ uint32_t seg_bucket_size(const struct segs *s, int id)
 
 uint32_t seg_size(const struct segs *s) { return s->seg_size; }
 uint32_t seg_count(const struct segs *s) { return s->nsegs; }
-uint32_t seg_used(const struct segs *s) { return s->nsegs - LOAD(&s->nfree); }
+uint32_t seg_used(const struct segs *s)
+{
+    return s->nsegs - LOAD(&s->nfree) - LOAD(&s->held);
+}
+uint32_t seg_held(const struct segs *s) { return LOAD(&s->held); }
+uint32_t seg_reserved(const struct segs *s)
+{
+    uint32_t held = LOAD(&s->held), want = LOAD(&s->held_want);
+    return held > want ? held : want;
+}
+uint64_t seg_ghost_bytes(const struct segs *s) { return LOAD(&s->ghost_bytes); }
+void seg_ghost_grew(struct segs *s) { seg_set_reserve(s, LOAD(&s->index_bytes)); }
 
 /* ---- pools -------------------------------------------------------------------------------- */
 
@@ -241,7 +265,8 @@ static bool pool_may_take(const struct segs *s, const struct seg_pool *pl, uint3
     if (force) return true;
     if (pl->quota_segs) return pl->nsegs + n <= pl->quota_segs;
     if (pl->nsegs + n <= POOL_MIN_SEGS) return true;
-    return s->nfree - n >= pool_owed(s);
+    uint32_t want = LOAD(&s->held_want), short_by = want > s->held ? want - s->held : 0;
+    return s->nfree - n >= pool_owed(s) + short_by;
 }
 
 static void take_bits(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n)
@@ -256,6 +281,7 @@ static void take_bits(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t 
         m->nrun = 0;
         m->start = 0;
         m->shares_tail = 0;
+        m->touched = 1;
         STORE(&m->nsid, pl->id);
         STORE(&m->state, (uint8_t)SS_BUSY);
     }
@@ -477,6 +503,25 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
     return it;
 }
 
+static uint32_t hold_one(struct segs *s);
+
+/* Withhold what the target lacks now, from pool pl (lock held, no quota) if no segment is free:
+ * the index or a ghost grew while the pool was full, and without this the pool would go on
+ * using the index's share until the sweeper's next tick. A segment or two per allocation. */
+static void withhold_now(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    for (int k = 0; k < 2 && LOAD(&s->held) < LOAD(&s->held_want); k++) {
+        pthread_mutex_lock(&s->free_lock);
+        uint32_t got = s->held < s->held_want ? hold_one(s) : SEG_NONE;
+        pthread_mutex_unlock(&s->free_lock);
+        if (got != SEG_NONE) {
+            drop_pages(s, got);
+            continue;
+        }
+        if (LOAD(&pl->nsegs) <= POOL_MIN_SEGS || !seg_give_back(s, pl, fn, ctx)) return;
+    }
+}
+
 struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nbytes,
                        uint8_t iflags, uint64_t hv, seg_visit_fn fn, void *ctx)
 {
@@ -486,6 +531,8 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
     uint32_t len = (uint32_t)seg_record_size(nkey, nbytes, iflags & ITEM_FLAGS);
     struct item tmp = {.nkey = nkey, .nbytes = nbytes, .iflags = iflags};
     pthread_mutex_lock(&pl->lock);
+    if (__builtin_expect(LOAD(&s->held) < LOAD(&s->held_want), 0) && !LOAD(&pl->quota_segs))
+        withhold_now(s, pl, fn, ctx);
     int q = evict_admit(pl, &tmp, hv);
     struct item *it = NULL;
     uint32_t since = pl->seal_seq;
@@ -571,4 +618,101 @@ void seg_count_gone(struct seg_pool *pl, const struct item *it, enum seg_visit w
         c->evictions++;
         if (r & SEG_GONE_UNFETCHED) c->evicted_unfetched++;
     }
+}
+
+/* ---- withheld segments: -m's share of the index and the ghosts ------------------------------- */
+
+/* Take one free segment out of circulation (free_lock held), if one is not owed to a quota:
+ * the highest one whose pages a pool has used (so that dropping them lowers RSS), else the
+ * highest (heads are taken from the bottom, so the pools' segments stay together at -m's start
+ * and a store's layout does not depend on what was withheld). */
+static uint32_t hold_one(struct segs *s)
+{
+    if (s->nfree <= pool_owed(s)) return SEG_NONE;
+    uint32_t got = SEG_NONE;
+    for (uint32_t w = (s->nsegs + 63) / 64; w-- > 0 && (got == SEG_NONE || !s->meta[got].touched);) {
+        for (uint64_t bits = s->freemap[w]; bits; bits &= ~(1ull << (63 - __builtin_clzll(bits)))) {
+            uint32_t i = w * 64 + 63 - (uint32_t)__builtin_clzll(bits);
+            if (got == SEG_NONE) got = i;
+            if (s->meta[i].touched) {
+                got = i;
+                break;
+            }
+        }
+    }
+    if (got == SEG_NONE) return SEG_NONE;
+    s->freemap[got / 64] &= ~(1ull << (got % 64));
+    s->nfree--;
+    struct seg_meta *m = &s->meta[got];
+    m->woff = m->start = 0;
+    m->prev = m->next = SEG_NONE;
+    m->touched = 0;
+    STORE(&m->state, (uint8_t)SS_HELD);
+    STORE(&s->held, s->held + 1);
+    return got;
+}
+
+/* Give one withheld segment back to the free map (free_lock held). */
+static void unhold_one(struct segs *s)
+{
+    for (uint32_t i = s->nsegs; i-- > 0;) {
+        if (LOAD(&s->meta[i].state) != SS_HELD) continue;
+        if (s->huge) madvise(seg_base(s, i), s->seg_size, MADV_HUGEPAGE);
+        STORE(&s->meta[i].state, (uint8_t)SS_FREE);
+        s->freemap[i / 64] |= 1ull << (i % 64);
+        if (i / 64 < s->free_hint) s->free_hint = i / 64;
+        s->nfree++;
+        STORE(&s->held, s->held - 1);
+        return;
+    }
+}
+
+uint32_t seg_set_reserve(struct segs *s, uint64_t index_bytes)
+{
+    STORE(&s->index_bytes, index_bytes);
+    uint64_t bytes = index_bytes + LOAD(&s->ghost_bytes);
+    /* whole segments, rounded up but for an eighth of one: -m holds them within 1/8 segment
+     * (128 KiB from -m 64 up), and a small index (a few KiB at -m 8) takes none of -m's 64 */
+    uint64_t want = (bytes + s->seg_size - s->seg_size / 8) >> s->seg_shift;
+    if (want > s->nsegs / 2) want = s->nsegs / 2;
+    STORE(&s->held_want, (uint32_t)want);
+    /* what is no longer needed goes back at once (no pages to drop: the next user faults them) */
+    if (LOAD(&s->held) > want) {
+        pthread_mutex_lock(&s->free_lock);
+        while (s->held > LOAD(&s->held_want)) unhold_one(s);
+        pthread_mutex_unlock(&s->free_lock);
+    }
+    return (uint32_t)want;
+}
+
+uint32_t seg_withhold(struct segs *s, uint64_t index_bytes, uint32_t max, seg_visit_fn fn,
+                      void *ctx)
+{
+    uint32_t want = seg_set_reserve(s, index_bytes);
+    for (uint32_t done = 0; done < max; done++) {
+        pthread_mutex_lock(&s->free_lock);
+        uint32_t held = s->held, got = SEG_NONE;
+        if (held > want) unhold_one(s);
+        else if (held < want) got = hold_one(s);
+        pthread_mutex_unlock(&s->free_lock);
+        if (held == want) break;
+        if (got != SEG_NONE) {
+            drop_pages(s, got); /* what the index and ghosts use instead */
+            continue;
+        }
+        if (held > want) continue;
+        /* No free segment: the pool without a quota owning the most gives one back. */
+        struct seg_pool *best = NULL;
+        for (int i = 0; i < STORE_NS_MAX; i++) {
+            struct seg_pool *pl = seg_pool_at(s, (uint16_t)i);
+            if (pl && !LOAD(&pl->quota_segs) && (!best || LOAD(&pl->nsegs) > LOAD(&best->nsegs)))
+                best = pl;
+        }
+        if (!best || LOAD(&best->nsegs) <= POOL_MIN_SEGS) break;
+        pthread_mutex_lock(&best->lock);
+        bool gave = seg_give_back(s, best, fn, ctx);
+        pthread_mutex_unlock(&best->lock);
+        if (!gave) break; /* busy items: the next tick tries again */
+    }
+    return LOAD(&s->held);
 }

@@ -25,7 +25,7 @@
 
 #include "node/store.h"
 
-#define SEG_CHUNK_MIN 28u
+#define SEG_CHUNK_MIN 24u /* the smallest record: a 22-byte header and a 1-byte key */
 #define SEG_CLASS_MAX 255 /* a class id fits a uint8_t; 0 means "no class" */
 #define SEG_NONE UINT32_MAX
 #define SEG_ALIGN 4u      /* records are 4-byte aligned */
@@ -108,11 +108,30 @@ uint32_t seg_size(const struct segs *s);
 uint32_t seg_count(const struct segs *s);
 /* Segments owned by pools now. */
 uint32_t seg_used(const struct segs *s);
+/* Segments withheld from the pools for the index and the ghosts (seg_withhold). */
+uint32_t seg_held(const struct segs *s);
+/* Segments items may not use: those withheld, or the target when it is ahead (seg_set_reserve). */
+uint32_t seg_reserved(const struct segs *s);
+/* Bytes of all pools' s3fifo ghost arrays. */
+uint64_t seg_ghost_bytes(const struct segs *s);
+
+/* -m bounds the index and the ghosts as well as items: keep as many whole segments out of the
+ * pools as `index_bytes` plus the ghosts take (rounded up; at most half of them), their pages
+ * given back to the kernel (MADV_DONTNEED) so that their share of RSS really goes. Takes free
+ * segments that quotas are not owed; when there are none, a pool without a quota gives one back
+ * (compacting while below 90% live, as for a lowered quota, else evicting its oldest). Does at
+ * most `max` segments' work. No lock held. Returns the segments withheld now. */
+uint32_t seg_withhold(struct segs *s, uint64_t index_bytes, uint32_t max, seg_visit_fn fn,
+                      void *ctx);
+/* Set the target of seg_withhold (segments for `index_bytes` plus the ghosts) at once, without
+ * moving anything: from then on pools without a quota leave free segments that the target lacks
+ * alone (so they stay untouched until withheld). Cheap; any thread. Returns the target. */
+uint32_t seg_set_reserve(struct segs *s, uint64_t index_bytes);
 
 /* Bytes a record of nkey, nbytes and (with_flags) client flags takes in the log. */
 static inline size_t seg_record_size(size_t nkey, size_t nbytes, bool with_flags)
 {
-    size_t n = sizeof(struct item) + nkey + nbytes + (with_flags ? 4 : 0);
+    size_t n = ITEM_HEADER + nkey + nbytes + (with_flags ? 4 : 0);
     return (n + SEG_ALIGN - 1) & ~(size_t)(SEG_ALIGN - 1);
 }
 static inline size_t seg_item_size(const struct item *it)

@@ -18,7 +18,8 @@
 
 #define SEG_BUCKET_DIRECT 8192u /* records up to this size find their bucket in a table */
 
-enum seg_state { SS_FREE, SS_HEAD, SS_SEALED, SS_RUN, SS_RUN_TAIL, SS_BUSY };
+/* SS_HELD: withheld from the pools for the index and the ghost (seg_withhold), pages dropped. */
+enum seg_state { SS_FREE, SS_HEAD, SS_SEALED, SS_RUN, SS_RUN_TAIL, SS_BUSY, SS_HELD };
 
 /* Queues of a pool: every policy uses Q_MAIN; s3fifo adds Q_SMALL for new items. */
 enum { Q_MAIN, Q_SMALL, Q_COUNT };
@@ -37,6 +38,7 @@ struct seg_meta {
     uint8_t state;  /* enum seg_state (relaxed atomic for walkers) */
     uint8_t queue;  /* Q_MAIN or Q_SMALL */
     uint8_t shares_tail; /* SS_RUN: the item ends in segment start + nrun, which holds records */
+    uint8_t touched; /* taken by a pool since its pages were last dropped (free_lock) */
 };
 
 struct seg_queue {
@@ -44,6 +46,8 @@ struct seg_queue {
     uint32_t len;        /* segments in the queue (a run counts its nrun) */
     uint32_t cur;        /* the head segment being appended to, or SEG_NONE */
 };
+
+typedef uint16_t ghost_fp_t; /* an s3fifo ghost entry (evict.c) */
 
 struct seg_pool {
     pthread_mutex_t lock;
@@ -57,9 +61,10 @@ struct seg_pool {
     uint32_t nsegs;       /* segments owned (free_lock; read relaxed elsewhere) */
     uint32_t quota_segs;  /* 0: no quota of its own (free_lock; read relaxed elsewhere) */
     struct seg_queue q[Q_COUNT];
-    uint32_t *ghost;      /* s3fifo: fingerprints of keys recently evicted from the small queue */
+    ghost_fp_t *ghost;    /* s3fifo: fingerprints of keys recently evicted from the small queue */
     uint32_t ghost_mask;
     uint32_t size_low;    /* s3fifo: estimated lower tercile of new records' sizes, 1/16 B */
+    bool ghost_used;      /* written at least once: counted in segs->ghost_bytes (evict.c) */
     struct seg_counters *bk; /* per bucket, [0..nbuckets] */
 } __attribute__((aligned(64)));
 
@@ -81,6 +86,13 @@ struct segs {
     uint64_t *freemap;         /* bit set: segment free */
     uint32_t nfree;
     uint32_t free_hint;        /* lowest word that may have a free bit */
+    /* Segments withheld from the pools so that -m also bounds the index and the ghosts
+     * (seg_withhold): `held` are out of the free map in state SS_HELD, `held_want` is the
+     * target; while held < held_want, pools without a quota leave the difference free. */
+    uint32_t held, held_want;
+    uint64_t ghost_bytes;      /* all pools' ghost arrays in use (atomic) */
+    bool huge;                 /* item memory advised MADV_HUGEPAGE (seg_advise_huge) */
+    uint64_t index_bytes;      /* the index's bytes at the last seg_set_reserve (atomic) */
     struct seg_pool *pools[STORE_NS_MAX];
 };
 
@@ -121,6 +133,8 @@ uint32_t seg_take_run(struct segs *s, struct seg_pool *pl, uint32_t n);
 void seg_release(struct segs *s, struct seg_pool *pl, uint32_t i, uint32_t n);
 /* seg.c: count a record given up by a visitor in pl's bucket counters (pool lock held). */
 void seg_count_gone(struct seg_pool *pl, const struct item *it, enum seg_visit why, int r);
+/* seg.c: ghost_bytes changed: withhold for it (pool lock held allowed). */
+void seg_ghost_grew(struct segs *s);
 /* seg.c: mark a record dead and uncount its bytes. */
 void seg_kill(struct segs *s, struct item *it, uint32_t len);
 
@@ -139,6 +153,10 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
  * moving live items of the segments with the most dead bytes into its heads; only while the
  * pool is below 90% live. False when that freed nothing. */
 bool seg_consolidate(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
+/* seg_reclaim.c: give at least one segment of pool pl (lock held) back to the free segments:
+ * by consolidating while below 90% live, else by evicting as the policy chooses (victims keep
+ * what it keeps), seg_shrink as a last resort. False when nothing could be given. */
+bool seg_give_back(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: give one segment (or run) of pool pl (lock held) back to the free segments,
  * evicting what it holds. False when nothing could be given. */
 bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx);
@@ -164,5 +182,6 @@ void evict_forget(struct seg_pool *pl, struct item *it);
 int evict_victim_queue(struct seg_pool *pl);
 int evict_pool_prepare(struct seg_pool *pl, enum seg_policy policy, uint64_t capacity);
 void evict_pool_free(struct seg_pool *pl);
+
 
 #endif

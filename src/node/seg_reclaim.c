@@ -48,6 +48,9 @@ bool seg_pool_roomy(struct segs *s, struct seg_pool *pl)
 {
     uint64_t segs = LOAD(&pl->quota_segs);
     if (segs == 0 || LOAD(&pl->nsegs) > segs) segs = LOAD(&pl->nsegs);
+    /* -m bounds the index and the ghosts too (seg_withhold): the 90% rule is of -m, so what is
+     * withheld for them counts as room of a pool sharing what quotas leave */
+    if (!LOAD(&pl->quota_segs)) segs += LOAD(&s->held);
     return pool_live(s, pl) * 10 < segs * s->seg_size * 9;
 }
 
@@ -55,7 +58,7 @@ void seg_put_filler(char *at, uint32_t len)
 {
     struct item *f = (struct item *)at;
     f->nkey = 0;
-    f->nbytes = len - (uint32_t)sizeof(struct item);
+    f->nbytes = len - (uint32_t)ITEM_HEADER;
     __atomic_store_n(&f->iflags, (uint8_t)ITEM_SEG_DEAD, __ATOMIC_RELEASE);
 }
 
@@ -367,6 +370,16 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
     uint32_t gone = before - LOAD(&pl->nsegs);
     pl->bk[0].segs_trimmed += gone;
     return gone > 0;
+}
+
+bool seg_give_back(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
+{
+    uint32_t before = LOAD(&pl->nsegs);
+    if (seg_consolidate(s, pl, fn, ctx)) return true;
+    /* full: evict by the policy (a referenced item stays, moved forward) until a victim empties */
+    for (uint32_t k = 0; k < before + 8 && LOAD(&pl->nsegs) >= before; k++)
+        if (!evict_one(s, pl, Q_MAIN, false, true, fn, ctx)) break;
+    return LOAD(&pl->nsegs) < before || seg_shrink(s, pl, fn, ctx);
 }
 
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
@@ -687,6 +700,7 @@ static bool take_this_free(struct segs *s, struct seg_pool *to, uint32_t i)
         m->prev = m->next = SEG_NONE;
         STORE(&m->live, 0);
         STORE(&m->pins, 0);
+        m->touched = 1;
         STORE(&m->nsid, to->id);
         STORE(&m->state, (uint8_t)SS_BUSY);
         STORE(&to->nsegs, to->nsegs + 1);

@@ -7,6 +7,7 @@
  * values out under the shard lock, so a move under that lock is invisible to them. */
 #include "node/store.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ _Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN | ITEM_HOL
  * sweeper thread frees each within about a second of its expiry without walking all memory.
  * Bounded per shard; items beyond the bound wait for the regular sweep. */
 #define STORE_TRANSIENT_TTL 60
-#define STORE_TRANSIENT_PER_SHARD 512
+#define STORE_TRANSIENT_PER_SHARD 2048
 
 struct transient_entry {
     uint64_t hv;  /* the key's hash and the CAS find the item wherever it has moved since */
@@ -51,6 +52,7 @@ struct store {
     struct transient *transient; /* INDEX_SHARDS of them */
     uint64_t memory;
     uint64_t item_max;
+    uint64_t trimmed_at; /* index table bytes at the last malloc_trim (sweeper thread only) */
 
     /* Flush state, read on every lookup, written by store_flush (under flush_lock).
      * Immediate flush at second flush_time: items with atime < flush_time are dead, and in that
@@ -130,7 +132,10 @@ static inline void store_cls_count(struct store *st, const struct item *it, int 
 static inline void store_unindex(struct store *st, struct index_shard *sh, uint64_t hv,
                                  struct item *it)
 {
+    uint64_t shrunk = sh->shrinks;
     if (index_remove(sh, hv, it)) store_cls_count(st, it, -1);
+    /* a smaller table: its share of -m goes back to the items now */
+    if (sh->shrinks != shrunk) seg_set_reserve(st->segs, index_table_bytes(st->index));
     __atomic_store_n(&it->iflags, it->iflags & ~ITEM_LINKED, __ATOMIC_RELAXED);
 }
 
@@ -277,6 +282,26 @@ static void transient_reap(void *ctx)
     }
 }
 
+/* Segments withheld per tick at most: an index growing while a large store fills (a few MB a
+ * second) is followed within a tick or two. */
+#define STORE_WITHHOLD_PER_TICK 32
+
+/* The sweeper's tick (about every second): transient items; -m's share of the index and the
+ * ghosts withheld from the pools (seg_withhold); and,
+ * after the index grew, malloc's free pages given back: outgrown tables leave free chunks in the
+ * workers' arenas, resident until trimmed. */
+static void store_tick(void *ctx)
+{
+    struct store *st = ctx;
+    transient_reap(ctx);
+    uint64_t tables = index_table_bytes(st->index);
+    if (tables != st->trimmed_at) {
+        malloc_trim(0);
+        st->trimmed_at = tables;
+    }
+    seg_withhold(st->segs, tables, STORE_WITHHOLD_PER_TICK, store_visit_sweep, st);
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 void store_options_default(struct store_options *o)
@@ -313,14 +338,23 @@ int store_create(struct store **out, const struct store_options *o, char *err, s
     if (seg_create(&st->segs, st->memory, st->item_max, err, errlen)) goto fail;
     if (o->huge_pages && seg_advise_huge(st->segs) != 0)
         log_warn("transparent huge pages unavailable for item memory; using normal pages");
-    if (index_create(&st->index, (unsigned)o->hash_power, err, errlen))
+    /* -m bounds the index too (seg_withhold): the first tables take at most 1/128 of it (the
+     * default 2^16 slots, 512 KiB, from -m 64 up); they grow with the items anyway. */
+    unsigned hash_power = (unsigned)o->hash_power;
+    while (hash_power > INDEX_SHARD_BITS + 3 &&
+           ((uint64_t)sizeof(uint64_t) << hash_power) > st->memory / 128)
+        hash_power--;
+    if (index_create(&st->index, hash_power, err, errlen))
         goto fail;
+    /* the first tables' share of -m is withheld from the start: a store's capacity is known
+     * before the first item, not a tick later */
+    seg_withhold(st->segs, index_table_bytes(st->index), UINT32_MAX, NULL, NULL);
     st->transient = calloc(INDEX_SHARDS, sizeof *st->transient);
     if (!st->transient) {
         snprintf(err, errlen, "out of memory creating the store");
         goto fail;
     }
-    if (sweeper_create(&st->sweeper, st->segs, store_visit_sweep, transient_reap, st,
+    if (sweeper_create(&st->sweeper, st->segs, store_visit_sweep, store_tick, st,
                        (uint32_t)o->sweep_interval_ms, err, errlen))
         goto fail;
     *out = st;
@@ -369,7 +403,7 @@ void store_unlock(struct store *st, uint64_t hv)
 size_t store_item_size(const struct store *st, size_t nkey, size_t nbytes, uint32_t flags)
 {
     if (nkey > UINT8_MAX || nbytes > UINT32_MAX) return 0;
-    size_t total = sizeof(struct item) + nkey + nbytes + (flags ? sizeof flags : 0);
+    size_t total = ITEM_HEADER + nkey + nbytes + (flags ? sizeof flags : 0);
     /* memcached counts the value's \r\n against the limit; so do we, to refuse the same items */
     if (total + 2 > st->item_max) return 0;
     return seg_record_size(nkey, nbytes, flags != 0);
@@ -450,7 +484,10 @@ struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_
 bool store_link(struct store *st, uint64_t hv, struct item *it, uint32_t now)
 {
     struct index_shard *sh = index_shard_of(st->index, hv);
+    uint64_t grown = sh->expansions;
     if (!index_insert(sh, hv, it)) return false;
+    /* a bigger table: -m's share for the index grows now, so pools leave that room untouched */
+    if (sh->expansions != grown) seg_set_reserve(st->segs, index_table_bytes(st->index));
     store_cls_count(st, it, 1);
     it->atime = now;
     if (item_cas(it) == 0) item_set_cas(it, store_next_cas(st));
@@ -502,7 +539,9 @@ void store_bump(struct store *st, struct item *it, uint32_t now)
 
 uint64_t store_next_cas(struct store *st)
 {
-    return __atomic_fetch_add(&st->cas_next, 1, __ATOMIC_RELAXED);
+    /* 48 bits kept (item_cas): 0 is "none", so the counter wraps to 1 */
+    uint64_t v = __atomic_fetch_add(&st->cas_next, 1, __ATOMIC_RELAXED) & STORE_CAS_MAX;
+    return v ? v : store_next_cas(st);
 }
 
 void store_flush(struct store *st, uint32_t when, uint32_t now)
@@ -582,10 +621,12 @@ void store_stats(struct store *st, struct store_stats *out)
     out->slab_pages_trimmed = c.segs_trimmed;
     out->alloc_failures = c.alloc_failures;
     out->hash_bytes = buckets * sizeof(uint64_t); /* one slot each (index.h) */
+    out->ghost_bytes = seg_ghost_bytes(st->segs);
+    out->reserved_bytes = (uint64_t)seg_held(st->segs) * seg_size(st->segs);
     out->hash_power_level = 63 - (uint64_t)__builtin_clzll(buckets);
     out->limit_maxbytes = st->memory;
     out->page_size = seg_size(st->segs);
-    out->pages_total = seg_count(st->segs);
+    out->pages_total = seg_count(st->segs) - seg_reserved(st->segs); /* what items may use */
     out->pages_used = seg_used(st->segs);
 }
 

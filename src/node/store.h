@@ -36,24 +36,31 @@ enum {
                                  memcached does; set before linking only */
 };
 
-/* One cached item: a 24-byte header, then key bytes, value bytes and, only when they are not 0,
- * 4 bytes of client flags, in one record of the log. Records are 4-byte aligned, so no field
- * needs more: the CAS is two halves (item_cas/item_set_cas). The size class and the hash chain
- * are not stored: the class is the bucket of the record's size, and the index keeps its slots.
- * Times are on the store clock (clock_now(): seconds since start); exptime 0 = never. */
+/* One cached item: a 22-byte header (ITEM_HEADER), then key bytes, value bytes and, only when
+ * they are not 0, 4 bytes of client flags, in one record of the log. Records are 4-byte aligned,
+ * so no field needs more: the CAS is two parts (item_cas/item_set_cas), 48 bits in all (-m holds
+ * every byte of the header: 2 of 24 were the CAS's top 16 bits, which a counter starting at 1
+ * reaches after 2^48 stores). sizeof(struct item) is 24 with padding: the record's key starts at
+ * data, offset 22. The size class and the hash chain are not stored: the class is the bucket of
+ * the record's size, and the index keeps its slots. Times are on the store clock (clock_now():
+ * seconds since start); exptime 0 = never. */
 struct item {
-    uint32_t cas_lo, cas_hi; /* CAS unique; also the lease token */
+    uint32_t cas_lo; /* CAS unique, low 32 of 48 bits; also the lease token */
     uint32_t exptime;
     uint32_t atime;  /* last access or store, store clock */
     uint32_t nbytes; /* value length, without \r\n */
+    uint16_t cas_hi; /* CAS, high 16 of 48 bits */
     uint8_t nkey;
     uint8_t iflags;
     uint8_t clock; /* eviction policy state (see node/evict.c); relaxed atomics, no lock */
     uint8_t nsid;  /* namespace id (see node/ns.h); set by store_alloc */
     char data[];   /* key, value, [flags] */
 };
-_Static_assert(sizeof(struct item) == 24, "the item header must stay 24 bytes");
+#define ITEM_HEADER offsetof(struct item, data)
+_Static_assert(offsetof(struct item, data) == 22, "the item header is 22 bytes");
 _Static_assert(_Alignof(struct item) == 4, "items live in 4-byte aligned chunks");
+/* The largest CAS an item keeps (48 bits): `ms ... E` tokens above it are refused. */
+#define STORE_CAS_MAX ((UINT64_C(1) << 48) - 1)
 
 static inline uint64_t item_cas(const struct item *it)
 {
@@ -62,7 +69,7 @@ static inline uint64_t item_cas(const struct item *it)
 static inline void item_set_cas(struct item *it, uint64_t v)
 {
     it->cas_lo = (uint32_t)v;
-    it->cas_hi = (uint32_t)(v >> 32);
+    it->cas_hi = (uint16_t)(v >> 32);
 }
 
 /* Namespaces the engine keeps figures for (ids 0..STORE_NS_MAX-1). */
@@ -115,6 +122,8 @@ static inline char *item_value(struct item *it) { return it->data + it->nkey; }
     X(slab_pages_moved, COUNTER, "log segments cleaned (live items compacted) to make room")     \
     X(slab_pages_trimmed, COUNTER, "log segments given back by namespaces over their quota")      \
     X(hash_bytes, GAUGE, "bytes used by hash tables")                                            \
+    X(ghost_bytes, GAUGE, "bytes used by the s3fifo ghosts (evicted keys' fingerprints)")        \
+    X(reserved_bytes, GAUGE, "bytes of -m withheld from items for hash tables and ghosts")       \
     X(hash_power_level, GAUGE, "log2 of total hash buckets")                                     \
     X(hash_expansions, COUNTER, "shard table doublings")                                         \
     X(alloc_failures, COUNTER, "allocations that found nothing to evict")

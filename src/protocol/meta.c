@@ -158,7 +158,8 @@ static void meta_flag(struct proto_req *req, struct flag_errs *fe, const struct 
         if (!proto_mc_u64(tok, ntok, &m->cas_in)) soft(fe, e_badtoken);
         break;
     case 'E':
-        if (!proto_mc_u64(tok, ntok, &m->cas_new)) soft(fe, e_badtoken);
+        /* the node keeps 48-bit CAS values (store.h STORE_CAS_MAX) */
+        if (!proto_mc_u64(tok, ntok, &m->cas_new) || m->cas_new >> 48) soft(fe, e_badtoken);
         break;
     case 'S':
         if (!proto_mc_u64(tok, ntok, &u)) soft(fe, e_badtoken);

@@ -23,6 +23,17 @@ def test_ms_E_sets_cas(raw):
     assert raw.get("k", cmd="gets")[0][3] == 12345
 
 
+def test_ms_E_takes_a_48_bit_cas_and_refuses_a_larger_one(raw):
+    """Items keep 48-bit CAS values (2 header bytes fewer an item, docs/protocol.md): the largest
+    round-trips, one more is a bad token and stores nothing."""
+    top = (1 << 48) - 1
+    assert raw.meta(f"ms k 1 E{top} c", b"x").line == f"HD c{top}"
+    assert raw.get("k", cmd="gets")[0][3] == top
+    assert raw.meta(f"ms j 1 E{top + 1}", b"x").line.startswith("CLIENT_ERROR bad token")
+    assert raw.meta("mg j").line == "EN", "nothing stored under a refused token"
+    assert raw.meta("mg k c").line == f"HD c{top}"
+
+
 def test_ms_E_then_cas_compare_uses_it(raw):
     raw.meta("ms k 1 E777", b"x")
     assert raw.meta("ms k 1 C777", b"y").line == "HD"

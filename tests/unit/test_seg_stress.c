@@ -273,7 +273,7 @@ static uint64_t run(uint64_t mb, int seconds, bool churn)
         if (it) {
             assert_true(intact(it, key, nkey, k));
             found++;
-            bytes += 24 + it->nkey + it->nbytes;
+            bytes += ITEM_HEADER + it->nkey + it->nbytes;
         }
         store_unlock(st, hv);
     }
