@@ -27,7 +27,7 @@
 
 #define CLEAN_MIN_DEAD_SHIFT 4 /* cleaning a segment must free at least 1/16 of it */
 #define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
-#define RUN_WINDOW_TRIES 4      /* windows tried for one run */
+#define RUN_WINDOW_TRIES 6      /* windows tried for one run (the last one evicting) */
 #define RUN_BUSY_ROUNDS 200     /* retries of a busy item while clearing a window */
 #define RUN_SLIDES_MAX 16       /* runs slid down for one nested window */
 #define WINDOW_DEST_TRIES 32    /* segments cleaned for one item moved out of a window */
@@ -202,7 +202,18 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
         STORE(&m->state, (uint8_t)SS_HEAD);
         pl->q[want].cur = v;
     } else {
-        become_head(s, pl, empty ? want : dq, v);
+        /* The head with more room stays: a victim left with less (the end of a run in it, items
+         * that could not move) is sealed again instead, so that room only grows over successive
+         * victims (an item of nearly a segment needs almost all of one). */
+        int tq = empty ? want : dq;
+        uint32_t h = pl->q[tq].cur;
+        if (h != SEG_NONE && s->seg_size - s->meta[h].woff > s->seg_size - w) {
+            m->sealed_at = ++pl->seal_seq;
+            STORE(&m->state, (uint8_t)SS_SEALED);
+            seg_q_push(s, pl, tq, v);
+        } else {
+            become_head(s, pl, tq, v);
+        }
     }
     return s->seg_size - w;
 }
@@ -216,11 +227,12 @@ struct seg_span {
 static inline bool in_span(struct seg_span x, uint32_t i) { return i >= x.lo && i < x.hi; }
 
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
- * 1/16 of a segment, other than `skip` and those in spans a and b; a run whose item is gone wins
+ * 1/16 of a segment, other than `skip` and those in spans a and b, and whose room once emptied
+ * (the segment less the end of a run it holds) is at least `cap`; a run whose item is gone wins
  * at once. SEG_NONE if none. */
 static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                   uint32_t skip, struct seg_span a, struct seg_span b,
-                                   uint32_t since)
+                                   uint32_t cap, uint32_t skip, struct seg_span a,
+                                   struct seg_span b, uint32_t since)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -235,6 +247,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
                 if (live == 0) return i;
                 continue;
             }
+            if (s->seg_size - m->start < cap) continue;
             uint32_t dead = s->seg_size - m->start - live;
             if (dead >= min && dead > most) {
                 most = dead;
@@ -247,7 +260,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
 static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
                                 uint32_t skip)
 {
-    return clean_candidate_in(s, pl, need, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
+    return clean_candidate_in(s, pl, need, 0, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -324,7 +337,9 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * room accumulates over successive victims until the item fits. A victim whose dead
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
-        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
+        uint32_t v = clean_candidate_in(s, pl, 0, need, pl->clean_skip, NO_SPAN, NO_SPAN, since);
+        if (v == SEG_NONE)
+            v = clean_candidate_in(s, pl, 0, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
@@ -372,7 +387,7 @@ bool seg_shrink(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *ctx)
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
                     void *ctx)
 {
-    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, NO_SPAN,
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, 0, pl->clean_skip, NO_SPAN,
                                     NO_SPAN, since);
     if (v == SEG_NONE) return false;
     if (s->meta[v].state == SS_RUN) {
@@ -448,11 +463,13 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 /* ---- runs --------------------------------------------------------------------------------- */
 
 /* A window being cleared: its segments `w`, the window `x` it makes room for when nested (a run
- * found in x moves to w; NO_SPAN at depth 0) and the depth. A nested window holds no run and
- * evicts nothing: it fails instead, and the run it was for is evicted as before. */
+ * found in x moves to w; NO_SPAN at depth 0) and the depth. `evict`: an item that finds no room
+ * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
+ * window tried at depth 0 evicts; a nested window holds no run and never evicts. */
 struct window {
     struct seg_span w, x;
     int depth;
+    bool evict;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
@@ -484,14 +501,16 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
 }
 
 /* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
- * the one from `skip` and any overlapping x; `plain`: one holding no run. */
+ * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
-                                uint32_t skip, struct seg_span x, bool plain)
+                                const uint32_t *skip, int nskip, struct seg_span x, bool plain)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
     for (uint32_t i = 0; i + n <= s->nsegs; i++) {
-        if (i == skip || (i < x.hi && i + n > x.lo)) continue;
+        bool skipped = false;
+        for (int j = 0; j < nskip; j++) skipped |= skip[j] == i;
+        if (skipped || (i < x.hi && i + n > x.lo)) continue;
         uint64_t cost = 0;
         uint32_t k = i;
         bool ok = true;
@@ -515,6 +534,7 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
 static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
                                 const struct window *wd, seg_visit_fn fn, void *ctx)
 {
+    uint32_t since = ow->seal_seq; /* a victim cleaned here is not cleaned again here */
     for (int tries = 0; tries < WINDOW_DEST_TRIES; tries++) {
         uint32_t h = ow->q[q].cur;
         if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
@@ -527,7 +547,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             continue;
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
-        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, wd->w, wd->x, ow->seal_seq);
+        uint32_t v = clean_candidate_in(s, ow, 0, len, SEG_NONE, wd->w, wd->x, since);
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);
@@ -641,7 +661,7 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i,
                 }
             }
             struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, wd, fn, ctx);
-            if (!dst && wd->depth > 0) return false;
+            if (!dst && !wd->evict) return false;
             int rv;
             if (dst) {
                 uint32_t h = seg_of(s, dst);
@@ -821,18 +841,28 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx)
 {
-    uint32_t skip = SEG_NONE;
+    uint32_t skip[RUN_WINDOW_TRIES];
+    int nskip = 0;
     bool *mine = calloc(n, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
     int slides = 0;
     for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
-        uint32_t lo = cheapest_window(s, to, n, skip, wd->x, wd->depth > 0);
+        /* At depth 0 the windows are tried without evicting first (an item of nearly a segment
+         * or a run may find no room from one window and fit from another); the last try takes
+         * the cheapest window again, partly emptied by then, and evicts what finds no room. */
+        bool last = wd->depth == 0 && t == RUN_WINDOW_TRIES - 1;
+        wd->evict = last;
+        uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
                slide_a_run(s, wd->x, fn, ctx)) {
             slides++;
-            lo = cheapest_window(s, to, n, skip, wd->x, true);
+            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true);
+        }
+        if (lo == SEG_NONE && wd->depth == 0 && !last) {
+            t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
+            continue;
         }
         if (lo == SEG_NONE) break;
         wd->w = (struct seg_span){lo, lo + n};
@@ -860,7 +890,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
             for (uint32_t j = lo; j < lo + n; j++)
                 if (mine[j - lo]) seg_release(s, to, j, 1);
         if (ok) got_lo = lo;
-        skip = lo;
+        skip[nskip++] = lo;
     }
     free(mine);
     return got_lo;
