@@ -25,6 +25,7 @@
 #define LOAD SEG_LOAD
 #define STORE SEG_STORE
 
+
 #define CLEAN_MIN_DEAD_SHIFT 4 /* cleaning a segment must free at least 1/16 of it */
 #define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
 #define RUN_WINDOW_TRIES 6      /* windows tried for one run (the last one evicting) */
@@ -320,6 +321,9 @@ static bool steal_from_pools(struct segs *s, struct seg_pool *to, seg_visit_fn f
     return gave;
 }
 
+static bool head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
+                             void *ctx);
+
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
                  uint32_t since, seg_visit_fn fn, void *ctx)
 {
@@ -338,6 +342,11 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
         uint32_t v = clean_candidate_in(s, pl, 0, need, pl->clean_skip, NO_SPAN, NO_SPAN, since);
+        /* No victim can reach the room (an item of nearly a segment, the dead bytes all in
+         * segments holding the end of a run): empty one plain segment elsewhere for the head,
+         * as a window of one, its items moved into the heads. */
+        if (v == SEG_NONE && need > s->seg_size / 2 && head_from_window(s, pl, q, fn, ctx))
+            return true;
         if (v == SEG_NONE)
             v = clean_candidate_in(s, pl, 0, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
         if (v != SEG_NONE) {
@@ -465,11 +474,12 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 /* A window being cleared: its segments `w`, the window `x` it makes room for when nested (a run
  * found in x moves to w; NO_SPAN at depth 0) and the depth. `evict`: an item that finds no room
  * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
- * window tried at depth 0 evicts; a nested window holds no run and never evicts. */
+ * window tried at depth 0 evicts (unless `keep`); a nested window holds no run and never
+ * evicts. */
 struct window {
     struct seg_span w, x;
     int depth;
-    bool evict;
+    bool evict, keep;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
@@ -490,7 +500,12 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
     if (st == SS_RUN) {
-        if (plain || i + m->nrun > s->nsegs) return false;
+        if (i + m->nrun > s->nsegs) return false;
+        if (LOAD(&m->live) == 0) { /* its item is gone: nothing to move */
+            *cost += 1;
+            return true;
+        }
+        if (plain) return false;
         /* a run's item moves to free segments elsewhere (or to a window cleared for it), and
          * is evicted when there are none: a window of movable records costs far less */
         *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
@@ -851,7 +866,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
         /* At depth 0 the windows are tried without evicting first (an item of nearly a segment
          * or a run may find no room from one window and fit from another); the last try takes
          * the cheapest window again, partly emptied by then, and evicts what finds no room. */
-        bool last = wd->depth == 0 && t == RUN_WINDOW_TRIES - 1;
+        bool may_evict = wd->depth == 0 && !wd->keep, last = may_evict && t == RUN_WINDOW_TRIES - 1;
         wd->evict = last;
         uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
@@ -860,7 +875,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
             slides++;
             lo = cheapest_window(s, to, n, skip, nskip, wd->x, true);
         }
-        if (lo == SEG_NONE && wd->depth == 0 && !last) {
+        if (lo == SEG_NONE && may_evict && !last) {
             t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
             continue;
         }
@@ -899,9 +914,33 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
                       void *ctx)
 {
+    /* Runs whose items are gone are otherwise freed only when cleaning meets them. */
+    for (int q = 0; q < Q_COUNT; q++)
+        for (uint32_t i = pl->q[q].head, next; i != SEG_NONE; i = next) {
+            next = s->meta[i].next;
+            if (s->meta[i].state == SS_RUN && !LOAD(&s->meta[i].live) && !LOAD(&s->meta[i].pins))
+                run_release(s, pl, i);
+        }
+    uint32_t got = seg_take_run(s, pl, n);
+    if (got != SEG_NONE) return got;
     struct window wd = {.x = NO_SPAN, .depth = 0};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
     return lo;
+}
+
+/* Clear a window of one segment without evicting (pool pl's lock held, released meanwhile) and
+ * make it queue q's head. True when it did. */
+static bool head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
+                             void *ctx)
+{
+    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true};
+    pthread_mutex_unlock(&pl->lock);
+    uint32_t f = clear_window(s, pl, 1, &wd, fn, ctx);
+    pthread_mutex_lock(&pl->lock);
+    if (f == SEG_NONE) return false;
+    seg_seal_head(s, pl, q);
+    seg_install_head(s, pl, q, f);
+    return true;
 }
