@@ -550,6 +550,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
                                 const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     uint32_t since = ow->seal_seq; /* a victim cleaned here is not cleaned again here */
+    bool emptied = false;
     for (int tries = 0; tries < WINDOW_DEST_TRIES; tries++) {
         uint32_t h = ow->q[q].cur;
         if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
@@ -563,6 +564,21 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
         uint32_t v = clean_candidate_in(s, ow, 0, len, SEG_NONE, wd->w, wd->x, since);
+        if (v == SEG_NONE && wd->depth == 0 && len > s->seg_size / 2 && !emptied) {
+            /* No victim can reach the room (the dead bytes all in segments holding a run's
+             * end): empty one plain segment outside the window for the head, as a nested
+             * window of one (it evicts nothing). */
+            struct window in = {.x = wd->w, .depth = 1};
+            emptied = true;
+            pthread_mutex_unlock(&ow->lock);
+            uint32_t e = clear_window(s, ow, 1, &in, fn, ctx);
+            pthread_mutex_lock(&ow->lock);
+            if (e != SEG_NONE) {
+                seg_seal_head(s, ow, q);
+                seg_install_head(s, ow, q, e);
+                continue;
+            }
+        }
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);
