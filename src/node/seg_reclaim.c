@@ -475,24 +475,26 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
  * found in x moves to w; NO_SPAN at depth 0) and the depth. `evict`: an item that finds no room
  * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
  * window tried at depth 0 evicts (unless `keep`); a nested window holds no run and never
- * evicts. */
+ * evicts. `own`: only segments `to` owns already (a head emptied for a store the pool may not
+ * take a free segment for: its quota, or what quota'd pools are owed). */
 struct window {
     struct seg_span w, x;
     int depth;
-    bool evict, keep;
+    bool evict, keep, own;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx);
 
 /* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
- * re-checked under the owner's lock)? `plain`: not if it is a run. */
+ * re-checked under the owner's lock)? `plain`: not if it is a run; `own`: only if `to` owns it. */
 static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
-                      bool plain, uint64_t *cost)
+                      bool plain, bool own, uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
-    if (st == SS_FREE) return true;
+    if (st == SS_FREE) return !own;
+    if (own && LOAD(&m->nsid) != to->id) return false;
     if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
     /* a segment holding the end of a run is cleared only after that run, in the same window */
     if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo)) return false;
@@ -518,7 +520,8 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
 /* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
  * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
-                                const uint32_t *skip, int nskip, struct seg_span x, bool plain)
+                                const uint32_t *skip, int nskip, struct seg_span x, bool plain,
+                                bool own)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
@@ -530,7 +533,7 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
         uint32_t k = i;
         bool ok = true;
         while (ok && k < i + n) {
-            ok = window_ok(s, to, i, k, plain, &cost);
+            ok = window_ok(s, to, i, k, plain, own, &cost);
             if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
         }
         /* a run sticking out of the window is cleared whole */
@@ -568,7 +571,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             /* No victim can reach the room (the dead bytes all in segments holding a run's
              * end): empty one plain segment outside the window for the head, as a nested
              * window of one (it evicts nothing). */
-            struct window in = {.x = wd->w, .depth = 1};
+            struct window in = {.x = wd->w, .depth = 1, .own = true};
             emptied = true;
             pthread_mutex_unlock(&ow->lock);
             uint32_t e = clear_window(s, ow, 1, &in, fn, ctx);
@@ -773,9 +776,9 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
                             const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[k];
-    if (LOAD(&m->state) == SS_FREE) return take_this_free(s, to, k) ? 1 : 0;
+    if (LOAD(&m->state) == SS_FREE) return !wd->own && take_this_free(s, to, k) ? 1 : 0;
     struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
-    if (!ow) return 0;
+    if (!ow || (wd->own && ow != to)) return 0;
     pthread_mutex_lock(&ow->lock);
     uint8_t st = LOAD(&m->state);
     uint32_t got = 0;
@@ -852,7 +855,7 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
         if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
         struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
         uint64_t cost = 0;
-        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, &cost))
+        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, false, &cost))
             continue;
         struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
         uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
@@ -884,12 +887,13 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
          * the cheapest window again, partly emptied by then, and evicts what finds no room. */
         bool may_evict = wd->depth == 0 && !wd->keep, last = may_evict && t == RUN_WINDOW_TRIES - 1;
         wd->evict = last;
-        uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0);
+        uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0,
+                                      wd->own);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
                slide_a_run(s, wd->x, fn, ctx)) {
             slides++;
-            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true);
+            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own);
         }
         if (lo == SEG_NONE && may_evict && !last) {
             t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
@@ -901,7 +905,8 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
          * window lands in it. */
         memset(mine, 0, n * sizeof *mine);
         for (uint32_t k = lo; k < lo + n; k++)
-            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, to, k);
+            if (!wd->own && LOAD(&s->meta[k].state) == SS_FREE)
+                mine[k - lo] = take_this_free(s, to, k);
         uint32_t k = lo, beyond = lo + n;
         bool ok = true;
         while (ok && k < lo + n) {
@@ -951,7 +956,7 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
 static bool head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
                              void *ctx)
 {
-    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true};
+    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true, .own = true};
     pthread_mutex_unlock(&pl->lock);
     uint32_t f = clear_window(s, pl, 1, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
