@@ -25,9 +25,10 @@
 #define LOAD SEG_LOAD
 #define STORE SEG_STORE
 
+
 #define CLEAN_MIN_DEAD_SHIFT 4 /* cleaning a segment must free at least 1/16 of it */
 #define VICTIM_SKIP 8           /* pinned segments skipped at a queue's head before giving up */
-#define RUN_WINDOW_TRIES 4      /* windows tried for one run */
+#define RUN_WINDOW_TRIES 6      /* windows tried for one run (the last one evicting) */
 #define RUN_BUSY_ROUNDS 200     /* retries of a busy item while clearing a window */
 #define RUN_SLIDES_MAX 16       /* runs slid down for one nested window */
 #define WINDOW_DEST_TRIES 32    /* segments cleaned for one item moved out of a window */
@@ -205,7 +206,18 @@ static uint32_t process(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
         STORE(&m->state, (uint8_t)SS_HEAD);
         pl->q[want].cur = v;
     } else {
-        become_head(s, pl, empty ? want : dq, v);
+        /* The head with more room stays: a victim left with less (the end of a run in it, items
+         * that could not move) is sealed again instead, so that room only grows over successive
+         * victims (an item of nearly a segment needs almost all of one). */
+        int tq = empty ? want : dq;
+        uint32_t h = pl->q[tq].cur;
+        if (h != SEG_NONE && s->seg_size - s->meta[h].woff > s->seg_size - w) {
+            m->sealed_at = ++pl->seal_seq;
+            STORE(&m->state, (uint8_t)SS_SEALED);
+            seg_q_push(s, pl, tq, v);
+        } else {
+            become_head(s, pl, tq, v);
+        }
     }
     return s->seg_size - w;
 }
@@ -219,11 +231,12 @@ struct seg_span {
 static inline bool in_span(struct seg_span x, uint32_t i) { return i >= x.lo && i < x.hi; }
 
 /* The sealed segment of pl with the most dead bytes, if cleaning it frees at least `need` and
- * 1/16 of a segment, other than `skip` and those in spans a and b; a run whose item is gone wins
+ * 1/16 of a segment, other than `skip` and those in spans a and b, and whose room once emptied
+ * (the segment less the end of a run it holds) is at least `cap`; a run whose item is gone wins
  * at once. SEG_NONE if none. */
 static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need,
-                                   uint32_t skip, struct seg_span a, struct seg_span b,
-                                   uint32_t since)
+                                   uint32_t cap, uint32_t skip, struct seg_span a,
+                                   struct seg_span b, uint32_t since)
 {
     uint32_t best = SEG_NONE, most = 0;
     uint32_t min = s->seg_size >> CLEAN_MIN_DEAD_SHIFT;
@@ -238,6 +251,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
                 if (live == 0) return i;
                 continue;
             }
+            if (s->seg_size - m->start < cap) continue;
             uint32_t dead = s->seg_size - m->start - live;
             if (dead >= min && dead > most) {
                 most = dead;
@@ -250,7 +264,7 @@ static uint32_t clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t
 static uint32_t clean_candidate(struct segs *s, struct seg_pool *pl, uint32_t need,
                                 uint32_t skip)
 {
-    return clean_candidate_in(s, pl, need, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
+    return clean_candidate_in(s, pl, need, 0, skip, NO_SPAN, NO_SPAN, pl->seal_seq);
 }
 
 /* The oldest unpinned victim of queue q (SEG_NONE if none near its head). */
@@ -310,6 +324,9 @@ static bool steal_from_pools(struct segs *s, struct seg_pool *to, seg_visit_fn f
     return gave;
 }
 
+static bool head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
+                             void *ctx);
+
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
                  uint32_t since, seg_visit_fn fn, void *ctx)
 {
@@ -327,7 +344,14 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
          * room accumulates over successive victims until the item fits. A victim whose dead
          * bytes sit before an item that cannot move (the caller's own, a busy one) may free
          * nothing: the next look passes it over. */
-        uint32_t v = clean_candidate_in(s, pl, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
+        uint32_t v = clean_candidate_in(s, pl, 0, need, pl->clean_skip, NO_SPAN, NO_SPAN, since);
+        /* No victim can reach the room (an item of nearly a segment, the dead bytes all in
+         * segments holding the end of a run): empty one plain segment elsewhere for the head,
+         * as a window of one, its items moved into the heads. */
+        if (v == SEG_NONE && need > s->seg_size / 2 && head_from_window(s, pl, q, fn, ctx))
+            return true;
+        if (v == SEG_NONE)
+            v = clean_candidate_in(s, pl, 0, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);
         if (v != SEG_NONE) {
             if (s->meta[v].state == SS_RUN) {
                 run_release(s, pl, v);
@@ -385,7 +409,7 @@ bool seg_give_back(struct segs *s, struct seg_pool *pl, seg_visit_fn fn, void *c
 bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, seg_visit_fn fn,
                     void *ctx)
 {
-    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, pl->clean_skip, NO_SPAN,
+    uint32_t v = clean_candidate_in(s, pl, s->seg_size / 4 * 3, 0, pl->clean_skip, NO_SPAN,
                                     NO_SPAN, since);
     if (v == SEG_NONE) return false;
     if (s->meta[v].state == SS_RUN) {
@@ -461,24 +485,29 @@ uint32_t seg_reserve(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
 /* ---- runs --------------------------------------------------------------------------------- */
 
 /* A window being cleared: its segments `w`, the window `x` it makes room for when nested (a run
- * found in x moves to w; NO_SPAN at depth 0) and the depth. A nested window holds no run and
- * evicts nothing: it fails instead, and the run it was for is evicted as before. */
+ * found in x moves to w; NO_SPAN at depth 0) and the depth. `evict`: an item that finds no room
+ * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
+ * window tried at depth 0 evicts (unless `keep`); a nested window holds no run and never
+ * evicts. `own`: only segments `to` owns already (a head emptied for a store the pool may not
+ * take a free segment for: its quota, or what quota'd pools are owed). */
 struct window {
     struct seg_span w, x;
     int depth;
+    bool evict, keep, own;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx);
 
 /* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
- * re-checked under the owner's lock)? `plain`: not if it is a run. */
+ * re-checked under the owner's lock)? `plain`: not if it is a run; `own`: only if `to` owns it. */
 static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
-                      bool plain, uint64_t *cost)
+                      bool plain, bool own, uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
-    if (st == SS_FREE) return true;
+    if (st == SS_FREE) return !own;
+    if (own && LOAD(&m->nsid) != to->id) return false;
     if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
     /* a segment holding the end of a run is cleared only after that run, in the same window */
     if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo)) return false;
@@ -486,7 +515,12 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
     if (st == SS_RUN) {
-        if (plain || i + m->nrun > s->nsegs) return false;
+        if (i + m->nrun > s->nsegs) return false;
+        if (LOAD(&m->live) == 0) { /* its item is gone: nothing to move */
+            *cost += 1;
+            return true;
+        }
+        if (plain) return false;
         /* a run's item moves to free segments elsewhere (or to a window cleared for it), and
          * is evicted when there are none: a window of movable records costs far less */
         *cost += (uint64_t)LOAD(&m->live) * 64 + 1;
@@ -497,19 +531,22 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
 }
 
 /* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
- * the one from `skip` and any overlapping x; `plain`: one holding no run. */
+ * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
-                                uint32_t skip, struct seg_span x, bool plain)
+                                const uint32_t *skip, int nskip, struct seg_span x, bool plain,
+                                bool own)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
     for (uint32_t i = 0; i + n <= s->nsegs; i++) {
-        if (i == skip || (i < x.hi && i + n > x.lo)) continue;
+        bool skipped = false;
+        for (int j = 0; j < nskip; j++) skipped |= skip[j] == i;
+        if (skipped || (i < x.hi && i + n > x.lo)) continue;
         uint64_t cost = 0;
         uint32_t k = i;
         bool ok = true;
         while (ok && k < i + n) {
-            ok = window_ok(s, to, i, k, plain, &cost);
+            ok = window_ok(s, to, i, k, plain, own, &cost);
             if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
         }
         /* a run sticking out of the window is cleared whole */
@@ -528,6 +565,8 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
 static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint32_t len,
                                 const struct window *wd, seg_visit_fn fn, void *ctx)
 {
+    uint32_t since = ow->seal_seq; /* a victim cleaned here is not cleaned again here */
+    bool emptied = false;
     for (int tries = 0; tries < WINDOW_DEST_TRIES; tries++) {
         uint32_t h = ow->q[q].cur;
         if (h != SEG_NONE && !in_span(wd->w, h) && !in_span(wd->x, h) &&
@@ -540,7 +579,22 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             continue;
         }
         if (!seg_pool_roomy(s, ow)) return NULL;
-        uint32_t v = clean_candidate_in(s, ow, 0, SEG_NONE, wd->w, wd->x, ow->seal_seq);
+        uint32_t v = clean_candidate_in(s, ow, 0, len, SEG_NONE, wd->w, wd->x, since);
+        if (v == SEG_NONE && wd->depth == 0 && len > s->seg_size / 2 && !emptied) {
+            /* No victim can reach the room (the dead bytes all in segments holding a run's
+             * end): empty one plain segment outside the window for the head, as a nested
+             * window of one (it evicts nothing). */
+            struct window in = {.x = wd->w, .depth = 1, .own = true};
+            emptied = true;
+            pthread_mutex_unlock(&ow->lock);
+            uint32_t e = clear_window(s, ow, 1, &in, fn, ctx);
+            pthread_mutex_lock(&ow->lock);
+            if (e != SEG_NONE) {
+                seg_seal_head(s, ow, q);
+                seg_install_head(s, ow, q, e);
+                continue;
+            }
+        }
         if (v == SEG_NONE) return NULL;
         if (s->meta[v].state == SS_RUN) {
             run_release(s, ow, v);
@@ -654,7 +708,7 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i,
                 }
             }
             struct item *dst = run ? NULL : window_dest(s, ow, m->queue, len, wd, fn, ctx);
-            if (!dst && wd->depth > 0) return false;
+            if (!dst && !wd->evict) return false;
             int rv;
             if (dst) {
                 uint32_t h = seg_of(s, dst);
@@ -736,9 +790,9 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
                             const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[k];
-    if (LOAD(&m->state) == SS_FREE) return take_this_free(s, to, k) ? 1 : 0;
+    if (LOAD(&m->state) == SS_FREE) return !wd->own && take_this_free(s, to, k) ? 1 : 0;
     struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
-    if (!ow) return 0;
+    if (!ow || (wd->own && ow != to)) return 0;
     pthread_mutex_lock(&ow->lock);
     uint8_t st = LOAD(&m->state);
     uint32_t got = 0;
@@ -815,7 +869,7 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
         if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
         struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
         uint64_t cost = 0;
-        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, &cost))
+        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, false, &cost))
             continue;
         struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
         uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
@@ -835,18 +889,29 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx)
 {
-    uint32_t skip = SEG_NONE;
+    uint32_t skip[RUN_WINDOW_TRIES];
+    int nskip = 0;
     bool *mine = calloc(n, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
     int slides = 0;
     for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
-        uint32_t lo = cheapest_window(s, to, n, skip, wd->x, wd->depth > 0);
+        /* At depth 0 the windows are tried without evicting first (an item of nearly a segment
+         * or a run may find no room from one window and fit from another); the last try takes
+         * the cheapest window again, partly emptied by then, and evicts what finds no room. */
+        bool may_evict = wd->depth == 0 && !wd->keep, last = may_evict && t == RUN_WINDOW_TRIES - 1;
+        wd->evict = last;
+        uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0,
+                                      wd->own);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
                slide_a_run(s, wd->x, fn, ctx)) {
             slides++;
-            lo = cheapest_window(s, to, n, skip, wd->x, true);
+            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own);
+        }
+        if (lo == SEG_NONE && may_evict && !last) {
+            t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
+            continue;
         }
         if (lo == SEG_NONE) break;
         wd->w = (struct seg_span){lo, lo + n};
@@ -854,7 +919,8 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
          * window lands in it. */
         memset(mine, 0, n * sizeof *mine);
         for (uint32_t k = lo; k < lo + n; k++)
-            if (LOAD(&s->meta[k].state) == SS_FREE) mine[k - lo] = take_this_free(s, to, k);
+            if (!wd->own && LOAD(&s->meta[k].state) == SS_FREE)
+                mine[k - lo] = take_this_free(s, to, k);
         uint32_t k = lo, beyond = lo + n;
         bool ok = true;
         while (ok && k < lo + n) {
@@ -874,7 +940,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
             for (uint32_t j = lo; j < lo + n; j++)
                 if (mine[j - lo]) seg_release(s, to, j, 1);
         if (ok) got_lo = lo;
-        skip = lo;
+        skip[nskip++] = lo;
     }
     free(mine);
     return got_lo;
@@ -883,9 +949,33 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
                       void *ctx)
 {
+    /* Runs whose items are gone are otherwise freed only when cleaning meets them. */
+    for (int q = 0; q < Q_COUNT; q++)
+        for (uint32_t i = pl->q[q].head, next; i != SEG_NONE; i = next) {
+            next = s->meta[i].next;
+            if (s->meta[i].state == SS_RUN && !LOAD(&s->meta[i].live) && !LOAD(&s->meta[i].pins))
+                run_release(s, pl, i);
+        }
+    uint32_t got = seg_take_run(s, pl, n);
+    if (got != SEG_NONE) return got;
     struct window wd = {.x = NO_SPAN, .depth = 0};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
     return lo;
+}
+
+/* Clear a window of one segment without evicting (pool pl's lock held, released meanwhile) and
+ * make it queue q's head. True when it did. */
+static bool head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
+                             void *ctx)
+{
+    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true, .own = true};
+    pthread_mutex_unlock(&pl->lock);
+    uint32_t f = clear_window(s, pl, 1, &wd, fn, ctx);
+    pthread_mutex_lock(&pl->lock);
+    if (f == SEG_NONE) return false;
+    seg_seal_head(s, pl, q);
+    seg_install_head(s, pl, q, f);
+    return true;
 }

@@ -188,22 +188,45 @@ def check_rule(churn, lines, peak, capacity, evictions, items):
         f"{churn.lost[:5]}; {report}")
 
 
-@memcached_fails("1 MiB pages per size class, so at -m 8 it has fewer pages than the mix has "
-                 "classes, and at -m 64 and -m 1024 its slab automover moves pages far slower than "
-                 "the mix changes (25, 10,335 and 33,206 evictions)")
-@pytest.mark.parametrize("case", RULE_CASES)
-def test_no_eviction_while_live_bytes_stay_below_90_percent(start_server, case):
-    megabytes, phases = RULE_CASES[case]
+def rule_at(start_server, megabytes, phases, seed):
     server = start_server("-m", str(megabytes))
     if megabytes > 64 and sanitized(server.proc.pid):
         pytest.skip("3 GB of churn: 33 s and 1.4 GB resident under ASAN; -m 8 and -m 64 run the "
                     "same code")
     bulk = Bulk(server.host, server.port)
     churn, lines, peak = run_rule(bulk, megabytes * MB, phases, "r",
-                                  lambda b: int(b.stats()["bytes"]), seed=megabytes)
+                                  lambda b: int(b.stats()["bytes"]), seed=seed)
     st = node_stats(server)
+    lines.append(f"seed {seed}")
     check_rule(churn, lines, peak, megabytes * MB, st["evictions"], st["curr_items"])
     bulk.close()
+
+
+@memcached_fails("1 MiB pages per size class, so at -m 8 it has fewer pages than the mix has "
+                 "classes, and at -m 64 and -m 1024 its slab automover moves pages far slower than "
+                 "the mix changes (25, 10,335 and 33,206 evictions)")
+@pytest.mark.parametrize("case", RULE_CASES)
+def test_no_eviction_while_live_bytes_stay_below_90_percent(start_server, case):
+    """SHOAL_RULE_SEED=N runs the case's churn with seed N instead of its own (-m)."""
+    megabytes, phases = RULE_CASES[case]
+    rule_at(start_server, megabytes, phases, int(os.environ.get("SHOAL_RULE_SEED", megabytes)))
+
+
+# The -m 8 churn at other seeds: at -m 8 segments are 128 KiB, so most of the churn's bytes are
+# in runs of segments and items of nearly a segment, the cases where room is hardest to make.
+# Before the fixes of session 7, 17 of seeds 101..160 evicted (1 to 3 items each); all of these
+# did but 101, 102 and 103. Seed 104 (sizes 4 KB..512 KB only, in its third phase, leave every
+# segment part of a run or holding the end of one) still evicts 2: docs/architecture.md, "Runs".
+M8_SEEDS = [101, 102, 103, 106, 107, 108, 111, 112, 114, 117, 119, 121, 122, 127,
+            pytest.param(104, marks=pytest.mark.xfail(reason="runs start on a segment boundary: "
+                                                      "docs/architecture.md, Runs", strict=False))]
+
+
+@memcached_fails("1 MiB pages per size class: at -m 8 it has fewer pages than the mix has classes")
+@pytest.mark.parametrize("seed", M8_SEEDS)
+def test_no_eviction_below_90_percent_at_m8_for_many_seeds(start_server, seed):
+    megabytes, phases = RULE_CASES["m8"]
+    rule_at(start_server, megabytes, phases, seed)
 
 
 @pytest.mark.shoal_only
