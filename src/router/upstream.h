@@ -37,6 +37,7 @@
 #include "router/nodestats.h"
 #include "router/repairlog.h"
 #include "router/topo.h"
+#include "router/upqueue.h"
 
 #define UPSTREAM_CONNS_MAX 16
 
@@ -70,11 +71,12 @@ struct upnode {
     struct topo_node node;          /* address (copied: outlives topology tables) */
     struct nodestat_slot *stat;     /* this worker's figures for the node (NULL: not kept) */
     bool retired;                   /* not in the current table: freed once idle */
-    struct frag *wait, *wait_tail;  /* not yet sent */
-    uint32_t nwait;
+    struct upqueue wait;            /* not yet sent: fair between clients (upqueue.h) */
     uint32_t outstanding;           /* sent, no reply yet */
     uint32_t window;                /* most outstanding now: AIMD in 1 .. upstream_window */
     uint32_t grow;                  /* replies since the window last grew */
+    uint64_t reply_avg16;           /* its replies' average size x 16 (over about 16 replies;
+                                     * 0 before the first): upnode_room */
     uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
     uint32_t fails;                 /* consecutive failures (reset by any reply) */
     bool down;                      /* marked down: only probes are sent to it */
