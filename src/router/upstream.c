@@ -846,6 +846,11 @@ void upstream_check_timeouts(struct rworker *w)
          * against (its timeouts, --down-after), as it never had the request */
         for (struct frag *f = upqueue_take_expired(&un->wait, w->now_ms), *next; f; f = next) {
             next = f->next;
+            if (frag_abandoned(f)) { /* nobody waits for it: dropped, as upnode_pump would */
+                w->inflight--;
+                frag_destroy(f);
+                continue;
+            }
             w->m.window_timeouts++;
             if (f->failover != FAILOVER_NONE && failover_retry(un, f, false)) continue;
             SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, timeouts);
