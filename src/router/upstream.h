@@ -10,11 +10,14 @@
  * `mn` sent behind the requests on the connection tells whether the node's replies had shifted,
  * the node's fault, or the request was answered as the router did not foresee, the client's:
  * docs/router.md, "Whose fault a reply is"). A request that gets no
- * reply within timeout_ms fails with SERVER_ERROR; since later replies on that connection
- * could no longer be matched, the connection is closed and the requests behind it fail too
- * (never mismatched). Requests beyond the window wait in the router, not in the node. The window
- * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
- * each window's worth of replies, up to upstream_window.
+ * reply within timeout_ms of being sent fails with SERVER_ERROR; since later replies on that
+ * connection could no longer be matched, the connection is closed and the requests behind it
+ * fail too (never mismatched). Requests beyond the window wait in the router, not in the node,
+ * in a queue fair between clients (upqueue.h); one that waits timeout_ms there fails too, not
+ * as the node's fault (window_timeouts). The window is a sliding one (the paper's incast
+ * control): it halves on a timeout and grows by one for each window's worth of replies, up to
+ * upstream_window; and it holds no more than upstream_window_bytes of replies at the node's
+ * average reply size (upnode_room).
  *
  * Health: after down_after consecutive failures (a timeout, a lost or refused connection, a
  * reply no request explains; never anything a client's request made the node answer) the
