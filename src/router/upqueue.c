@@ -102,6 +102,7 @@ int upqueue_push(struct upqueue *q, struct frag *f, unsigned pin)
             return -1;
         }
         fl->pin = pin;
+        fl->turn = 0;
         fl->head = fl->tail = NULL;
         uint32_t h = upqueue_hash(q, pin);
         fl->hnext = q->buckets[h];
@@ -126,11 +127,15 @@ static struct frag *upflow_take(struct upflow *fl)
     return f;
 }
 
-struct frag *upqueue_pop(struct upqueue *q, unsigned *pin)
+struct frag *upqueue_pop(struct upqueue *q, uint32_t quantum, unsigned *pin)
 {
     bool fresh = q->fresh != NULL;
     struct upflow *fl = fresh ? q->fresh : q->round;
     if (fl == NULL) return NULL;
+    struct frag *f = upflow_take(fl);
+    q->nwait--;
+    *pin = fl->pin;
+    if (fl->head && ++fl->turn < quantum) return f; /* its turn goes on */
     if (fresh) {
         q->fresh = fl->next;
         if (q->fresh == NULL) q->fresh_tail = NULL;
@@ -138,9 +143,7 @@ struct frag *upqueue_pop(struct upqueue *q, unsigned *pin)
         q->round = fl->next;
         if (q->round == NULL) q->round_tail = NULL;
     }
-    struct frag *f = upflow_take(fl);
-    q->nwait--;
-    *pin = fl->pin;
+    fl->turn = 0;
     if (fl->head) upqueue_append(&q->round, &q->round_tail, fl); /* its turn comes again */
     else upqueue_drop(q, fl);
     return f;

@@ -5,10 +5,12 @@
  * any reply can show it does not read them) would hold every later client's request behind it
  * for as long as the node takes to answer them all. So each client has a flow of its own (keyed
  * by the pin that also picks its connection, upstream.c: its socket; 0 for the router's own
- * requests), kept in arrival order, and the window's free room is handed out one request at a
- * time across flows: first to flows that had nothing waiting (a client with one request in
- * flight, as a well-behaved one usually has), in the order they came, then round-robin over the
- * others. A client's requests keep their order (one flow, one connection), so do the requests
+ * requests), kept in arrival order, and the window's free room is handed out in turns across
+ * flows: first to flows that had nothing waiting (a client with one request in flight, as a
+ * well-behaved one usually has), in the order they came, then round-robin over the others. A
+ * turn is a few requests (the caller's quantum: upstream.c gives about 64 KB of replies, one
+ * request of large values), so that a client's small pipelined requests still go out, and
+ * their replies come back, together. A client's requests keep their order (one flow, one connection), so do the requests
  * in flight on a connection when they are retried (failover.h); there was never an order
  * between clients. */
 #ifndef SHOAL_ROUTER_UPQUEUE_H
@@ -23,6 +25,7 @@ struct upflow {
     struct upflow *next;        /* in the queue's fresh list or round, or its spares */
     struct upflow *hnext;       /* in its hash bucket */
     unsigned pin;
+    uint32_t turn;              /* requests taken in its current turn */
     struct frag *head, *tail;   /* waiting, oldest first (linked through frag->next) */
 };
 
@@ -47,8 +50,9 @@ static inline unsigned upqueue_next_pin(const struct upqueue *q)
 {
     return q->fresh ? q->fresh->pin : q->round->pin;
 }
-/* Take the next request to send (see above) and its pin; NULL when none waits. */
-struct frag *upqueue_pop(struct upqueue *q, unsigned *pin);
+/* Take the next request to send (see above) and its pin; NULL when none waits. A flow's turn
+ * lasts `quantum` requests (at least one), or until it has none left. */
+struct frag *upqueue_pop(struct upqueue *q, uint32_t quantum, unsigned *pin);
 /* Take every request whose deadline_ms is at or before now_ms (each flow's are in deadline
  * order: it is set when they are queued), as a list through frag->next, each flow's in order. */
 struct frag *upqueue_take_expired(struct upqueue *q, uint64_t now_ms);

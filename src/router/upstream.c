@@ -21,6 +21,8 @@
 #define UPSTREAM_READ_CHUNK 65536
 #define UPSTREAM_BUF_KEEP (256 * 1024)
 #define FRAG_LINE_KEEP 4096 /* a sent request's buffer above this is shrunk to its line */
+#define UPSTREAM_TURN_BYTES 65536 /* replies a client's turn in the wait queue lasts, about */
+#define UPSTREAM_TURN_MAX 64
 
 static void upnode_pump(struct upnode *un);
 
@@ -431,13 +433,25 @@ static uint32_t upnode_room(const struct upnode *un)
     return most / avg > 1 ? (uint32_t)(most / avg) : 1;
 }
 
+/* How many requests a client's turn in the wait queue lasts (upqueue.h): about
+ * UPSTREAM_TURN_BYTES of replies at the node's average reply size, 1 .. UPSTREAM_TURN_MAX. One
+ * request per turn is the fairest, but a client's pipeline then goes out (and its replies come
+ * back) one request at a time among everyone else's, each reply a write of its own; a few KB
+ * of replies per turn keep small requests batched and cost the others little. */
+static uint32_t upnode_quantum(const struct upnode *un)
+{
+    uint64_t avg = un->reply_avg16 / 16;
+    if (avg == 0 || UPSTREAM_TURN_BYTES / avg >= UPSTREAM_TURN_MAX) return UPSTREAM_TURN_MAX;
+    return UPSTREAM_TURN_BYTES / avg > 1 ? (uint32_t)(UPSTREAM_TURN_BYTES / avg) : 1;
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
     if (un->abandon) upnode_abandon(un);
     upnode_pump_dump(un);
-    uint32_t room = upnode_room(un);
+    uint32_t room = upnode_room(un), quantum = upnode_quantum(un);
     while (!upqueue_empty(&un->wait) && un->outstanding < room) {
         unsigned pin = upqueue_next_pin(&un->wait);
         struct upconn *uc = upnode_pick(un, pin);
@@ -445,7 +459,7 @@ static void upnode_pump(struct upnode *un)
             upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)", true);
             break;
         }
-        struct frag *f = upqueue_pop(&un->wait, &pin);
+        struct frag *f = upqueue_pop(&un->wait, quantum, &pin);
         if (frag_abandoned(f)) { /* its client is gone (closed over --buffers-max, say) */
             w->inflight--;
             frag_destroy(f);

@@ -1,6 +1,6 @@
 /* test_router_upqueue.c — unit tests for a node's fair wait queue (src/router/upqueue.c): each
  * client's requests leave in the order queued, a client with nothing waiting goes first, the
- * others take turns, expired requests are taken per flow in order, and draining it leaves it
+ * others take turns (of one request, or of a quantum), expired requests are taken per flow in order, and draining it leaves it
  * empty and reusable (flows and buckets grown and given back). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,7 +35,7 @@ static void pop_is(struct upqueue *q, int want, unsigned pin)
     assert_false(upqueue_empty(q));
     assert_int_equal(upqueue_next_pin(q), pin);
     unsigned got_pin = 99999;
-    struct frag *f = upqueue_pop(q, &got_pin);
+    struct frag *f = upqueue_pop(q, 1, &got_pin);
     assert_ptr_equal(f, &frags[want]);
     assert_int_equal(got_pin, pin);
 }
@@ -49,7 +49,7 @@ static void test_one_client_keeps_its_order(void **state)
     for (int i = 0; i < 5; i++) pop_is(&q, i, 7);
     assert_true(upqueue_empty(&q));
     unsigned pin;
-    assert_null(upqueue_pop(&q, &pin));
+    assert_null(upqueue_pop(&q, 1, &pin));
     upqueue_free(&q);
 }
 
@@ -88,6 +88,23 @@ static void test_deep_clients_take_turns(void **state)
     upqueue_free(&q);
 }
 
+/* A turn of 3: each client sends up to three in a row, then the next one's turn. */
+static void test_a_turn_lasts_the_quantum(void **state)
+{
+    struct upqueue q;
+    upqueue_init(&q);
+    for (int i = 0; i < 5; i++) push(&q, i, 1, 100);      /* a0..a4 */
+    for (int i = 5; i < 7; i++) push(&q, i, 2, 100);      /* b0 b1 */
+    int want[] = {0, 1, 2, 5, 6, 3, 4};
+    for (int k = 0; k < 7; k++) {
+        unsigned pin;
+        assert_ptr_equal(upqueue_pop(&q, 3, &pin), &frags[want[k]]);
+        assert_int_equal(pin, want[k] < 5 ? 1 : 2);
+    }
+    assert_true(upqueue_empty(&q));
+    upqueue_free(&q);
+}
+
 static void test_expired_are_taken_per_client_in_order(void **state)
 {
     struct upqueue q;
@@ -98,7 +115,7 @@ static void test_expired_are_taken_per_client_in_order(void **state)
     push(&q, 3, 2, 15);
     push(&q, 4, 2, 40);
     unsigned pin;
-    (void)upqueue_pop(&q, &pin); /* frags[0]: flow 1 now in the round */
+    (void)upqueue_pop(&q, 1, &pin); /* frags[0]: flow 1 now in the round */
     struct frag *l = upqueue_take_expired(&q, 20);
     assert_ptr_equal(l, &frags[3]); /* flow 2 was still fresh: its list is looked at first */
     assert_ptr_equal(l->next, &frags[1]);
@@ -147,6 +164,7 @@ int main(void)
         cmocka_unit_test(test_one_client_keeps_its_order),
         cmocka_unit_test(test_a_client_with_nothing_waiting_goes_next),
         cmocka_unit_test(test_deep_clients_take_turns),
+        cmocka_unit_test(test_a_turn_lasts_the_quantum),
         cmocka_unit_test(test_expired_are_taken_per_client_in_order),
         cmocka_unit_test(test_many_clients_drain_and_reuse),
     };
