@@ -47,6 +47,9 @@
     X(upstream_conns, 0, UINT, "1", 1, 16, "connections per node per worker thread", NULL)      \
     X(upstream_window, 0, UINT, "512", 1, 1 << 20,                                               \
       "most requests outstanding per node per worker (the sliding window's ceiling)", NULL)  \
+    X(upstream_window_bytes, 0, SIZE, "4m", 65536, 1ull << 32,                                    \
+      "most reply bytes outstanding per node per worker, reckoned at the node's recent average "  \
+      "reply size: with large values the window holds fewer requests", NULL)                       \
     X(timeout_ms, 0, UINT, "1000", 1, 600000,                                                    \
       "per-request upstream timeout, ms; answered SERVER_ERROR", NULL)                           \
     X(retry_ms, 0, UINT, "100", 0, 60000,                                                        \
@@ -80,7 +83,7 @@
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
-        upstream_conns, upstream_window, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
+        upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
         admin_header_timeout;
     const char *listen, *admin_listen, *port_file, *client_id;
@@ -112,6 +115,8 @@ struct router_config {
     X(client_caused_reply_errors, COUNTER,                                                       \
       "replies of a request's kind that did not echo it, failing that request alone (not the node)") \
     X(window_waits, COUNTER, "requests that waited for room in a node's window")                 \
+    X(window_timeouts, COUNTER, "requests that waited --timeout-ms for room in a node's window, " \
+      "never sent (not counted against the node)")                                                \
     X(nodes_marked_down, COUNTER, "times a worker marked a node down (after failures of its " \
       "own, or adopting another worker's mark)")                                                  \
     X(nodes_marked_up, COUNTER, "times a worker marked a node up again (its probe, or another " \

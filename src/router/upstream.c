@@ -21,6 +21,8 @@
 #define UPSTREAM_READ_CHUNK 65536
 #define UPSTREAM_BUF_KEEP (256 * 1024)
 #define FRAG_LINE_KEEP 4096 /* a sent request's buffer above this is shrunk to its line */
+#define UPSTREAM_TURN_BYTES 65536 /* replies a client's turn in the wait queue lasts, about */
+#define UPSTREAM_TURN_MAX 64
 
 static void upnode_pump(struct upnode *un);
 
@@ -94,6 +96,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     w->health_seen = UINT64_MAX; /* look at its epoch at the next failover_sync */
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
+    upqueue_init(&un->wait);
     repairlog_init(&un->repair, (uint32_t)w->r->cfg.repair_log);
     for (uint32_t i = 0; i <= un->nconns; i++) { /* and the dump connection */
         struct upconn *uc = &un->conns[i];
@@ -111,7 +114,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 
 bool upnode_idle(const struct upnode *un)
 {
-    return un->wait == NULL && un->dwait == NULL && un->outstanding == 0;
+    return upqueue_empty(&un->wait) && un->dwait == NULL && un->outstanding == 0;
 }
 
 /* f has left a connection's sent queue (answered or failed): it no longer holds its client's
@@ -234,15 +237,12 @@ static void upnode_fail_waiting(struct upnode *un, const char *why, bool fault)
     int n = snprintf(msg, sizeof msg, "SERVER_ERROR shoal-router: node %s %s\r\n",
                      un->node.addr, why);
     if (n < 0 || (size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
-    while (un->wait) {
-        struct frag *f = un->wait;
-        un->wait = f->next;
-        un->nwait--;
+    for (struct frag *f = upqueue_take_all(&un->wait), *next; f; f = next) {
+        next = f->next;
         if (fault && upnode_failover(un, f, false, false)) continue;
         w->m.upstream_errors++;
         frag_fail(un, f, msg, (size_t)n);
     }
-    un->wait_tail = NULL;
     while (un->dwait) {
         struct frag *f = un->dwait;
         un->dwait = f->next;
@@ -366,6 +366,8 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     un->outstanding++;
     w->m.upstream_requests++;
     f->sent_us = w->now_us;
+    /* the node's time starts when it is sent: a wait in the router's queue is not its doing */
+    f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     if (un->stat && !f->probe) NODESTAT_ADD(un->stat->requests, 1);
     upconn_mark_dirty(uc);
 }
@@ -393,7 +395,6 @@ static void upnode_pump_dump(struct upnode *un)
             frag_fail(un, f, oom, sizeof oom - 1);
             continue;
         }
-        f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms; /* from when it is sent */
         upconn_take(uc, f);
     }
 }
@@ -420,24 +421,45 @@ static bool frag_abandoned(const struct frag *f)
     return (n > 4 && !memcmp(p, "get ", 4)) || (n > 5 && !memcmp(p, "gets ", 5));
 }
 
+/* How many requests may be outstanding on the node now: the window, and no more than about
+ * --upstream-window-bytes of replies at its recent average reply size (at least one). A request
+ * sent waits for every reply before it on its connection: with 100 KB values a window of 512
+ * is 51 MB to move first, seconds on a busy machine, which no other client should wait for;
+ * those beyond wait in the router's queue instead, where they are served fairly (upqueue.h). */
+static uint32_t upnode_room(const struct upnode *un)
+{
+    uint64_t avg = un->reply_avg16 / 16, most = un->w->r->cfg.upstream_window_bytes;
+    if (avg == 0 || most / avg >= un->window) return un->window;
+    return most / avg > 1 ? (uint32_t)(most / avg) : 1;
+}
+
+/* How many requests a client's turn in the wait queue lasts (upqueue.h): about
+ * UPSTREAM_TURN_BYTES of replies at the node's average reply size, 1 .. UPSTREAM_TURN_MAX. One
+ * request per turn is the fairest, but a client's pipeline then goes out (and its replies come
+ * back) one request at a time among everyone else's, each reply a write of its own; a few KB
+ * of replies per turn keep small requests batched and cost the others little. */
+static uint32_t upnode_quantum(const struct upnode *un)
+{
+    uint64_t avg = un->reply_avg16 / 16;
+    if (avg == 0 || UPSTREAM_TURN_BYTES / avg >= UPSTREAM_TURN_MAX) return UPSTREAM_TURN_MAX;
+    return UPSTREAM_TURN_BYTES / avg > 1 ? (uint32_t)(UPSTREAM_TURN_BYTES / avg) : 1;
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
     struct rworker *w = un->w;
     if (un->abandon) upnode_abandon(un);
     upnode_pump_dump(un);
-    while (un->wait && un->outstanding < un->window) {
-        struct frag *head = un->wait;
-        unsigned pin = head->rq && head->rq->cl ? (unsigned)head->rq->cl->fd : 0;
+    uint32_t room = upnode_room(un), quantum = upnode_quantum(un);
+    while (!upqueue_empty(&un->wait) && un->outstanding < room) {
+        unsigned pin = upqueue_next_pin(&un->wait);
         struct upconn *uc = upnode_pick(un, pin);
         if (uc == NULL) {
             upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)", true);
             break;
         }
-        struct frag *f = un->wait;
-        un->wait = f->next;
-        if (un->wait == NULL) un->wait_tail = NULL;
-        un->nwait--;
+        struct frag *f = upqueue_pop(&un->wait, quantum, &pin);
         if (frag_abandoned(f)) { /* its client is gone (closed over --buffers-max, say) */
             w->inflight--;
             frag_destroy(f);
@@ -483,11 +505,15 @@ void upnode_submit(struct upnode *un, struct frag *f)
         upnode_pump_dump(un);
         return;
     }
-    if (un->wait_tail) un->wait_tail->next = f;
-    else un->wait = f;
-    un->wait_tail = f;
-    un->nwait++;
-    if (un->outstanding >= un->window) w->m.window_waits++;
+    /* its client's flow (the router's own requests share pin 0): as upnode_pick's pin */
+    unsigned pin = f->rq && f->rq->cl ? (unsigned)f->rq->cl->fd : 0;
+    if (upqueue_push(&un->wait, f, pin) < 0) {
+        static const char oom[] = "SERVER_ERROR out of memory\r\n";
+        w->m.out_of_memory++;
+        frag_fail(un, f, oom, sizeof oom - 1);
+        return;
+    }
+    if (un->outstanding >= upnode_room(un)) w->m.window_waits++;
     upnode_pump(un);
 }
 
@@ -707,6 +733,7 @@ static void upconn_parse(struct upconn *uc)
             if (un->stat) lathist_record(&un->stat->lat, us);
             scopestat_latency(&w->r->scopes, w->id, f->pool, -1, us);
         }
+        un->reply_avg16 = un->reply_avg16 - un->reply_avg16 / 16 + used;
         if (un->window < w->r->cfg.upstream_window && ++un->grow >= un->window) {
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
@@ -829,14 +856,17 @@ void upstream_check_timeouts(struct rworker *w)
     snprintf(why, sizeof why, "timed out after %llu ms",
              (unsigned long long)w->r->cfg.timeout_ms);
     for (struct upnode **pp = &w->upnodes, *un; (un = *pp) != NULL;) {
-        while (un->wait && un->wait->deadline_ms <= w->now_ms) {
-            struct frag *f = un->wait;
-            un->wait = f->next;
-            if (un->wait == NULL) un->wait_tail = NULL;
-            un->nwait--;
-            if (upnode_failover(un, f, false, true)) continue;
-            w->m.upstream_timeouts++;
-            if (un->stat) NODESTAT_ADD(un->stat->timeouts, 1);
+        /* waited --timeout-ms in the router's queue, never sent: the node is not counted
+         * against (its timeouts, --down-after), as it never had the request */
+        for (struct frag *f = upqueue_take_expired(&un->wait, w->now_ms), *next; f; f = next) {
+            next = f->next;
+            if (frag_abandoned(f)) { /* nobody waits for it: dropped, as upnode_pump would */
+                w->inflight--;
+                frag_destroy(f);
+                continue;
+            }
+            w->m.window_timeouts++;
+            if (f->failover != FAILOVER_NONE && failover_retry(un, f, false)) continue;
             SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, f->ns, timeouts);
             char msg[256];
             int n = snprintf(msg, sizeof msg,
@@ -893,6 +923,7 @@ void upnode_destroy(struct upnode *un)
         upconn_fail(uc, "was removed from the topology", false);
     }
     upnode_fail_waiting(un, "was removed from the topology", false);
+    upqueue_free(&un->wait);
     repairlog_free(&un->repair);
     free(un);
 }

@@ -10,11 +10,14 @@
  * `mn` sent behind the requests on the connection tells whether the node's replies had shifted,
  * the node's fault, or the request was answered as the router did not foresee, the client's:
  * docs/router.md, "Whose fault a reply is"). A request that gets no
- * reply within timeout_ms fails with SERVER_ERROR; since later replies on that connection
- * could no longer be matched, the connection is closed and the requests behind it fail too
- * (never mismatched). Requests beyond the window wait in the router, not in the node. The window
- * is a sliding one (the paper's incast control): it halves on a timeout and grows by one for
- * each window's worth of replies, up to upstream_window.
+ * reply within timeout_ms of being sent fails with SERVER_ERROR; since later replies on that
+ * connection could no longer be matched, the connection is closed and the requests behind it
+ * fail too (never mismatched). Requests beyond the window wait in the router, not in the node,
+ * in a queue fair between clients (upqueue.h); one that waits timeout_ms there fails too, not
+ * as the node's fault (window_timeouts). The window is a sliding one (the paper's incast
+ * control): it halves on a timeout and grows by one for each window's worth of replies, up to
+ * upstream_window; and it holds no more than upstream_window_bytes of replies at the node's
+ * average reply size (upnode_room).
  *
  * Health: after down_after consecutive failures (a timeout, a lost or refused connection, a
  * reply no request explains; never anything a client's request made the node answer) the
@@ -37,6 +40,7 @@
 #include "router/nodestats.h"
 #include "router/repairlog.h"
 #include "router/topo.h"
+#include "router/upqueue.h"
 
 #define UPSTREAM_CONNS_MAX 16
 
@@ -70,11 +74,12 @@ struct upnode {
     struct topo_node node;          /* address (copied: outlives topology tables) */
     struct nodestat_slot *stat;     /* this worker's figures for the node (NULL: not kept) */
     bool retired;                   /* not in the current table: freed once idle */
-    struct frag *wait, *wait_tail;  /* not yet sent */
-    uint32_t nwait;
+    struct upqueue wait;            /* not yet sent: fair between clients (upqueue.h) */
     uint32_t outstanding;           /* sent, no reply yet */
     uint32_t window;                /* most outstanding now: AIMD in 1 .. upstream_window */
     uint32_t grow;                  /* replies since the window last grew */
+    uint64_t reply_avg16;           /* its replies' average size x 16 (over about 16 replies;
+                                     * 0 before the first): upnode_room */
     uint64_t retry_at_ms;           /* after a failed connect: fail fast until then */
     uint32_t fails;                 /* consecutive failures (reset by any reply) */
     bool down;                      /* marked down: only probes are sent to it */
