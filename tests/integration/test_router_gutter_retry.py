@@ -7,14 +7,13 @@ is marked down for every worker. Skipped when SHOAL_TEST_SERVER=memcached."""
 import random
 import re
 import socket
-import struct
 import threading
 
 import pytest
 
 from conftest import (default_owner, held_value, key_slot, pause_server, restart_server,
                       resume_server, topology)
-from fakenode import FakeNode
+from fakenode import FakeNode, Reset
 from mcraw import McRaw, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
@@ -164,23 +163,10 @@ class ResetNode(FakeNode):
     """Answers the router's probe (`version`); resets the connection (RST) as soon as any other
     request has arrived, as a node that dies with the request in hand."""
 
-    def _serve(self, conn):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                if buf.startswith(b"version\r\n"):
-                    buf = buf[9:]
-                    conn.sendall(b"VERSION fake\r\n")
-                if buf:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    conn.close()
-                    return
-        except OSError:
-            pass
+    def answer(self, line, rest):
+        if line == b"version":
+            return b"VERSION fake\r\n", rest
+        raise Reset
 
 
 class SilentNode(FakeNode):
