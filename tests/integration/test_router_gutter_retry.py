@@ -106,6 +106,10 @@ class Load:
     def errors(self):
         return [e for ld in self.loaders for e in ld.errors]
 
+    def assert_no_errors(self):
+        errs = self.errors()
+        assert errs == [], f"{len(errs)} of {self.total()} requests failed, e.g. {errs[:5]}"
+
     def running(self, cond):
         """`cond` as a wait_until condition that fails at once when a loader has stopped."""
         def check():
@@ -172,8 +176,7 @@ def test_kill_under_pipelined_load_costs_clients_no_errors(start_server, start_r
         wait_until(running(lambda: total() >= at_back + 10000), timeout=10, message="more load")
     finally:
         load.stop()
-    errs = load.errors()
-    assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
+    load.assert_no_errors()
     assert metric(admin, "shoal_router_gutter_retries_total") > 0
     assert total() > 30000
 
@@ -377,8 +380,7 @@ def test_a_stall_under_load_costs_no_errors_and_the_node_is_repaired(start_serve
         wait_until(running(lambda: total() >= at_back + 5000), timeout=10, message="more load")
     finally:
         load.stop()
-    errs = load.errors()
-    assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
+    load.assert_no_errors()
     stale = []
     with router.raw() as r:
         for ld in load.loaders:
