@@ -10,31 +10,16 @@
 static int log_level = LOG_NOTICE;
 static const char *log_name = "shoal";
 
-char *log_escape(char *dst, size_t cap, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        bool plain = c >= 0x20 && c < 0x7f && c != '\\';
-        if (o + (plain ? 1 : 4) >= cap) break;
-        if (plain) {
-            dst[o++] = (char)c;
-        } else {
-            dst[o++] = '\\', dst[o++] = 'x', dst[o++] = hex[c >> 4], dst[o++] = hex[c & 15];
-        }
-    }
-    dst[o] = '\0';
-    return dst;
-}
-
-size_t log_clean(char *dst, size_t cap, const char *s, size_t n)
+/* Copy s[0..n) into dst (NUL-terminated, within cap) with every byte outside printable ASCII,
+ * and a backslash too when `backslash`, written as \xHH; stops before a byte that would not fit.
+ * Returns how many bytes of s it took. */
+static size_t escape_into(char *dst, size_t cap, const char *s, size_t n, bool backslash)
 {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0, i = 0;
     for (; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        bool plain = c >= 0x20 && c < 0x7f;
+        bool plain = c >= 0x20 && c < 0x7f && !(backslash && c == '\\');
         if (o + (plain ? 1 : 4) >= cap) break;
         if (plain) {
             dst[o++] = (char)c;
@@ -44,6 +29,17 @@ size_t log_clean(char *dst, size_t cap, const char *s, size_t n)
     }
     dst[o] = '\0';
     return i;
+}
+
+char *log_escape(char *dst, size_t cap, const char *s, size_t n)
+{
+    escape_into(dst, cap, s, n, true);
+    return dst;
+}
+
+size_t log_clean(char *dst, size_t cap, const char *s, size_t n)
+{
+    return escape_into(dst, cap, s, n, false);
 }
 
 void log_set_level(int level) { __atomic_store_n(&log_level, level, __ATOMIC_RELAXED); }

@@ -26,7 +26,7 @@ void membudget_release(struct membudget *b, uint64_t *acct)
 
 void membudget_trim(struct membudget *b, uint64_t now_ms)
 {
-    if (__atomic_load_n(&b->freed, __ATOMIC_RELAXED) < MEMBUDGET_TRIM_BYTES) return;
+    if (!membudget_trim_due(b)) return;
     uint64_t last = __atomic_load_n(&b->trim_ms, __ATOMIC_RELAXED);
     if (now_ms < last + 1000) return;
     /* one thread trims; the others carry on */
@@ -35,4 +35,38 @@ void membudget_trim(struct membudget *b, uint64_t now_ms)
         return;
     __atomic_store_n(&b->freed, 0, __ATOMIC_RELAXED);
     malloc_trim(0);
+}
+
+uint64_t membudget_idle_period(uint64_t partial_timeout_ms)
+{
+    uint64_t p = partial_timeout_ms / 4;
+    return p < MEMBUDGET_SWEEP_OVER_MS       ? MEMBUDGET_SWEEP_OVER_MS
+           : p > MEMBUDGET_SWEEP_IDLE_MAX_MS ? MEMBUDGET_SWEEP_IDLE_MAX_MS
+                                             : p;
+}
+
+void membudget_pick_start(struct membudget_pick *p, const struct membudget *b, uint64_t conns,
+                          uint64_t now_ms)
+{
+    *p = (struct membudget_pick){0};
+    p->floor = membudget_used(b) / (2 * (conns ? conns : 1));
+    p->now_ms = now_ms;
+}
+
+void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, const char *blame,
+                          uint64_t since_ms)
+{
+    if (!blame || bytes == 0 || bytes < p->floor) return;
+    if (p->now_ms - since_ms >= MEMBUDGET_STALL_MS) {
+        if (p->stalled == NULL || bytes > p->stalled_bytes)
+            p->stalled = conn, p->stalled_bytes = bytes, p->why_stalled = blame;
+    } else if (p->moving == NULL || bytes > p->moving_bytes) {
+        p->moving = conn, p->moving_bytes = bytes, p->why_moving = blame;
+    }
+}
+
+void *membudget_pick_victim(const struct membudget_pick *p, const char **why)
+{
+    *why = p->stalled ? p->why_stalled : p->why_moving;
+    return p->stalled ? p->stalled : p->moving;
 }

@@ -87,6 +87,43 @@ static inline bool membudget_relieved(const struct membudget *b)
     return membudget_used(b) <= b->max / 8 * MEMBUDGET_TARGET_EIGHTHS;
 }
 
+/* How often a worker sweeps while the budget is over (the loop's timeout brings it back then,
+ * since the connections to close may be paused ones that report no events), and the longest
+ * gap between its looks for idle incomplete requests. */
+#define MEMBUDGET_SWEEP_OVER_MS 10
+#define MEMBUDGET_SWEEP_IDLE_MAX_MS 1000
+
+/* How often to look for requests left incomplete longer than --partial-timeout-ms: a quarter of
+ * it, within [MEMBUDGET_SWEEP_OVER_MS, MEMBUDGET_SWEEP_IDLE_MAX_MS]. */
+uint64_t membudget_idle_period(uint64_t partial_timeout_ms);
+
+/* Choosing which of a worker's connections to close while the budget is over: start a pick,
+ * offer it each connection whose bytes are there by its client's doing, take the victim.
+ * The victim is the largest of those whose client made no progress for MEMBUDGET_STALL_MS, or
+ * when there is none the largest of the others; only those holding at least half the average
+ * share of all `conns` connections count (the other workers may hold the large ones, and this
+ * one's small ones are no cause). */
+struct membudget_pick {
+    uint64_t floor, now_ms;
+    void *stalled, *moving;
+    uint64_t stalled_bytes, moving_bytes;
+    const char *why_stalled, *why_moving;
+};
+void membudget_pick_start(struct membudget_pick *p, const struct membudget *b, uint64_t conns,
+                          uint64_t now_ms);
+/* `conn` holds `bytes`, there because of `blame` (NULL: not its client's doing, never picked);
+ * its client last made progress on that side at `since_ms`. */
+void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, const char *blame,
+                          uint64_t since_ms);
+/* The connection to close (NULL: none), and in *why its blame. */
+void *membudget_pick_victim(const struct membudget_pick *p, const char **why);
+/* Memory closed connections freed waits for the next trim: a worker with nothing to do should
+ * come back within MEMBUDGET_SWEEP_IDLE_MAX_MS to run it. */
+static inline bool membudget_trim_due(const struct membudget *b)
+{
+    return __atomic_load_n(&b->freed, __ATOMIC_RELAXED) >= MEMBUDGET_TRIM_BYTES;
+}
+
 /* A connection closed with `*acct` bytes accounted: take them off (and zero *acct); count them
  * towards the next trim when they were many. */
 void membudget_release(struct membudget *b, uint64_t *acct);

@@ -5,17 +5,12 @@
  * line; a value still arriving is staged within --inflight-max (conn_stage.c) and is not counted
  * again here. Each worker sweeps its own connections (nothing else may touch them) after every
  * batch while the budget is over, so it closes the largest holders on its side; a worker with
- * nothing to do wakes every SWEEP_OVER_MS meanwhile, since the connections to close may be
- * paused ones that report no events. */
+ * nothing to do wakes every MEMBUDGET_SWEEP_OVER_MS meanwhile, since the connections to close
+ * may be paused ones that report no events. */
 #include <stdio.h>
 
 #include "common/log.h"
 #include "node/conn.h"
-
-/* How often a worker looks again while the budget is over. */
-#define SWEEP_OVER_MS 10
-/* Longest gap between looks for idle incomplete requests. */
-#define SWEEP_IDLE_MAX_MS 1000
 
 void conn_budget_account(struct conn *c)
 {
@@ -52,30 +47,22 @@ static const char *conn_blame(const struct conn *c, uint64_t *since)
     return NULL;
 }
 
-/* Close this worker's connections holding the most by their client's doing, stalled ones first
- * (MEMBUDGET_STALL_MS), largest first, until the budget is relieved or none is left. Only those
- * holding at least half the average share: the other workers may hold the large ones, and this
- * one's small ones are no cause. */
+/* Close this worker's connections holding the most by their client's doing (membudget_pick says
+ * which first) until the budget is relieved or none is left. */
 static void sweep_over(struct worker *w)
 {
     struct membudget *b = &w->node->budget;
     while (!membudget_relieved(b)) {
-        uint64_t conns = __atomic_load_n(&w->node->curr_conns, __ATOMIC_RELAXED);
-        uint64_t floor = membudget_used(b) / (2 * (conns ? conns : 1));
-        struct conn *stalled = NULL, *moving = NULL;
-        const char *why_stalled = NULL, *why_moving = NULL;
+        struct membudget_pick pick;
+        membudget_pick_start(&pick, b, __atomic_load_n(&w->node->curr_conns, __ATOMIC_RELAXED),
+                             w->now_ms);
         for (struct conn *c = w->conns; c; c = c->next) {
             uint64_t since;
             const char *blame = conn_blame(c, &since);
-            if (!blame || c->acct == 0 || c->acct < floor) continue;
-            if (w->now_ms - since >= MEMBUDGET_STALL_MS) {
-                if (stalled == NULL || c->acct > stalled->acct) stalled = c, why_stalled = blame;
-            } else if (moving == NULL || c->acct > moving->acct) {
-                moving = c, why_moving = blame;
-            }
+            membudget_pick_offer(&pick, c, c->acct, blame, since);
         }
-        struct conn *victim = stalled ? stalled : moving;
-        const char *why = stalled ? why_stalled : why_moving;
+        const char *why;
+        struct conn *victim = membudget_pick_victim(&pick, &why);
         if (victim == NULL) return;
         w->m.conns_closed_budget++;
         log_warn("closing connection %s: its buffers hold %llu bytes (%s) and client buffers "
@@ -102,19 +89,13 @@ static void sweep_idle(struct worker *w)
     }
 }
 
-static uint64_t idle_period(const struct node *n)
-{
-    uint64_t p = n->cfg.partial_timeout_ms / 4;
-    return p < SWEEP_OVER_MS ? SWEEP_OVER_MS : p > SWEEP_IDLE_MAX_MS ? SWEEP_IDLE_MAX_MS : p;
-}
-
 void conn_budget_sweep(struct worker *w)
 {
     struct node *n = w->node;
     if (membudget_over(&n->budget)) sweep_over(w);
     if (n->cfg.partial_timeout_ms && w->now_ms >= w->next_idle_ms) {
         sweep_idle(w);
-        w->next_idle_ms = w->now_ms + idle_period(n);
+        w->next_idle_ms = w->now_ms + membudget_idle_period(n->cfg.partial_timeout_ms);
     }
     membudget_trim(&n->budget, w->now_ms);
 }
@@ -122,15 +103,14 @@ void conn_budget_sweep(struct worker *w)
 int conn_budget_wait_ms(const struct worker *w)
 {
     const struct node *n = w->node;
-    if (membudget_over(&n->budget)) return SWEEP_OVER_MS;
+    if (membudget_over(&n->budget)) return MEMBUDGET_SWEEP_OVER_MS;
     int wait = -1;
     if (n->cfg.partial_timeout_ms && w->conns) {
         uint64_t now = membudget_now_ms();
         wait = w->next_idle_ms > now ? (int)(w->next_idle_ms - now) : 0;
     }
     /* memory freed but not yet handed back: come back when the trim may run */
-    if (__atomic_load_n(&n->budget.freed, __ATOMIC_RELAXED) >= MEMBUDGET_TRIM_BYTES &&
-        (wait < 0 || wait > SWEEP_IDLE_MAX_MS))
-        wait = SWEEP_IDLE_MAX_MS;
+    if (membudget_trim_due(&n->budget) && (wait < 0 || wait > MEMBUDGET_SWEEP_IDLE_MAX_MS))
+        wait = MEMBUDGET_SWEEP_IDLE_MAX_MS;
     return wait;
 }

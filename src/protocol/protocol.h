@@ -130,6 +130,20 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
  * proto_parse tells commands apart, for a caller that needs only that. */
 enum proto_cmd proto_command(const char *name, size_t n);
 
+/* Does the command change its item (a router sends it to every replica of a replicated pool,
+ * and never to a gutter node in place of a dead one)? */
+static inline bool proto_cmd_writes(enum proto_cmd cmd)
+{
+    switch (cmd) {
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
+    case CMD_CAS: case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
+    case CMD_MS: case CMD_MD: case CMD_MA:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Iterate the keys of a retrieval command: returns false when none are left. A key over 250
  * bytes makes the whole command fail with "CLIENT_ERROR bad command line format"; check with
  * proto_keys_valid() first. proto_parse() already does that check for get/gets/gat/gats (and

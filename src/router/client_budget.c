@@ -7,18 +7,13 @@
  * flight held 300 MB in requests and fragments alone).
  * Each worker sweeps its own clients (nothing else may touch them) between batches while the
  * budget is over, so it closes the largest holders on its side; the loop's timeout brings it
- * back every SWEEP_OVER_MS meanwhile, since the clients to close may be paused ones that report
- * no events. A closed client's requests still in flight are orphaned as when it disconnects:
- * their replies are read off the node's connection and dropped, and its gets not yet sent are
- * dropped before they are (upstream.c, frag_abandoned). */
+ * back every MEMBUDGET_SWEEP_OVER_MS meanwhile, since the clients to close may be paused ones
+ * that report no events. A closed client's requests still in flight are orphaned as when it
+ * disconnects: their replies are read off the node's connection and dropped, and its gets not
+ * yet sent are dropped before they are (upstream.c, frag_abandoned). */
 #include "common/log.h"
 #include "protocol/protocol.h"
 #include "router/client.h"
-
-/* How often a worker looks again while the budget is over. */
-#define SWEEP_OVER_MS 10
-/* Longest gap between looks for idle incomplete requests. */
-#define SWEEP_IDLE_MAX_MS 1000
 
 void client_budget_account(struct client *c)
 {
@@ -50,30 +45,22 @@ static const char *client_blame(const struct client *c, uint64_t *since)
     return NULL;
 }
 
-/* Close this worker's clients holding the most by their own doing, stalled ones first
- * (MEMBUDGET_STALL_MS), largest first, until the budget is relieved or none is left. Only those
- * holding at least half the average share: the other workers may hold the large ones, and this
- * one's small ones are no cause. */
+/* Close this worker's clients holding the most by their own doing (membudget_pick says which
+ * first) until the budget is relieved or none is left. */
 static void sweep_over(struct rworker *w)
 {
     struct membudget *b = &w->r->budget;
     while (!membudget_relieved(b)) {
-        uint64_t conns = __atomic_load_n(&w->r->curr_conns, __ATOMIC_RELAXED);
-        uint64_t floor = membudget_used(b) / (2 * (conns ? conns : 1));
-        struct client *stalled = NULL, *moving = NULL;
-        const char *why_stalled = NULL, *why_moving = NULL;
+        struct membudget_pick pick;
+        membudget_pick_start(&pick, b, __atomic_load_n(&w->r->curr_conns, __ATOMIC_RELAXED),
+                             w->now_ms);
         for (struct client *c = w->clients; c; c = c->next) {
             uint64_t since;
             const char *blame = client_blame(c, &since);
-            if (!blame || c->acct == 0 || c->acct < floor) continue;
-            if (w->now_ms - since >= MEMBUDGET_STALL_MS) {
-                if (stalled == NULL || c->acct > stalled->acct) stalled = c, why_stalled = blame;
-            } else if (moving == NULL || c->acct > moving->acct) {
-                moving = c, why_moving = blame;
-            }
+            membudget_pick_offer(&pick, c, c->acct, blame, since);
         }
-        struct client *victim = stalled ? stalled : moving;
-        const char *why = stalled ? why_stalled : why_moving;
+        const char *why;
+        struct client *victim = membudget_pick_victim(&pick, &why);
         if (victim == NULL) return;
         w->m.conns_closed_budget++;
         log_warn("closing client %s: it holds %llu bytes (%s) and client buffers went over "
@@ -100,19 +87,13 @@ static void sweep_idle(struct rworker *w)
     }
 }
 
-static uint64_t idle_period(const struct router *r)
-{
-    uint64_t p = r->cfg.partial_timeout_ms / 4;
-    return p < SWEEP_OVER_MS ? SWEEP_OVER_MS : p > SWEEP_IDLE_MAX_MS ? SWEEP_IDLE_MAX_MS : p;
-}
-
 void client_budget_sweep(struct rworker *w)
 {
     struct router *r = w->r;
     if (membudget_over(&r->budget)) sweep_over(w);
     if (r->cfg.partial_timeout_ms && w->now_ms >= w->next_idle_ms) {
         sweep_idle(w);
-        w->next_idle_ms = w->now_ms + idle_period(r);
+        w->next_idle_ms = w->now_ms + membudget_idle_period(r->cfg.partial_timeout_ms);
     }
     membudget_trim(&r->budget, w->now_ms);
 }
@@ -121,12 +102,11 @@ int client_budget_wait_ms(const struct rworker *w, int wait)
 {
     const struct router *r = w->r;
     int due = -1;
-    if (membudget_over(&r->budget)) due = SWEEP_OVER_MS;
+    if (membudget_over(&r->budget)) due = MEMBUDGET_SWEEP_OVER_MS;
     else if (r->cfg.partial_timeout_ms && w->clients)
         due = w->next_idle_ms > w->now_ms ? (int)(w->next_idle_ms - w->now_ms) : 0;
     /* memory freed but not yet handed back: come back when the trim may run */
-    if (__atomic_load_n(&r->budget.freed, __ATOMIC_RELAXED) >= MEMBUDGET_TRIM_BYTES &&
-        (due < 0 || due > SWEEP_IDLE_MAX_MS))
-        due = SWEEP_IDLE_MAX_MS;
+    if (membudget_trim_due(&r->budget) && (due < 0 || due > MEMBUDGET_SWEEP_IDLE_MAX_MS))
+        due = MEMBUDGET_SWEEP_IDLE_MAX_MS;
     return due >= 0 && (wait < 0 || due < wait) ? due : wait;
 }

@@ -31,18 +31,6 @@ uint8_t failover_kind(const struct proto_req *req)
     }
 }
 
-static bool failover_writes(enum proto_cmd cmd)
-{
-    switch (cmd) {
-    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
-    case CMD_CAS: case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
-    case CMD_MS: case CMD_MD: case CMD_MA:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* The gutter node a retry of `key` goes to, or NULL when there is none this worker can use:
  * no gutter pool, a key of a replicated pool (never sent to the gutter), the gutter node is
  * `from` itself, or it is marked down. */
@@ -121,7 +109,7 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
         buf_release(&out);
         return false;
     }
-    if (failover_writes(req->cmd)) {
+    if (proto_cmd_writes(req->cmd)) {
         /* logged here, for the owner: the gutter's answer is not the owner's */
         replica_log(from, req->key, req->nkey, sent);
         replica_write_free(f->repl);

@@ -50,8 +50,6 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool
     return (uint32_t)g;
 }
 
-static bool cmd_writes(enum proto_cmd cmd);
-
 /* The TTL edits the key's namespace asks for (lineedit.h), counted in ttl_rewrites. `cap`,
  * when not 0, is a further maximum: gutter_ttl for requests sent to the gutter pool. Returns
  * the number of edits in e. */
@@ -184,8 +182,8 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     }
     struct route_dest d;
     /* writes reach here for sharded pools only (route_replicate) */
-    d.node = route_node(w, req->key, req->nkey, cmd_writes(req->cmd), &d.gutter, &d.held,
-                        &d.owner);
+    d.node = route_node(w, req->key, req->nkey, proto_cmd_writes(req->cmd), &d.gutter,
+                        &d.held, &d.owner);
     route_forward_to(c, req, line, len, data, ndata, &d);
 }
 
@@ -196,7 +194,7 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
 {
     struct rworker *w = c->w;
     bool gutter = d->gutter, held = d->held, answered = false; /* refused with its own error */
-    bool write = cmd_writes(req->cmd);
+    bool write = proto_cmd_writes(req->cmd);
     uint32_t owner = d->owner;
     struct upnode *un = w->map[d->node];
     if (gutter) w->m.gutter_requests++;
@@ -467,26 +465,13 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
     free(nodes);
 }
 
-/* Does this command change the item (so a replicated pool sends it to every replica)? */
-static bool cmd_writes(enum proto_cmd cmd)
-{
-    switch (cmd) {
-    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
-    case CMD_CAS: case CMD_DELETE: case CMD_INCR: case CMD_DECR: case CMD_TOUCH:
-    case CMD_MS: case CMD_MD: case CMD_MA:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* A write to a key of a replicated pool: to every replica not marked down. Returns false when
  * the key's pool is not replicated (the caller routes it as usual). */
 bool route_replicate(struct client *c, const struct proto_req *req, const char *line,
                      size_t len, const char *data, size_t ndata)
 {
     struct rworker *w = c->w;
-    if (!worker_topology_ready(w) || !cmd_writes(req->cmd)) return false;
+    if (!worker_topology_ready(w) || !proto_cmd_writes(req->cmd)) return false;
     const struct topo_pool *p = topo_pool_of(w->topo, req->key, req->nkey);
     if (!p->replicated) return false;
     struct ledit_ttl ttl;

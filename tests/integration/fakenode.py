@@ -3,7 +3,13 @@ garbage, answer twice): a listener on 127.0.0.1 serving each connection on its o
 Subclasses say what to send for each request line."""
 
 import socket
+import struct
 import threading
+
+
+class Reset(Exception):
+    """Raised by FakeNode.answer: reset the connection (RST) at once, as a node that dies with
+    the request in hand."""
 
 
 class FakeNode:
@@ -23,7 +29,8 @@ class FakeNode:
 
     def answer(self, line, rest):
         """For one request line (without \\r\\n) and the bytes after it: (bytes to send, bytes
-        left to parse), or None while a data block the line announced is still arriving."""
+        left to parse), or None while a data block the line announced is still arriving; raise
+        Reset to reset the connection."""
         raise NotImplementedError
 
     def _accept(self):
@@ -53,6 +60,9 @@ class FakeNode:
                     out, buf = done
                     if out:
                         conn.sendall(out)
+        except Reset:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
         except OSError:
             pass
 

@@ -11,10 +11,11 @@ finds it out of descriptors anyway is refused at once rather than left in the qu
 
 import resource
 import selectors
-import socket
 import time
 
 import pytest
+
+import connburst
 
 CONNECTS = 3000
 IN_FLIGHT = 200
@@ -54,33 +55,7 @@ def many_fds():
 def connect_burst(port, n=CONNECTS, in_flight=IN_FLIGHT):
     """Open n connections to 127.0.0.1:port, at most in_flight connecting at once, and hold them
     all. Returns (seconds each connect took to complete, the open sockets)."""
-    sel = selectors.DefaultSelector()
-    took, held, started = [], [], 0
-    try:
-        while len(took) < n:
-            while started < n and started - len(took) < in_flight:
-                s = socket.socket()
-                s.setblocking(False)
-                try:
-                    s.connect(("127.0.0.1", port))
-                except BlockingIOError:
-                    pass
-                sel.register(s, selectors.EVENT_WRITE, time.monotonic())
-                started += 1
-            ready = sel.select(timeout=10)
-            assert ready, f"no connect completed within 10 s ({len(took)} of {n} done)"
-            for key, _ in ready:
-                took.append(time.monotonic() - key.data)
-                sel.unregister(key.fileobj)
-                err = key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                assert err == 0, f"connect {len(took)} of {n} failed: errno {err}"
-                held.append(key.fileobj)
-    except BaseException:
-        for s in held:
-            s.close()
-        raise
-    finally:
-        sel.close()
+    took, held, _ = connburst.connect_burst(port, n, in_flight)
     return took, held
 
 
@@ -130,13 +105,12 @@ def close_all(held):
         s.close()
 
 
-def test_burst_past_conn_limit_is_refused_without_stalling_connects(start_server):
-    # About 2,000 of the 3,000 are refused, and a refusal must cost the server so little that
-    # the listen queue drains as fast as clients fill it.
-    server = start_server("-c", str(LIMIT))
-    took, held = connect_burst(server.port)
+def check_burst_past_limit(port, what):
+    """A burst of CONNECTS at a server at -c LIMIT: no connect stalls, and the clients past the
+    limit are refused within REFUSED_BOUND of the burst."""
+    took, held = connect_burst(port)
     try:
-        assert_no_stall(took, f"node at -c {LIMIT}")
+        assert_no_stall(took, f"{what} at -c {LIMIT}")
         # memcached keeps some of -c for itself, so expect a few more than CONNECTS - LIMIT
         waited = refused_within(held, CONNECTS - LIMIT)
         assert waited < REFUSED_BOUND, (
@@ -146,49 +120,41 @@ def test_burst_past_conn_limit_is_refused_without_stalling_connects(start_server
         close_all(held)
 
 
-def test_burst_within_conn_limit_connects_without_stalling(start_server):
-    server = start_server("-c", str(CONNECTS + 100))
-    took, held = connect_burst(server.port)
+def check_burst_within_limit(port, what):
+    """A burst of CONNECTS at a server at -c CONNECTS + 100: no connect stalls, and the last one
+    connected is a served client, not one parked in the queue."""
+    took, held = connect_burst(port)
     try:
-        assert_no_stall(took, f"node at -c {CONNECTS + 100}")
-        # the last one connected is a served client, not one parked in the queue
+        assert_no_stall(took, f"{what} at -c {CONNECTS + 100}")
         held[-1].setblocking(True)
         held[-1].settimeout(5)
         held[-1].sendall(b"version\r\n")
         assert held[-1].recv(64).startswith(b"VERSION "), "the last client of the burst is served"
     finally:
         close_all(held)
+
+
+def test_burst_past_conn_limit_is_refused_without_stalling_connects(start_server):
+    # About 2,000 of the 3,000 are refused, and a refusal must cost the server so little that
+    # the listen queue drains as fast as clients fill it.
+    check_burst_past_limit(start_server("-c", str(LIMIT)).port, "node")
+
+
+def test_burst_within_conn_limit_connects_without_stalling(start_server):
+    check_burst_within_limit(start_server("-c", str(CONNECTS + 100)).port, "node")
 
 
 @pytest.mark.shoal_only
 def test_router_burst_past_conn_limit_is_refused_without_stalling_connects(start_server,
                                                                            start_router):
-    node = start_server()
-    router, _, _ = start_router([node], "-c", str(LIMIT))
-    took, held = connect_burst(router.port)
-    try:
-        assert_no_stall(took, f"router at -c {LIMIT}")
-        waited = refused_within(held, CONNECTS - LIMIT)
-        assert waited < REFUSED_BOUND, (
-            f"the {CONNECTS - LIMIT} clients past -c {LIMIT} were refused only {waited:.2f} s "
-            f"after the burst")
-    finally:
-        close_all(held)
+    router, _, _ = start_router([start_server()], "-c", str(LIMIT))
+    check_burst_past_limit(router.port, "router")
 
 
 @pytest.mark.shoal_only
 def test_router_burst_within_conn_limit_connects_without_stalling(start_server, start_router):
-    node = start_server()
-    router, _, _ = start_router([node], "-c", str(CONNECTS + 100))
-    took, held = connect_burst(router.port)
-    try:
-        assert_no_stall(took, f"router at -c {CONNECTS + 100}")
-        held[-1].setblocking(True)
-        held[-1].settimeout(5)
-        held[-1].sendall(b"version\r\n")
-        assert held[-1].recv(64).startswith(b"VERSION "), "the last client of the burst is served"
-    finally:
-        close_all(held)
+    router, _, _ = start_router([start_server()], "-c", str(CONNECTS + 100))
+    check_burst_within_limit(router.port, "router")
 
 
 def open_file_limit(pid):

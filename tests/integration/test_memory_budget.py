@@ -277,6 +277,28 @@ def latency_bound(pid):
     return 6.0 if sanitized(pid) else 2.0
 
 
+def slowloris_held(target, pid, bound, what):
+    """Up to 2,000 slowloris connections (each sends 900 kB of a 1 MB value, then stalls) held
+    against `target` (process `pid`) while a well-behaved client sets and gets 200 kB values
+    through it: its RSS stays under `bound` (three times that under the sanitizers), and the
+    well-behaved client is answered every time, promptly. Its 200 kB sets are incomplete
+    requests too while they arrive: the slowloris ones, holding more and for longer, are the
+    ones closed. Returns the slowloris sockets still open."""
+    n = fd_room(2000)
+    watch = RssWatch(pid, bound * (3 if sanitized(pid) else 1))
+    prober = Prober(target.host, target.port, size=200_000)
+    socks = []
+    try:
+        socks, _ = slowloris(target.port, n, 1_000_000, 900_000, watch)
+        answered(prober)  # while the connections are held
+    finally:
+        watch.stop()
+        prober.stop()
+    watch.check(f"{what} with {n} slowloris connections")
+    prober.check(latency_bound(pid))
+    return socks
+
+
 # -- shoal-node ---------------------------------------------------------------------------------
 
 def test_node_rss_stays_bounded_with_100_clients_that_never_read(start_server):
@@ -301,19 +323,7 @@ def test_node_rss_stays_bounded_with_100_clients_that_never_read(start_server):
 
 def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
     node = start_server("-c", "8192")
-    n = fd_room(2000)
-    bound = (64 + 128) * MIB * (3 if sanitized(node.proc.pid) else 1)
-    watch = RssWatch(node.proc.pid, bound)
-    prober = Prober(node.host, node.port, size=200_000)
-    socks = []
-    try:
-        socks, _ = slowloris(node.port, n, 1_000_000, 900_000, watch)
-        answered(prober)  # while the connections are held
-    finally:
-        watch.stop()
-        prober.stop()
-    watch.check(f"shoal-node with {n} slowloris connections")
-    prober.check(latency_bound(node.proc.pid))
+    socks = slowloris_held(node, node.proc.pid, (64 + 128) * MIB, "shoal-node")
     close_all(socks)
 
 
@@ -409,21 +419,7 @@ def test_router_serves_others_from_the_start_of_a_never_reader_burst(start_serve
 def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, start_router):
     node = start_server()
     router, admin, _ = start_router([node], *ROUTER_FLAGS)
-    n = fd_room(2000)
-    bound = 256 * MIB * (3 if sanitized(router.proc.pid) else 1)
-    watch = RssWatch(router.proc.pid, bound)
-    # its 200 kB sets are incomplete requests too while they arrive: the slowloris ones, holding
-    # more and for longer, are the ones closed
-    prober = Prober(router.host, router.port, size=200_000)
-    socks = []
-    try:
-        socks, _ = slowloris(router.port, n, 1_000_000, 900_000, watch)
-        answered(prober)  # while the connections are held
-    finally:
-        watch.stop()
-        prober.stop()
-    watch.check(f"shoal-router with {n} slowloris connections")
-    prober.check(latency_bound(router.proc.pid))
+    socks = slowloris_held(router, router.proc.pid, 256 * MIB, "shoal-router")
     closed = router_metric(admin, "conns_closed_budget")
     assert closed > 0, "connections past --buffers-max should have been closed"
     # one log line each (the counter moves just before its line is written)

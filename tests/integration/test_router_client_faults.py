@@ -37,6 +37,20 @@ def assert_no_node_fault(before, after):
     assert not moved, f"a client's requests counted against the node: {moved}"
 
 
+def assert_big_writes_refused(c, verb="set", **kw):
+    """Three writes (`verb`) of values within the router's -I (1 MB of value) but over the
+    node's once its item header counts: each refused as too large."""
+    for i in range(3):
+        line = c.store(verb, f"big{i}", b"x" * (1048576 - 10), **kw)
+        assert line == "SERVER_ERROR object too large for cache", line
+
+
+def assert_nothing_repaired(admin, before):
+    """No node fault counted since `before` (router_counters), repairs included."""
+    time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
+    assert_no_node_fault(before, router_counters(admin))
+
+
 def exchange(port, data, timeout=3.0):
     """Send `data` then an `mn` on a fresh connection; everything up to that MN."""
     with McRaw("127.0.0.1", port, timeout=timeout) as c:
@@ -251,16 +265,11 @@ def test_writes_the_node_refuses_are_not_repaired_nor_flushed(start_server, star
     with McRaw(router.host, router.port) as c:
         assert c.store("set", "canary", "alive") == "STORED"
         before = router_counters(admin)
-        # within the router's -I (1 MB of value), over the node's once its item header counts
-        for i in range(3):
-            line = c.store("set", f"big{i}", b"x" * (1048576 - 10))
-            assert line == "SERVER_ERROR object too large for cache", line
+        assert_big_writes_refused(c)
         assert c.store("set", "k", b"x" * 1000) == "STORED"
         line = c.store("append", "k", b"y" * (1048576 - 500))
         assert line.startswith("SERVER_ERROR"), line
-        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
-        after = router_counters(admin)
-        assert_no_node_fault(before, after)
+        assert_nothing_repaired(admin, before)
         assert c.get("canary") == [("canary", 0, b"alive", None)]
 
 
@@ -283,11 +292,8 @@ def test_writes_every_replica_refuses_are_not_repaired_nor_flushed(start_server,
     with McRaw(router.host, router.port) as c:
         assert c.store("set", "canary", "alive") == "STORED"
         before = router_counters(admin)
-        for i in range(3):
-            line = c.store("set", f"big{i}", b"x" * (1048576 - 10))
-            assert line == "SERVER_ERROR object too large for cache", line
-        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
-        assert_no_node_fault(before, router_counters(admin))
+        assert_big_writes_refused(c)
+        assert_nothing_repaired(admin, before)
     for n in nodes:
         with McRaw(n.host, n.port) as c:
             assert c.get("canary") == [("canary", 0, b"alive", None)]
@@ -316,11 +322,8 @@ def test_compare_and_swaps_a_replica_refuses_are_not_repaired(start_server, star
     with McRaw(router.host, router.port) as c:
         assert c.store("set", "canary", "alive") == "STORED"
         before = router_counters(admin)
-        for i in range(3):
-            line = c.store("cas", f"big{i}", b"x" * (1048576 - 10), extra="1")
-            assert line == "SERVER_ERROR object too large for cache", line
-        time.sleep(0.3)  # several probe intervals: a repair would have been sent by now
-        assert_no_node_fault(before, router_counters(admin))
+        assert_big_writes_refused(c, "cas", extra="1")
+        assert_nothing_repaired(admin, before)
     for n in nodes:
         with McRaw(n.host, n.port) as c:
             assert c.get("canary") == [("canary", 0, b"alive", None)]

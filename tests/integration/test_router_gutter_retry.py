@@ -7,14 +7,13 @@ is marked down for every worker. Skipped when SHOAL_TEST_SERVER=memcached."""
 import random
 import re
 import socket
-import struct
 import threading
 
 import pytest
 
 from conftest import (default_owner, held_value, key_slot, pause_server, restart_server,
                       resume_server, topology)
-from fakenode import FakeNode
+from fakenode import FakeNode, Reset
 from mcraw import McRaw, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
@@ -82,12 +81,54 @@ class Loader(threading.Thread):
         self.done += len(sent)
 
 
-def start_load(router, n=4, nkeys=300):
-    stop = threading.Event()
-    loaders = [Loader(router.host, router.port, cid, nkeys, stop) for cid in range(n)]
-    for ld in loaders:
-        ld.start()
-    return stop, loaders
+class Load:
+    """n Loaders of nkeys keys each through the router, from start() until stop()."""
+
+    def __init__(self, router, n=4, nkeys=300):
+        self.stop_event = threading.Event()
+        self.loaders = [Loader(router.host, router.port, cid, nkeys, self.stop_event)
+                        for cid in range(n)]
+
+    def start(self):
+        for ld in self.loaders:
+            ld.start()
+        return self
+
+    def stop(self):
+        self.stop_event.set()
+        for ld in self.loaders:
+            ld.join(timeout=15)
+
+    def total(self):
+        """Requests answered so far."""
+        return sum(ld.done for ld in self.loaders)
+
+    def errors(self):
+        return [e for ld in self.loaders for e in ld.errors]
+
+    def assert_no_errors(self):
+        errs = self.errors()
+        assert errs == [], f"{len(errs)} of {self.total()} requests failed, e.g. {errs[:5]}"
+
+    def running(self, cond):
+        """`cond` as a wait_until condition that fails at once when a loader has stopped."""
+        def check():
+            assert all(ld.is_alive() for ld in self.loaders), \
+                f"a loader stopped: {self.errors()[-3:]}"
+            return cond()
+        return check
+
+
+def gutter_cluster(start_server, start_router, *flags):
+    """Three nodes in the pool "main" and one in the gutter pool, behind a router started with
+    `flags`. Returns (nodes, gutter, router, admin)."""
+    nodes = [start_server() for _ in range(3)]
+    gutter = start_server()
+    doc = topology(nodes)
+    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
+    doc["gutter_pool"] = "gutter"
+    router, admin, _ = start_router(doc, *flags)
+    return nodes, gutter, router, admin
 
 
 def metric(admin, name):
@@ -103,34 +144,17 @@ def node_stat(server, name):
 
 
 def test_kill_under_pipelined_load_costs_clients_no_errors(start_server, start_router):
-    nodes = [start_server() for _ in range(3)]
-    gutter = start_server()
-    doc = topology(nodes)
-    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
-    doc["gutter_pool"] = "gutter"
-    router, admin, _ = start_router(doc, "-t", "2", "--timeout-ms", "1000", "--probe-ms", "100",
-                                    "--retry-ms", "100")
+    nodes, gutter, router, admin = gutter_cluster(start_server, start_router, "-t", "2",
+                                                  "--timeout-ms", "1000", "--probe-ms", "100",
+                                                  "--retry-ms", "100")
     victim = nodes[1]
     vaddr = f"127.0.0.1:{victim.port}"
-    stop = threading.Event()
-    loaders = [Loader(router.host, router.port, cid, 300, stop) for cid in range(4)]
-    victim_keys = [k for ld in loaders for k in ld.keys if default_owner(key_slot(k), 3) == 1]
+    load = Load(router)
+    victim_keys = [k for ld in load.loaders for k in ld.keys
+                   if default_owner(key_slot(k), 3) == 1]
     assert victim_keys
-
-    def total():
-        return sum(ld.done for ld in loaders)
-
-    def errors():
-        return [e for ld in loaders for e in ld.errors]
-
-    def running(cond):  # a condition of the load, failing at once if a loader has stopped
-        def check():
-            assert all(ld.is_alive() for ld in loaders), f"a loader stopped: {errors()[-3:]}"
-            return cond()
-        return check
-
-    for ld in loaders:
-        ld.start()
+    total, running = load.total, load.running
+    load.start()
     try:
         wait_until(running(lambda: total() >= 4000), timeout=10, message="the load running")
         victim.proc.kill()
@@ -151,11 +175,8 @@ def test_kill_under_pipelined_load_costs_clients_no_errors(start_server, start_r
         at_back = total()
         wait_until(running(lambda: total() >= at_back + 10000), timeout=10, message="more load")
     finally:
-        stop.set()
-        for ld in loaders:
-            ld.join(timeout=15)
-    errs = errors()
-    assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
+        load.stop()
+    load.assert_no_errors()
     assert metric(admin, "shoal_router_gutter_retries_total") > 0
     assert total() > 30000
 
@@ -164,23 +185,10 @@ class ResetNode(FakeNode):
     """Answers the router's probe (`version`); resets the connection (RST) as soon as any other
     request has arrived, as a node that dies with the request in hand."""
 
-    def _serve(self, conn):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                if buf.startswith(b"version\r\n"):
-                    buf = buf[9:]
-                    conn.sendall(b"VERSION fake\r\n")
-                if buf:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    conn.close()
-                    return
-        except OSError:
-            pass
+    def answer(self, line, rest):
+        if line == b"version":
+            return b"VERSION fake\r\n", rest
+        raise Reset
 
 
 class SilentNode(FakeNode):
@@ -320,12 +328,8 @@ def test_a_node_one_worker_marks_down_is_down_for_every_worker(start_server, sta
     """Two workers; one client, served by one of them, makes it mark a dead node down: the
     other worker, which sent the node nothing, marks it down too, and both mark it up once it
     is back."""
-    nodes = [start_server() for _ in range(3)]
-    gutter = start_server()
-    doc = topology(nodes)
-    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
-    doc["gutter_pool"] = "gutter"
-    router, admin, _ = start_router(doc, "-t", "2", "--probe-ms", "50", "--retry-ms", "20")
+    nodes, _, router, admin = gutter_cluster(start_server, start_router, "-t", "2",
+                                             "--probe-ms", "50", "--retry-ms", "20")
     victim = nodes[0]
     down = f'shoal_router_node_down{{node="127.0.0.1:{victim.port}"}}'
     key = next(k for k in (f"w{i}" for i in range(100)) if default_owner(key_slot(k), 3) == 0)
@@ -351,26 +355,13 @@ def test_a_stall_under_load_costs_no_errors_and_the_node_is_repaired(start_serve
     the load's writes of its keys go to the gutter and are logged for it; resumed, it is repaired
     before its keys are read from it again, so once the load stops every key reads as a miss
     or as the last value its client wrote, never an older one the node kept."""
-    nodes = [start_server() for _ in range(3)]
-    gutter = start_server()
-    doc = topology(nodes)
-    doc["pools"]["gutter"] = {"nodes": [f"127.0.0.1:{gutter.port}"]}
-    doc["gutter_pool"] = "gutter"
-    router, admin, _ = start_router(doc, "-t", "2", "--timeout-ms", "300", "--probe-ms", "100")
+    nodes, gutter, router, admin = gutter_cluster(start_server, start_router, "-t", "2",
+                                                  "--timeout-ms", "300", "--probe-ms", "100")
     victim = nodes[2]
     vaddr = f"127.0.0.1:{victim.port}"
     down = f'shoal_router_node_down{{node="{vaddr}"}}'
-    stop, loaders = start_load(router)
-
-    def total():
-        return sum(ld.done for ld in loaders)
-
-    def running(cond):
-        def check():
-            assert all(ld.is_alive() for ld in loaders), "a loader stopped"
-            return cond()
-        return check
-
+    load = Load(router).start()
+    total, running = load.total, load.running
     try:
         wait_until(running(lambda: total() >= 4000), timeout=10, message="the load running")
         pause_server(victim)
@@ -388,14 +379,11 @@ def test_a_stall_under_load_costs_no_errors_and_the_node_is_repaired(start_serve
         at_back = total()
         wait_until(running(lambda: total() >= at_back + 5000), timeout=10, message="more load")
     finally:
-        stop.set()
-        for ld in loaders:
-            ld.join(timeout=15)
-    errs = [e for ld in loaders for e in ld.errors]
-    assert errs == [], f"{len(errs)} of {total()} requests failed, e.g. {errs[:5]}"
+        load.stop()
+    load.assert_no_errors()
     stale = []
     with router.raw() as r:
-        for ld in loaders:
+        for ld in load.loaders:
             for key in ld.keys:
                 got = r.get(key)
                 if got and got[0][2] != ld.last.get(key):

@@ -368,6 +368,37 @@ static void test_membudget_thresholds(void **state)
     assert_int_equal(b.trim_ms, 5000);
 }
 
+/* The pick: stalled connections before moving ones, the largest of each, never one whose bytes
+ * are not its client's doing or that holds under half the average share. */
+static void test_membudget_pick_order(void **state)
+{
+    (void)state;
+    struct membudget b;
+    membudget_init(&b, 8 << 20);
+    uint64_t acct = 0;
+    membudget_account(&b, &acct, 8 << 20); /* 8 MiB over 4 connections: the floor is 1 MiB */
+    int small, moving_big, moving, stalled_small, stalled_big, innocent;
+    struct membudget_pick p;
+    const char *why;
+    membudget_pick_start(&p, &b, 4, 1000);
+    membudget_pick_offer(&p, &small, 512 << 10, "r", 0); /* under the floor */
+    membudget_pick_offer(&p, &innocent, 6 << 20, NULL, 0);
+    membudget_pick_offer(&p, &moving_big, 5 << 20, "m", 1000 - MEMBUDGET_STALL_MS + 1);
+    membudget_pick_offer(&p, &moving, 2 << 20, "m", 990);
+    assert_ptr_equal(membudget_pick_victim(&p, &why), &moving_big); /* none stalled */
+    assert_string_equal(why, "m");
+    membudget_pick_offer(&p, &stalled_small, 1 << 20, "s", 1000 - MEMBUDGET_STALL_MS);
+    membudget_pick_offer(&p, &stalled_big, 3 << 20, "S", 0);
+    assert_ptr_equal(membudget_pick_victim(&p, &why), &stalled_big);
+    assert_string_equal(why, "S");
+    membudget_pick_start(&p, &b, 4, 1000);
+    membudget_pick_offer(&p, &small, 512 << 10, "r", 0);
+    assert_null(membudget_pick_victim(&p, &why));
+    assert_int_equal(membudget_idle_period(0), MEMBUDGET_SWEEP_OVER_MS);
+    assert_int_equal(membudget_idle_period(2000), 500);
+    assert_int_equal(membudget_idle_period(60000), MEMBUDGET_SWEEP_IDLE_MAX_MS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_uring_send_recv_batch),
         cmocka_unit_test(test_log_limited_keeps_a_repeating_peer_quiet),
         cmocka_unit_test(test_membudget_thresholds),
+        cmocka_unit_test(test_membudget_pick_order),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }
