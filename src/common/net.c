@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -16,6 +17,8 @@
 /* A descriptor held only to be given up for one accept when the process has none left. */
 static int net_reserve = -1;
 static pthread_mutex_t net_reserve_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Set while accepts meet EMFILE: they then all go through net_reserve_lock. */
+static int net_out_of_fds;
 
 int net_set_nonblock(int fd)
 {
@@ -82,9 +85,27 @@ unsigned long long net_raise_nofile(unsigned long long want)
 
 int net_accept(int lfd, const char *busy, size_t busylen)
 {
-    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) return fd;
+    /* Out of descriptors, every accept takes the lock: one that ran beside the refusal below
+     * could take the number the reserve just gave up, and the reserve would be lost for good
+     * (clients then left in the queue, neither served nor refused). */
+    if (!__atomic_load_n(&net_out_of_fds, __ATOMIC_RELAXED)) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) return fd;
+    }
     pthread_mutex_lock(&net_reserve_lock);
+    __atomic_store_n(&net_out_of_fds, 1, __ATOMIC_RELAXED);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0 || (errno != EMFILE && errno != ENFILE)) {
+        /* a descriptor came free: accepts go their own way again once the reserve is back */
+        int e = errno;
+        if (net_reserve < 0) net_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (net_reserve >= 0) __atomic_store_n(&net_out_of_fds, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&net_reserve_lock);
+        errno = e;
+        return fd;
+    }
+    if (net_reserve < 0) net_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    bool refused = false;
     if (net_reserve >= 0) {
         close(net_reserve);
         fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -92,11 +113,14 @@ int net_accept(int lfd, const char *busy, size_t busylen)
             ssize_t wr = send(fd, busy, busylen, MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)wr;
             close(fd);
+            refused = true;
         }
         net_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
     pthread_mutex_unlock(&net_reserve_lock);
-    errno = EMFILE;
+    /* EMFILE: one client was told and closed; EAGAIN: none could be (the queue is empty, or
+     * no descriptor at all is left): try again on the next wake-up */
+    errno = refused ? EMFILE : EAGAIN;
     return -1;
 }
 

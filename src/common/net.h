@@ -14,7 +14,9 @@ int net_set_nonblock(int fd);
  * the head of the queue is accepted on a descriptor kept in reserve, sent `busy` and closed,
  * and -1 is returned with errno EMFILE: the client is told at once instead of waiting in the
  * queue for as long as descriptors stay short, and a level-triggered poll on the listener
- * does not spin on the same error. Thread-safe. */
+ * does not spin on the same error. -1 with EAGAIN when no client could be told (the queue is
+ * empty, or the reserve is gone until a descriptor frees). Thread-safe: while descriptors are
+ * short every call takes one lock, so no other accept takes the reserve's number. */
 int net_accept(int lfd, const char *busy, size_t busylen);
 /* Raise the soft limit on open descriptors towards `want` (at most the hard limit). Returns
  * the soft limit in force afterwards. Also sets up net_accept's reserve descriptor. */
