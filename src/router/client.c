@@ -40,7 +40,7 @@ struct client *client_create(struct rworker *w, int fd)
     c->evkind = EV_CLIENT;
     c->w = w;
     c->fd = fd;
-    c->last_in_ms = c->last_out_ms = w->now_ms;
+    c->last_in_ms = c->last_out_ms = c->req_start_ms = w->now_ms;
     buf_init(&c->rbuf);
     buf_init(&c->wbuf);
     buf_init(&c->lline);
@@ -117,6 +117,7 @@ void client_mark_dirty(struct client *c)
 void client_read_done(struct client *c, int res)
 {
     if (res > 0) {
+        if (buf_used(&c->rbuf) == 0) c->req_start_ms = c->w->now_ms;
         c->rbuf.len += (size_t)res;
         c->w->m.bytes_read += (uint64_t)res;
         c->last_in_ms = c->w->now_ms;
@@ -245,7 +246,10 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
     case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND: case CMD_PREPEND:
     case CMD_CAS: case CMD_MS: {
         size_t need = (size_t)req.nbytes + 2;
-        if (avail - used < need) return 0;
+        if (avail - used < need) {
+            c->req_need = used + need; /* what it will hold: client_budget.c weighs it */
+            return 0;
+        }
         w->m.cmd_set++;
         if (!route_admit(c, req.key, req.nkey, (uint64_t)req.nbytes,
                           req.noreply && req.cmd != CMD_MS))
@@ -386,6 +390,8 @@ static void client_process(struct client *c)
         size_t used = client_run_line(c, start, (size_t)(nl - start), avail);
         if (used == 0) return; /* data block still arriving */
         buf_consume(&c->rbuf, used);
+        c->req_start_ms = c->w->now_ms;
+        c->req_need = 0;
     }
 }
 
