@@ -67,9 +67,11 @@ static bool client_unread(const struct client *c)
 
 /* The bytes a client's own doing will have it hold: an unfinished value counts as all it
  * declared (the rest is coming, or the client stalls holding it). */
+static bool why_partial(const char *blame) { return blame[0] == 'a'; }
+
 static uint64_t client_bytes(const struct client *c, const char *blame)
 {
-    bool partial = blame[0] == 'a'; /* "a request it has not finished" */
+    bool partial = why_partial(blame);
     return partial && c->req_need > c->acct ? c->req_need : c->acct;
 }
 
@@ -80,7 +82,7 @@ static uint64_t client_bytes(const struct client *c, const char *blame)
  * them, or after them when the rest on its worker held less than the floor so far. */
 static uint64_t client_weight(const struct client *c, const char *blame, uint64_t since)
 {
-    uint64_t from = blame[0] == 'a' ? c->req_start_ms : since;
+    uint64_t from = why_partial(blame) ? c->req_start_ms : since;
     uint64_t age = c->w->now_ms > from ? c->w->now_ms - from : 0;
     return client_bytes(c, blame) * (1 + (age < 60000 ? age : 60000));
 }
@@ -103,7 +105,13 @@ static void sweep_over(struct rworker *w)
             const char *blame = client_blame(c, &since);
             if (!blame || c->acct == 0 || client_bytes(c, blame) < floor) continue;
             uint64_t weight = client_weight(c, blame, since);
-            if (w->now_ms - since >= MEMBUDGET_STALL_MS) {
+            bool stall = w->now_ms - since >= MEMBUDGET_STALL_MS;
+            /* a request begun this recently, and moving, is no cause yet: a well-behaved
+             * client's set just begun was the only candidate left on its worker while the
+             * slowloris ones to close were on the other */
+            if (!stall && why_partial(blame) && w->now_ms - c->req_start_ms < MEMBUDGET_STALL_MS)
+                continue;
+            if (stall) {
                 if (stalled == NULL || weight > w_stalled)
                     stalled = c, why_stalled = blame, w_stalled = weight;
             } else if (moving == NULL || weight > w_moving) {
@@ -113,7 +121,7 @@ static void sweep_over(struct rworker *w)
         struct client *victim = stalled ? stalled : moving;
         const char *why = stalled ? why_stalled : why_moving;
         if (victim == NULL) return;
-        if (victim == stalled && why[0] == 'a' && client_unread(victim)) {
+        if (victim == stalled && why_partial(why) && client_unread(victim)) {
             victim->unread_ms = w->now_ms; /* moving, as far as it is concerned: look again */
             continue;
         }
