@@ -53,15 +53,15 @@ void membudget_pick_start(struct membudget_pick *p, const struct membudget *b, u
     p->now_ms = now_ms;
 }
 
-void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, const char *blame,
-                          uint64_t since_ms)
+void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, uint64_t weight,
+                          const char *blame, uint64_t since_ms)
 {
     if (!blame || bytes == 0 || bytes < p->floor) return;
     if (p->now_ms - since_ms >= MEMBUDGET_STALL_MS) {
-        if (p->stalled == NULL || bytes > p->stalled_bytes)
-            p->stalled = conn, p->stalled_bytes = bytes, p->why_stalled = blame;
-    } else if (p->moving == NULL || bytes > p->moving_bytes) {
-        p->moving = conn, p->moving_bytes = bytes, p->why_moving = blame;
+        if (p->stalled == NULL || weight > p->stalled_weight)
+            p->stalled = conn, p->stalled_weight = weight, p->why_stalled = blame;
+    } else if (p->moving == NULL || weight > p->moving_weight) {
+        p->moving = conn, p->moving_weight = weight, p->why_moving = blame;
     }
 }
 

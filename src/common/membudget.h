@@ -99,22 +99,23 @@ uint64_t membudget_idle_period(uint64_t partial_timeout_ms);
 
 /* Choosing which of a worker's connections to close while the budget is over: start a pick,
  * offer it each connection whose bytes are there by its client's doing, take the victim.
- * The victim is the largest of those whose client made no progress for MEMBUDGET_STALL_MS, or
- * when there is none the largest of the others; only those holding at least half the average
- * share of all `conns` connections count (the other workers may hold the large ones, and this
- * one's small ones are no cause). */
+ * The victim is the weightiest of those whose client made no progress for MEMBUDGET_STALL_MS,
+ * or when there is none the weightiest of the others; only those holding at least half the
+ * average share of all `conns` connections count (the other workers may hold the large ones,
+ * and this one's small ones are no cause). */
 struct membudget_pick {
     uint64_t floor, now_ms;
     void *stalled, *moving;
-    uint64_t stalled_bytes, moving_bytes;
+    uint64_t stalled_weight, moving_weight;
     const char *why_stalled, *why_moving;
 };
 void membudget_pick_start(struct membudget_pick *p, const struct membudget *b, uint64_t conns,
                           uint64_t now_ms);
-/* `conn` holds `bytes`, there because of `blame` (NULL: not its client's doing, never picked);
- * its client last made progress on that side at `since_ms`. */
-void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, const char *blame,
-                          uint64_t since_ms);
+/* `conn` holds `bytes` (compared with the floor) and weighs `weight` (the order: bytes alone, or
+ * bytes scaled by how long they were held), there because of `blame` (NULL: not its client's
+ * doing, never picked); its client last made progress on that side at `since_ms`. */
+void membudget_pick_offer(struct membudget_pick *p, void *conn, uint64_t bytes, uint64_t weight,
+                          const char *blame, uint64_t since_ms);
 /* The connection to close (NULL: none), and in *why its blame. */
 void *membudget_pick_victim(const struct membudget_pick *p, const char **why);
 /* Memory closed connections freed waits for the next trim: a worker with nothing to do should

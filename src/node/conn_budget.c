@@ -59,7 +59,7 @@ static void sweep_over(struct worker *w)
         for (struct conn *c = w->conns; c; c = c->next) {
             uint64_t since;
             const char *blame = conn_blame(c, &since);
-            membudget_pick_offer(&pick, c, c->acct, blame, since);
+            membudget_pick_offer(&pick, c, c->acct, c->acct, blame, since);
         }
         const char *why;
         struct conn *victim = membudget_pick_victim(&pick, &why);

@@ -43,6 +43,12 @@ struct client {
     struct connlist_ent listed;   /* its entry in the router's `stats conns` list */
     uint64_t acct;                /* bytes it accounts in the router's budget (client_budget.c) */
     uint64_t last_in_ms;          /* when it last sent a byte (the worker's now_ms) */
+    uint64_t req_start_ms;        /* when the request it is sending began (its first byte read
+                                   * into an empty buffer, or the one before it completed) */
+    uint64_t unread_ms;           /* when the budget's sweep found bytes it sent unread in its
+                                   * socket: the router was behind then, not the client */
+    uint64_t req_need;            /* bytes of input that request needs, when its data block is
+                                   * still arriving (0: not known) */
     uint64_t last_out_ms;         /* when it last took a byte of its replies */
 };
 

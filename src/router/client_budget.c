@@ -6,11 +6,13 @@
  * CLIENT_PENDING_COST per request in flight (a hundred clients with a thousand gets each in
  * flight held 300 MB in requests and fragments alone).
  * Each worker sweeps its own clients (nothing else may touch them) between batches while the
- * budget is over, so it closes the largest holders on its side; the loop's timeout brings it
+ * budget is over, so it closes the weightiest holders on its side; the loop's timeout brings it
  * back every MEMBUDGET_SWEEP_OVER_MS meanwhile, since the clients to close may be paused ones
  * that report no events. A closed client's requests still in flight are orphaned as when it
  * disconnects: their replies are read off the node's connection and dropped, and its gets not
  * yet sent are dropped before they are (upstream.c, frag_abandoned). */
+#include <sys/ioctl.h>
+
 #include "common/log.h"
 #include "protocol/protocol.h"
 #include "router/client.h"
@@ -41,12 +43,48 @@ static const char *client_blame(const struct client *c, uint64_t *since)
         *since = c->last_out_ms;
         return "replies it does not read";
     }
-    if (client_partial(c)) return "a request it has not finished";
+    if (client_partial(c)) {
+        if (c->unread_ms > *since) *since = c->unread_ms;
+        return "a request it has not finished";
+    }
     return NULL;
 }
 
+/* Has the client sent bytes the router has not read yet? Then a request it has not finished
+ * is not stalled on its side: the worker, busy with thousands of others, has not come back to
+ * it (a well-behaved client's 200 KB set, sent at once, was read in 16 KB .. 128 KB passes
+ * 175 ms apart behind 2,000 slowloris connections, and closed as stalled). */
+static bool client_unread(const struct client *c)
+{
+    int n = 0;
+    return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/* The bytes a client's own doing will have it hold: an unfinished value counts as all it
+ * declared (the rest is coming, or the client stalls holding it). */
+static bool why_partial(const char *blame) { return blame[0] == 'a'; }
+
+static uint64_t client_bytes(const struct client *c, const char *blame)
+{
+    bool partial = why_partial(blame);
+    return partial && c->req_need > c->acct ? c->req_need : c->acct;
+}
+
+/* How much a client weighs in choosing whom to close: client_bytes x how long held (ms, from
+ * when its unfinished request began, or since it last took a reply byte). By what each held
+ * alone, a well-behaved client's 200 KB set, read in a few passes behind 2,000 slowloris
+ * connections of 1 MB, tied with theirs (128 KB buffers each, mid-way) and was closed among
+ * them, or after them when the rest on its worker held less than the floor so far. */
+static uint64_t client_weight(const struct client *c, const char *blame, uint64_t since)
+{
+    uint64_t from = why_partial(blame) ? c->req_start_ms : since;
+    uint64_t age = c->w->now_ms > from ? c->w->now_ms - from : 0;
+    return client_bytes(c, blame) * (1 + (age < 60000 ? age : 60000));
+}
+
 /* Close this worker's clients holding the most by their own doing (membudget_pick says which
- * first) until the budget is relieved or none is left. */
+ * first: stalled ones, then the weightiest by client_weight, among those holding client_bytes
+ * of at least half the average share) until the budget is relieved or none is left. */
 static void sweep_over(struct rworker *w)
 {
     struct membudget *b = &w->r->budget;
@@ -57,11 +95,23 @@ static void sweep_over(struct rworker *w)
         for (struct client *c = w->clients; c; c = c->next) {
             uint64_t since;
             const char *blame = client_blame(c, &since);
-            membudget_pick_offer(&pick, c, c->acct, blame, since);
+            if (!blame || c->acct == 0) continue;
+            /* a request begun this recently, and moving, is no cause yet: a well-behaved
+             * client's set just begun was the only candidate left on its worker while the
+             * slowloris ones to close were on the other */
+            if (why_partial(blame) && w->now_ms - since < MEMBUDGET_STALL_MS &&
+                w->now_ms - c->req_start_ms < MEMBUDGET_STALL_MS)
+                continue;
+            membudget_pick_offer(&pick, c, client_bytes(c, blame),
+                                 client_weight(c, blame, since), blame, since);
         }
         const char *why;
         struct client *victim = membudget_pick_victim(&pick, &why);
         if (victim == NULL) return;
+        if (victim == pick.stalled && why_partial(why) && client_unread(victim)) {
+            victim->unread_ms = w->now_ms; /* moving, as far as it is concerned: look again */
+            continue;
+        }
         w->m.conns_closed_budget++;
         log_warn("closing client %s: it holds %llu bytes (%s) and client buffers went over "
                  "--buffers-max (now %llu of %llu bytes)",

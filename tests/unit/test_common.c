@@ -381,19 +381,25 @@ static void test_membudget_pick_order(void **state)
     struct membudget_pick p;
     const char *why;
     membudget_pick_start(&p, &b, 4, 1000);
-    membudget_pick_offer(&p, &small, 512 << 10, "r", 0); /* under the floor */
-    membudget_pick_offer(&p, &innocent, 6 << 20, NULL, 0);
-    membudget_pick_offer(&p, &moving_big, 5 << 20, "m", 1000 - MEMBUDGET_STALL_MS + 1);
-    membudget_pick_offer(&p, &moving, 2 << 20, "m", 990);
+    membudget_pick_offer(&p, &small, 512 << 10, 512 << 10, "r", 0); /* under the floor */
+    membudget_pick_offer(&p, &innocent, 6 << 20, 6 << 20, NULL, 0);
+    membudget_pick_offer(&p, &moving_big, 5 << 20, 5 << 20, "m", 1000 - MEMBUDGET_STALL_MS + 1);
+    membudget_pick_offer(&p, &moving, 2 << 20, 2 << 20, "m", 990);
     assert_ptr_equal(membudget_pick_victim(&p, &why), &moving_big); /* none stalled */
     assert_string_equal(why, "m");
-    membudget_pick_offer(&p, &stalled_small, 1 << 20, "s", 1000 - MEMBUDGET_STALL_MS);
-    membudget_pick_offer(&p, &stalled_big, 3 << 20, "S", 0);
+    membudget_pick_offer(&p, &stalled_small, 1 << 20, 1 << 20, "s", 1000 - MEMBUDGET_STALL_MS);
+    membudget_pick_offer(&p, &stalled_big, 3 << 20, 3 << 20, "S", 0);
     assert_ptr_equal(membudget_pick_victim(&p, &why), &stalled_big);
     assert_string_equal(why, "S");
     membudget_pick_start(&p, &b, 4, 1000);
-    membudget_pick_offer(&p, &small, 512 << 10, "r", 0);
+    membudget_pick_offer(&p, &small, 512 << 10, 512 << 10, "r", 0);
     assert_null(membudget_pick_victim(&p, &why));
+    /* the order is by weight (the router's: bytes by how long held), the floor by bytes */
+    membudget_pick_start(&p, &b, 4, 1000);
+    membudget_pick_offer(&p, &stalled_big, 3 << 20, 3 << 20, "S", 0);
+    membudget_pick_offer(&p, &stalled_small, 1 << 20, 9 << 20, "s", 0);
+    membudget_pick_offer(&p, &small, 512 << 10, 64 << 20, "r", 0);
+    assert_ptr_equal(membudget_pick_victim(&p, &why), &stalled_small);
     assert_int_equal(membudget_idle_period(0), MEMBUDGET_SWEEP_OVER_MS);
     assert_int_equal(membudget_idle_period(2000), 500);
     assert_int_equal(membudget_idle_period(60000), MEMBUDGET_SWEEP_IDLE_MAX_MS);
