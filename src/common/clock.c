@@ -18,6 +18,13 @@ uint32_t clock_now(void)
     return (uint32_t)(ts.tv_sec - clock_start.tv_sec) + 2;
 }
 
+uint64_t clock_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 time_t clock_epoch(void) { return clock_unix_start; }
 
 uint32_t clock_exptime(int64_t exptime, uint32_t now)

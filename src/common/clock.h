@@ -15,6 +15,8 @@
 void clock_setup(void);
 /* Seconds since clock_setup(), starting at 2 so that 1 can stand for "already expired". */
 uint32_t clock_now(void);
+/* A monotonic clock in milliseconds, coarse (a few ms) and cheap: for timeouts and pacing. */
+uint64_t clock_now_ms(void);
 /* Unix time at which the clock read 0. */
 time_t clock_epoch(void);
 /* Convert a client's exptime to the store clock: 0 stays 0 (never), negative is already

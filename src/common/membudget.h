@@ -24,7 +24,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 /* Replies a connection may have waiting while the budget is pressed: about one large reply. */
 #define MEMBUDGET_PRESSED_OUT (64 * 1024)
@@ -48,20 +47,12 @@ struct membudget {
     uint64_t max;   /* --buffers-max */
     uint64_t used;  /* atomic: bytes every open connection accounts */
     uint64_t freed; /* atomic: bytes closed connections released since the last trim */
-    uint64_t trim_ms; /* atomic: when the last trim ran (membudget_now_ms) */
+    uint64_t trim_ms; /* atomic: when the last trim ran (clock_now_ms) */
 };
 
 /* Set the allocator up as described above: once, before any thread starts. */
 void membudget_setup_allocator(void);
 void membudget_init(struct membudget *b, uint64_t max);
-
-/* A monotonic clock in ms, coarse (a few ms) and cheap. */
-static inline uint64_t membudget_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* A connection's buffers hold `now` bytes; `*acct` is what it accounted so far. */
 static inline void membudget_account(struct membudget *b, uint64_t *acct, uint64_t now)

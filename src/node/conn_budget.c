@@ -9,6 +9,7 @@
  * may be paused ones that report no events. */
 #include <stdio.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "node/conn.h"
 
@@ -106,7 +107,7 @@ int conn_budget_wait_ms(const struct worker *w)
     if (membudget_over(&n->budget)) return MEMBUDGET_SWEEP_OVER_MS;
     int wait = -1;
     if (n->cfg.partial_timeout_ms && w->conns) {
-        uint64_t now = membudget_now_ms();
+        uint64_t now = clock_now_ms();
         wait = w->next_idle_ms > now ? (int)(w->next_idle_ms - now) : 0;
     }
     /* memory freed but not yet handed back: come back when the trim may run */

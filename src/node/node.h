@@ -166,7 +166,7 @@ struct worker {
     uint64_t reaped_ms;             /* when worker_conn_room last reaped, monotonic ms */
     struct uring ring;              /* batches socket I/O when use_ring (--io-uring) */
     bool use_ring;
-    uint64_t now_ms;                /* membudget_now_ms() when the batch began */
+    uint64_t now_ms;                /* clock_now_ms() when the batch began */
     uint64_t next_idle_ms;          /* next look for idle incomplete requests (conn_budget.c) */
 };
 

@@ -12,9 +12,9 @@
 #include <sys/eventfd.h>
 #include <sched.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "node/conn.h"
@@ -44,13 +44,6 @@ static void worker_reap_closed(struct worker *w)
 
 #define WORKER_REAP_MS 100
 
-static uint64_t worker_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Is there room for one more connection? A peer that disconnected a moment ago may still be
  * counted until its worker sees the EOF, so at the limit this worker reaps its own such
  * connections and rechecks, but at most once per WORKER_REAP_MS and without waiting. A refused
@@ -65,9 +58,9 @@ static bool worker_conn_room(struct worker *w)
         uint64_t cur = __atomic_add_fetch(&n->curr_conns, 1, __ATOMIC_RELAXED);
         if (cur <= n->cfg.conn_limit) return true;
         __atomic_fetch_sub(&n->curr_conns, 1, __ATOMIC_RELAXED);
-        uint64_t now = worker_now_ms();
-        if (reaped || now - w->reaped_ms < WORKER_REAP_MS) return false;
-        w->reaped_ms = now;
+        /* now_ms: when this batch began (worker_main) */
+        if (reaped || w->now_ms - w->reaped_ms < WORKER_REAP_MS) return false;
+        w->reaped_ms = w->now_ms;
         worker_reap_closed(w);
     }
 }
@@ -207,7 +200,7 @@ static void *worker_main(void *arg)
         ns_quiescent(&w->ns_seen); /* holds no namespace table while blocked */
         int k = epoll_wait(w->epfd, evs, WORKER_EVENTS, conn_budget_wait_ms(w));
         ns_online(&w->node->ns, &w->ns_seen);
-        w->now_ms = membudget_now_ms();
+        w->now_ms = clock_now_ms();
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
