@@ -445,6 +445,24 @@ static uint32_t upnode_quantum(const struct upnode *un)
     return UPSTREAM_TURN_BYTES / avg > 1 ? (uint32_t)(UPSTREAM_TURN_BYTES / avg) : 1;
 }
 
+/* Send f, of the flow `pin`, on uc (upnode_pick's choice for that pin). */
+static void upnode_send(struct upnode *un, struct upconn *uc, struct frag *f, unsigned pin)
+{
+    if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
+        static const char oom[] = "SERVER_ERROR out of memory\r\n";
+        un->w->m.out_of_memory++;
+        frag_fail(un, f, oom, sizeof oom - 1);
+        return;
+    }
+    uint32_t own_i = pin % un->nconns, uc_i = (uint32_t)(uc - un->conns);
+    if (uc_i != own_i) { /* a stand-in: the pin's next requests follow it (upnode_pick) */
+        f->stray = (uint8_t)(own_i + 1);
+        un->strays[own_i]++;
+        un->standin[own_i] = (uint8_t)uc_i;
+    }
+    upconn_take(uc, f);
+}
+
 /* Hand waiting fragments to connections while the window has room. */
 static void upnode_pump(struct upnode *un)
 {
@@ -465,19 +483,7 @@ static void upnode_pump(struct upnode *un)
             frag_destroy(f);
             continue;
         }
-        if (buf_append(&uc->wbuf, buf_start(&f->out), buf_used(&f->out)) < 0) {
-            static const char oom[] = "SERVER_ERROR out of memory\r\n";
-            w->m.out_of_memory++;
-            frag_fail(un, f, oom, sizeof oom - 1);
-            continue;
-        }
-        uint32_t own_i = pin % un->nconns, uc_i = (uint32_t)(uc - un->conns);
-        if (uc_i != own_i) { /* a stand-in: the pin's next requests follow it (upnode_pick) */
-            f->stray = (uint8_t)(own_i + 1);
-            un->strays[own_i]++;
-            un->standin[own_i] = (uint8_t)uc_i;
-        }
-        upconn_take(uc, f);
+        upnode_send(un, uc, f, pin);
     }
     if (un->abandon) upnode_abandon(un); /* marked down by a connect failing just now */
 }
@@ -507,13 +513,32 @@ void upnode_submit(struct upnode *un, struct frag *f)
     }
     /* its client's flow (the router's own requests share pin 0): as upnode_pick's pin */
     unsigned pin = f->rq && f->rq->cl ? (unsigned)f->rq->cl->fd : 0;
+    uint32_t room = upnode_room(un);
+    bool no_conn = false;
+    if (!un->abandon && upqueue_empty(&un->wait) && un->outstanding < room) {
+        /* nobody waits and the window has room: what upnode_pump would do at once, without
+         * passing f through the queue (a flow taken and given back per request) */
+        upnode_pump_dump(un);
+        struct upconn *uc = upnode_pick(un, pin);
+        if (uc != NULL) {
+            upnode_send(un, uc, f, pin);
+            if (un->abandon) upnode_abandon(un); /* marked down by a connect failing now */
+            return;
+        }
+        no_conn = true;
+    }
     if (upqueue_push(&un->wait, f, pin) < 0) {
         static const char oom[] = "SERVER_ERROR out of memory\r\n";
         w->m.out_of_memory++;
         frag_fail(un, f, oom, sizeof oom - 1);
         return;
     }
-    if (un->outstanding >= upnode_room(un)) w->m.window_waits++;
+    if (no_conn) { /* as upnode_pump does when it finds none, without a second connect */
+        upnode_fail_waiting(un, "is unavailable (connect failed; retrying shortly)", true);
+        if (un->abandon) upnode_abandon(un);
+        return;
+    }
+    if (un->outstanding >= room) w->m.window_waits++;
     upnode_pump(un);
 }
 
