@@ -105,11 +105,17 @@ static void index_ovf_dec(uint64_t *bucket)
     if (c < INDEX_OVF_MAX) index_ovf_set(bucket, c - 1); /* a saturated count stays */
 }
 
+/* Is a table of `bytes` a mapping of its own (else malloc'd)? Allocation and free must agree. */
+static inline bool index_table_paged(size_t bytes)
+{
+    return bytes >= INDEX_PAGED_SLOTS * sizeof(uint64_t) && bytes % 4096 == 0;
+}
+
 void *index_table_alloc(size_t nmemb, size_t size)
 {
     size_t bytes = nmemb * size;
     if (size && bytes / size != nmemb) return NULL;
-    if (bytes >= INDEX_PAGED_SLOTS * sizeof(uint64_t) && bytes % 4096 == 0) {
+    if (index_table_paged(bytes)) {
         void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         return m == MAP_FAILED ? NULL : m;
     }
@@ -120,7 +126,7 @@ void *index_table_alloc(size_t nmemb, size_t size)
 
 void index_table_free(void *p, size_t bytes)
 {
-    if (bytes >= INDEX_PAGED_SLOTS * sizeof(uint64_t) && bytes % 4096 == 0) munmap(p, bytes);
+    if (index_table_paged(bytes)) munmap(p, bytes);
     else free(p);
 }
 
