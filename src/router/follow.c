@@ -29,6 +29,7 @@ struct follow {
     struct httpc *http;
     char *base; /* the URL without its trailing '/' */
     pthread_t thread;
+    bool running;         /* the thread was started */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stopping;        /* under lock */
@@ -318,7 +319,7 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
-struct follow *follow_start(struct router *r, char *err, size_t errlen)
+struct follow *follow_create(struct router *r, char *err, size_t errlen)
 {
     struct follow *f = calloc(1, sizeof *f);
     if (f == NULL || (f->base = follow_base(r->cfg.control)) == NULL ||
@@ -336,17 +337,18 @@ struct follow *follow_start(struct router *r, char *err, size_t errlen)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&f->cond, &ca);
     pthread_condattr_destroy(&ca);
+    return f;
+}
+
+int follow_run(struct follow *f, char *err, size_t errlen)
+{
     int rc = pthread_create(&f->thread, NULL, follow_main, f);
     if (rc != 0) {
         snprintf(err, errlen, "--control: cannot start the follower thread: %s", strerror(rc));
-        httpc_destroy(&f->http);
-        pthread_cond_destroy(&f->cond);
-        pthread_mutex_destroy(&f->lock);
-        free(f->base);
-        free(f);
-        return NULL;
+        return -1;
     }
-    return f;
+    f->running = true;
+    return 0;
 }
 
 void follow_stop(struct follow **fp)
@@ -358,7 +360,7 @@ void follow_stop(struct follow **fp)
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
     httpc_cancel(f->http);
-    pthread_join(f->thread, NULL);
+    if (f->running) pthread_join(f->thread, NULL);
     httpc_destroy(&f->http);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);

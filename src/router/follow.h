@@ -30,9 +30,15 @@ bool follow_url_ok(const char *url);
  * error seen: unreachable, or the document's own fault naming the field). */
 int follow_first(const struct router_config *cfg, struct topo **out, char *err, size_t errlen);
 
-/* Start following (r->cfg.control). NULL with a message when the thread cannot start. */
-struct follow *follow_start(struct router *r, char *err, size_t errlen);
-/* Stop the thread (at once, even in the middle of a long poll) and free everything. */
+/* The follower of r->cfg.control, not started yet: made before the admin listener, so that
+ * /metrics shows its figures from the first request. NULL with a message when memory ran
+ * out. */
+struct follow *follow_create(struct router *r, char *err, size_t errlen);
+/* Start following, once the router listens (registration names its ports). -1 with a message
+ * when the thread cannot start. */
+int follow_run(struct follow *f, char *err, size_t errlen);
+/* Stop the thread if it runs (at once, even in the middle of a long poll) and free
+ * everything. */
 void follow_stop(struct follow **f);
 
 /* The follower's figures for /metrics: shoal_router_control_up, _polls, _failures, _applied,

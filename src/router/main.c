@@ -189,8 +189,16 @@ int main(int argc, char **argv)
         log_error("out of memory for per-pool and per-namespace figures; /metrics omits them");
     uint64_t *seen[256];
     for (uint64_t i = 0; i < router.cfg.threads; i++) seen[i] = &router.workers[i].topo_seen;
+    /* for the start-up line: once the admin listener runs, a PUT may replace and free `t` */
+    unsigned long long t_version = t->version;
+    unsigned t_nodes = t->nnodes, t_pools = t->npools, t_ns = t->nns;
     topo_registry_init(&router.topo, t, seen, router.cfg.threads);
+    t = NULL;
 
+    if (router.cfg.control && (router.follow = follow_create(&router, err, sizeof err)) == NULL) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
     struct admin *admin = NULL;
     if (router.cfg.admin_port) {
         admin = router_admin_create(&router, err, sizeof err);
@@ -216,9 +224,9 @@ int main(int argc, char **argv)
                "%u namespaces)",
                router.cfg.listen && *router.cfg.listen ? router.cfg.listen : "*",
                router.bound_port, (unsigned long long)router.cfg.threads,
-               (unsigned long long)t->version, t->nnodes, t->npools, t->nns);
+               t_version, t_nodes, t_pools, t_ns);
     if (admin) log_notice("admin HTTP on %s:%u", router.cfg.admin_listen, admin_port(admin));
-    if (router.cfg.control && (router.follow = follow_start(&router, err, sizeof err)) == NULL) {
+    if (router.follow && follow_run(router.follow, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;
     }
