@@ -291,9 +291,9 @@ static void *follow_main(void *arg)
         if (rc == 0) {
             snprintf(url, sizeof url, "%.1000s/v1/topology?after=%llu", f->base,
                      (unsigned long long)after);
+            __atomic_fetch_add(&f->polls, 1, __ATOMIC_RELAXED);
             rc = httpc_get(f->http, url, (unsigned)cfg->control_timeout_ms, &rep, err,
                            sizeof err);
-            __atomic_fetch_add(&f->polls, 1, __ATOMIC_RELAXED);
             lost = rc < 0;
         }
         if (httpc_cancelled(f->http)) break;

@@ -14,9 +14,11 @@ uint64_t router_topology_version(struct router *r)
 void router_topology_refused(struct router *r, const char *origin, const char *err)
 {
     __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
-    log_error("topology reload failed, keeping version %llu: %s%s%s%s",
-              (unsigned long long)router_topology_version(r), err, origin ? " (from " : "",
-              origin ? origin : "", origin ? ")" : "");
+    unsigned long long v = router_topology_version(r);
+    if (origin)
+        log_error("topology from %s refused, keeping version %llu: %s", origin, v, err);
+    else
+        log_error("topology reload failed, keeping version %llu: %s", v, err);
 }
 
 int router_apply_topology(struct router *r, struct topo *t, const char *origin, char *err,

@@ -21,7 +21,8 @@ int router_apply_topology(struct router *r, struct topo *t, const char *origin, 
                           size_t errlen);
 
 /* A document that did not parse: counted in shoal_router_topology_reload_failures and logged
- * as "topology reload failed, keeping version N: <err>[ (from <origin>)]". */
+ * as "topology reload failed, keeping version N: <err>" (the --config file, origin NULL) or
+ * "topology from <origin> refused, keeping version N: <err>". */
 void router_topology_refused(struct router *r, const char *origin, const char *err);
 
 /* The version of the table in use (read under the registry's lock: callers are not workers,

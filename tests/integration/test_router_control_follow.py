@@ -9,6 +9,7 @@ are real shoal-nodes. Skipped when SHOAL_TEST_SERVER=memcached."""
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -296,3 +297,34 @@ def test_control_url_must_be_http(tmp_path):
     res = subprocess.run([str(ROUTER_BIN), "-p", "0", "--control", "ftp://x"], capture_output=True,
                          text=True, timeout=10)
     assert res.returncode == 2 and "--control" in res.stderr
+
+
+def test_sigterm_ends_a_held_poll_at_once(start_server, tmp_path):
+    a = start_server()
+    control = FakeControl(hold=30.0)
+    proc = None
+    try:
+        control.publish(doc_for([a], 1))
+        with open(tmp_path / "router.stderr", "w") as err:
+            proc = subprocess.Popen([str(ROUTER_BIN), "-p", "0", "--control", control.url],
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    preexec_fn=_die_with_parent)
+        wait_until(lambda: control.gets and control.gets[-1] == 1, message="a held long poll")
+        t0 = time.monotonic()
+        proc.terminate()
+        assert proc.wait(10) == 0, (tmp_path / "router.stderr").read_text()
+        took = time.monotonic() - t0
+        assert took < 1.0, f"exit took {took:.3f}s with a poll held for 30 s"
+    finally:
+        if proc and proc.poll() is None:
+            proc.kill()
+        control.stop()
+
+
+def test_sighup_without_a_config_file_changes_nothing(start_server, control, start_follower):
+    a = start_server()
+    control.publish(doc_for([a], 3))
+    router, admin = start_follower(control.url)
+    router.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "no --config file" in router.stderr_text(), message="SIGHUP logged")
+    assert version_of(admin) == 3 and router.alive()
