@@ -72,7 +72,8 @@ static uint64_t follow_peek_version(const char *text, size_t len)
 {
     json_t *root = json_loadb(text, len, 0, NULL);
     json_t *v = root ? json_object_get(root, "version") : NULL;
-    uint64_t out = json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+    uint64_t out = 0;
+    if (json_is_integer(v) && json_integer_value(v) > 0) out = (uint64_t)json_integer_value(v);
     json_decref(root);
     return out;
 }

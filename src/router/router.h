@@ -82,7 +82,7 @@
     X(control, 0, STR, NULL, 0, 0,                                                              \
       "URL of shoal-control: follow its topology by long-poll (with --config: start from the "  \
       "file, then follow; without: wait for the control plane's first document)", NULL)          \
-    X(control_wait_ms, 0, UINT, "5000", 0, 3600000,                                              \
+    X(control_wait_ms, 0, UINT, "5000", 100, 3600000,                                            \
       "with --control and no --config: how long to wait at start for the first document "       \
       "before giving up (exit status 2)", NULL)                                                   \
     X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
