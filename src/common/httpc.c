@@ -19,6 +19,7 @@ struct httpc {
     struct buf *sink;   /* the reply body being read */
     bool over;          /* the reply was longer than body_max */
     bool no_memory;
+    struct curl_slist *extra; /* httpc_add_header's lines */
     char cerr[CURL_ERROR_SIZE]; /* libcurl's detail on a failure; it keeps the pointer */
 };
 
@@ -48,9 +49,36 @@ void httpc_destroy(struct httpc **hp)
     struct httpc *h = *hp;
     if (h == NULL) return;
     if (h->easy) curl_easy_cleanup(h->easy);
+    curl_slist_free_all(h->extra);
     if (h->multi) curl_multi_cleanup(h->multi);
     free(h);
     *hp = NULL;
+}
+
+int httpc_add_header(struct httpc *h, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(h->extra, line);
+    if (l == NULL) return -1;
+    h->extra = l;
+    return 0;
+}
+
+/* A copy of the client's own header lines, to which a request's are added (a request's list
+ * is freed after it, the client's kept). NULL with *ok false when memory ran out. */
+static struct curl_slist *httpc_headers(const struct httpc *h, bool *ok)
+{
+    struct curl_slist *out = NULL;
+    *ok = true;
+    for (const struct curl_slist *l = h->extra; l; l = l->next) {
+        struct curl_slist *n = curl_slist_append(out, l->data);
+        if (n == NULL) {
+            curl_slist_free_all(out);
+            *ok = false;
+            return NULL;
+        }
+        out = n;
+    }
+    return out;
 }
 
 void httpc_cancel(struct httpc *h)
@@ -112,6 +140,9 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
     h->over = h->no_memory = false;
     cerr[0] = 0;
     if (httpc_cancelled(h)) return httpc_fail(err, errlen, "%s %s: cancelled", method, url);
+    bool ok;
+    hdrs = httpc_headers(h, &ok);
+    if (!ok) return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
 
     /* reset keeps the live connection, so a follower's polls reuse one TCP connection */
     curl_easy_reset(e);
@@ -129,17 +160,19 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
         if (body != NULL || strcmp(method, "DELETE") != 0) {
             curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
             curl_easy_setopt(e, CURLOPT_POSTFIELDS, body ? body : "");
-            hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
             /* no "Expect: 100-continue" round trip before larger bodies */
-            struct curl_slist *more = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
-            if (more == NULL) {
-                curl_slist_free_all(hdrs);
-                return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+            static const char *const lines[] = {"Content-Type: application/json", "Expect:"};
+            for (size_t i = 0; i < 2; i++) {
+                struct curl_slist *more = curl_slist_append(hdrs, lines[i]);
+                if (more == NULL) {
+                    curl_slist_free_all(hdrs);
+                    return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+                }
+                hdrs = more;
             }
-            hdrs = more;
-            curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
         }
     }
+    if (hdrs) curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
 
     CURLcode rc = CURLE_OK;
     if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {

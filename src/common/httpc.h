@@ -33,6 +33,10 @@ struct httpc_reply {
 struct httpc *httpc_create(size_t body_max);
 void httpc_destroy(struct httpc **h);
 
+/* Send `line` ("Name: value", e.g. "Authorization: Bearer <token>") with every later request
+ * of this client. 0, or -1 when memory ran out. */
+int httpc_add_header(struct httpc *h, const char *line);
+
 /* Send one request and wait for the whole reply, at most timeout_ms (connection included).
  * `method` is "GET", "PUT", "POST" or "DELETE"; `body` (len bytes, may be NULL) is sent with
  * Content-Type: application/json. Returns 0 when a reply came, whatever its status (the caller

@@ -2,8 +2,8 @@
  * project's own admin listener (src/common/admin.c) on a loopback port: a GET's status and
  * body, a PUT's JSON body arriving whole, an error status returned as a reply, a refused
  * connection and a silent server reported as errors within the deadline, an oversized reply
- * refused, and a request held by the server ended at once by httpc_cancel from another
- * thread. */
+ * refused, a request held by the server ended at once by httpc_cancel from another thread,
+ * and header lines added to a client sent with its requests. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,6 +191,53 @@ static void test_cancel_ends_a_held_request_at_once(void **state)
     httpc_destroy(&h);
 }
 
+/* Serves one connection: answers 200 with the request's head as the body. */
+static void *mirror_once(void *arg)
+{
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    char req[4096];
+    size_t n = 0;
+    while (n < sizeof req - 1) {
+        ssize_t r = read(fd, req + n, sizeof req - 1 - n);
+        if (r <= 0) break;
+        n += (size_t)r;
+        req[n] = 0;
+        if (strstr(req, "\r\n\r\n")) break;
+    }
+    char head[128];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", n);
+    ssize_t w = write(fd, head, (size_t)hn);
+    w += write(fd, req, n);
+    (void)w;
+    close(fd);
+    return NULL;
+}
+
+static void test_added_headers_go_with_every_request(void **state)
+{
+    char url[128], err[256] = "";
+    unsigned port;
+    int fd = silent_listener(&port);
+    pthread_t th;
+    pthread_create(&th, NULL, mirror_once, &fd);
+    struct httpc *h = httpc_create(0);
+    assert_int_equal(httpc_add_header(h, "Authorization: Bearer t0k"), 0);
+    struct httpc_reply r;
+    httpc_reply_init(&r);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/v1/x", port);
+    assert_int_equal(httpc_get(h, url, 2000, &r, err, sizeof err), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(r.status, 200);
+    buf_append(&r.body, "", 1);
+    assert_non_null(strstr(buf_start(&r.body), "GET /v1/x HTTP/1.1\r\n"));
+    assert_non_null(strstr(buf_start(&r.body), "\r\nAuthorization: Bearer t0k\r\n"));
+    close(fd);
+    httpc_reply_release(&r);
+    httpc_destroy(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_reply_over_the_cap_is_refused),
         cmocka_unit_test(test_refused_and_silent_servers_fail_in_time),
         cmocka_unit_test(test_cancel_ends_a_held_request_at_once),
+        cmocka_unit_test(test_added_headers_go_with_every_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
