@@ -161,7 +161,7 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
     json_t *r;
     json_array_foreach(slots, i, r) {
         snprintf(path, sizeof path, "%.100s.slots[%zu]", ppath, i);
-        static const char *const keys[] = {"from", "to", "node", NULL};
+        static const char *const keys[] = {"from", "to", "node", "replica", NULL};
         if (!json_is_object(r)) return topo_err(err, errlen, "%s: must be an object", path);
         if (topo_check_keys(r, path, keys, err, errlen) < 0) return -1;
         uint64_t from, to;
@@ -180,6 +180,18 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
             if (!strcmp(t->nodes[p->nodes[k]].addr, addr)) owner = p->nodes[k];
         if (owner == UINT32_MAX)
             return topo_err(err, errlen, "%s: '%.200s' is not in %s.nodes", sub, addr, ppath);
+        /* design.md's copies = 2: the range's second node. Checked and kept in the document;
+         * the router routes by `node` alone for now. */
+        json_t *rv = json_object_get(r, "replica");
+        if (rv) {
+            const char *ra = json_string_value(rv);
+            bool member = false;
+            for (uint32_t k = 0; ra && k < p->nnodes; k++)
+                if (!strcmp(t->nodes[p->nodes[k]].addr, ra)) member = true;
+            if (!member || !strcmp(ra, addr))
+                return topo_err(err, errlen, "%.200s.replica: must be another node of %s.nodes",
+                                path, ppath);
+        }
         for (uint64_t s = from; s <= to; s++) {
             if (p->owner[s] != UINT16_MAX)
                 return topo_err(err, errlen, "%s: slot %llu is already assigned", path,

@@ -135,6 +135,27 @@ static void test_control_plane_namespace_fields(void **state)
     }
 }
 
+/* A slot range's "replica" (design.md, copies = 2): another node of the pool. */
+static void test_slot_range_replica(void **state)
+{
+    static const char head[] = "{\"version\": 1, \"pools\": {\"m\": {\"nodes\": "
+                               "[\"127.0.0.1:1\", \"127.0.0.1:2\"], \"slots\": [";
+    static const char tail[] = "]}}, \"namespaces\": {\"default\": {\"pool\": \"m\", "
+                               "\"copies\": 2}}}";
+    char doc[1024];
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:2\"}%s", head, tail);
+    struct topo *t = parse_ok(doc);
+    assert_int_equal(topo_route(t, "k", 1), 0); /* routed by `node` */
+    topo_destroy(&t);
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:1\"}%s", head, tail);
+    parse_fails_naming(doc, "pools.m.slots[0].replica");
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:3\"}%s", head, tail);
+    parse_fails_naming(doc, "pools.m.slots[0].replica");
+}
+
 static void test_errors_name_the_field(void **state)
 {
     parse_fails_naming("{", "not valid JSON");
@@ -302,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_replicated_pool_reads_one_replica),
         cmocka_unit_test(test_errors_name_the_field),
         cmocka_unit_test(test_control_plane_namespace_fields),
+        cmocka_unit_test(test_slot_range_replica),
         cmocka_unit_test(test_registry_publishes_only_newer_versions),
         cmocka_unit_test(test_reply_framing),
     };
