@@ -13,7 +13,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpthread -lm
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -lcurl -luring -lpthread -lm
 
 ifeq ($(SAN),1)
   BUILD  := build-san

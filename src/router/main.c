@@ -1,9 +1,10 @@
 /* main.c — shoal-router: a memcached-protocol routing sidecar (the paper's mcrouter).
  *
- * Start-up order: options, topology (--config FILE; an invalid document stops the process with
- * a message naming the field), listener, workers, admin HTTP. SIGHUP re-reads the topology
- * file and swaps it in while requests flow (an invalid or not-newer document is logged and the
- * running one kept); SIGINT/SIGTERM stop in reverse order. */
+ * Start-up order: options, topology (--config FILE, or without it the first document of the
+ * --control plane; an invalid document stops the process with a message naming the field),
+ * listener, workers, admin HTTP, then the control-plane follower (follow.h). SIGHUP re-reads
+ * the topology file and swaps it in while requests flow (an invalid or not-newer document is
+ * logged and the running one kept); SIGINT/SIGTERM stop in reverse order. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +17,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "router/follow.h"
+#include "router/reload.h"
 #include "router/router.h"
 #include "router/router_admin.h"
 #include "router/worker.h"
@@ -75,18 +78,16 @@ static void router_reload(struct router *r)
 {
     char err[512];
     struct topo *t;
-    uint64_t in_use = topo_current(&r->topo)->version;
-    if (topo_load_file(r->cfg.topology, &t, err, sizeof err) < 0 ||
-        topo_publish(&r->topo, t, err, sizeof err) < 0) {
-        __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
-        log_error("topology reload failed, keeping version %llu: %s",
-                  (unsigned long long)in_use, err);
+    if (r->cfg.topology == NULL) {
+        log_notice("SIGHUP: no --config file to re-read; the topology follows the control "
+                   "plane");
         return;
     }
-    __atomic_fetch_add(&r->reloads, 1, __ATOMIC_RELAXED);
-    const struct topo *now = topo_current(&r->topo);
-    log_notice("topology version %llu in use (%u nodes, %u pools, %u namespaces)",
-               (unsigned long long)now->version, now->nnodes, now->npools, now->nns);
+    if (topo_load_file(r->cfg.topology, &t, err, sizeof err) < 0) {
+        router_topology_refused(r, NULL, err);
+        return;
+    }
+    router_apply_topology(r, t, NULL, err, sizeof err);
 }
 
 int main(int argc, char **argv)
@@ -112,8 +113,8 @@ int main(int argc, char **argv)
         options_usage_config(defs, ndefs, "shoal-router",
                              "A memcached-protocol routing sidecar: routes each key to the node "
                              "that owns its slot.",
-                             "the JSON topology document (required; re-read on SIGHUP; "
-                             "docs/router.md)\n"
+                             "the JSON topology document (required unless --control; "
+                             "re-read on SIGHUP; docs/router.md)\n"
                              "      --options FILE           read the options above from FILE: "
                              "`name = value` lines (names with _ for -, # comments); the "
                              "command line wins");
@@ -124,9 +125,14 @@ int main(int argc, char **argv)
         return 0;
     }
     log_set_level((int)(router.cfg.verbose > 2 ? 2 : router.cfg.verbose));
-    if (router.cfg.topology == NULL) {
-        fprintf(stderr, "shoal-router: --config FILE is required: the topology document "
-                        "(docs/router.md)\n");
+    if (router.cfg.topology == NULL && router.cfg.control == NULL) {
+        fprintf(stderr, "shoal-router: --config FILE or --control URL is required: the topology "
+                        "document (docs/router.md) or the control plane that serves it\n");
+        return 2;
+    }
+    if (router.cfg.control && !follow_url_ok(router.cfg.control)) {
+        fprintf(stderr, "shoal-router: --control '%s' is not an http:// or https:// URL\n",
+                router.cfg.control);
         return 2;
     }
     char host[256] = "";
@@ -137,7 +143,8 @@ int main(int argc, char **argv)
     }
     topo_set_replica(slot_crc16(id, strlen(id)));
     struct topo *t;
-    if (topo_load_file(router.cfg.topology, &t, err, sizeof err) < 0) {
+    if (router.cfg.topology ? topo_load_file(router.cfg.topology, &t, err, sizeof err)
+                            : follow_first(&router.cfg, &t, err, sizeof err)) {
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;
     }
@@ -182,8 +189,16 @@ int main(int argc, char **argv)
         log_error("out of memory for per-pool and per-namespace figures; /metrics omits them");
     uint64_t *seen[256];
     for (uint64_t i = 0; i < router.cfg.threads; i++) seen[i] = &router.workers[i].topo_seen;
+    /* for the start-up line: once the admin listener runs, a PUT may replace and free `t` */
+    unsigned long long t_version = t->version;
+    unsigned t_nodes = t->nnodes, t_pools = t->npools, t_ns = t->nns;
     topo_registry_init(&router.topo, t, seen, router.cfg.threads);
+    t = NULL;
 
+    if (router.cfg.control && (router.follow = follow_create(&router, err, sizeof err)) == NULL) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
     struct admin *admin = NULL;
     if (router.cfg.admin_port) {
         admin = router_admin_create(&router, err, sizeof err);
@@ -191,6 +206,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "shoal-router: %s\n", err);
             return 2;
         }
+        router.admin_bound_port = admin_port(admin);
     }
     if (worker_start(&router, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-router: %s\n", err);
@@ -208,8 +224,12 @@ int main(int argc, char **argv)
                "%u namespaces)",
                router.cfg.listen && *router.cfg.listen ? router.cfg.listen : "*",
                router.bound_port, (unsigned long long)router.cfg.threads,
-               (unsigned long long)t->version, t->nnodes, t->npools, t->nns);
+               t_version, t_nodes, t_pools, t_ns);
     if (admin) log_notice("admin HTTP on %s:%u", router.cfg.admin_listen, admin_port(admin));
+    if (router.follow && follow_run(router.follow, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
 
     for (;;) {
         int sig = 0;
@@ -221,6 +241,7 @@ int main(int argc, char **argv)
         log_notice("signal %d: shutting down", sig);
         break;
     }
+    follow_stop(&router.follow); /* it publishes tables: before the workers go */
     admin_destroy(&admin);
     worker_teardown(&router);
     close(router.listen_fd);

@@ -79,14 +79,25 @@
     X(partial_timeout_ms, 0, UINT, "30000", 0, 86400000,                                         \
       "a client whose request is incomplete and that sends no byte for this long is closed "     \
       "(0: never)", NULL)                                                                          \
+    X(control, 0, STR, NULL, 0, 0,                                                              \
+      "URL of shoal-control: follow its topology by long-poll (with --config: start from the "  \
+      "file, then follow; without: wait for the control plane's first document)", NULL)          \
+    X(control_wait_ms, 0, UINT, "5000", 100, 3600000,                                            \
+      "with --control and no --config: how long to wait at start for the first document "       \
+      "before giving up (exit status 2)", NULL)                                                   \
+    X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
+      "longest a topology long-poll may take before it counts as failed and is sent again: "   \
+      "above the control plane's hold time", NULL)                                                \
+    X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
+      "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
     ADMIN_OPTIONS(X)
 
 struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
-        admin_header_timeout;
-    const char *listen, *admin_listen, *port_file, *client_id;
+        admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms;
+    const char *listen, *admin_listen, *port_file, *client_id, *control;
     const char *topology; /* --config FILE */
 };
 
@@ -181,6 +192,7 @@ struct rworker {
 };
 
 struct opt_def;
+struct follow;
 
 struct router {
     struct router_config cfg;
@@ -192,6 +204,8 @@ struct router {
     struct rworker *workers;
     int listen_fd;
     unsigned bound_port;
+    unsigned admin_bound_port;  /* 0: no admin listener */
+    struct follow *follow;      /* --control's follower (follow.h), or NULL */
     time_t started;
     uint64_t curr_conns, rejected_conns;
     struct membudget budget;    /* every client's buffers, within cfg.buffers_max */

@@ -18,6 +18,8 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "router/follow.h"
+#include "router/reload.h"
 #include "router/worker.h"
 
 static void router_metrics(void *ctx, struct buf *out)
@@ -46,6 +48,7 @@ static void router_metrics(void *ctx, struct buf *out)
                "# HELP shoal_router_curr_connections client connections open now\n"
                "# TYPE shoal_router_curr_connections gauge\nshoal_router_curr_connections %llu\n",
                (unsigned long long)__atomic_load_n(&r->curr_conns, __ATOMIC_RELAXED));
+    if (r->follow) follow_metrics(r->follow, out);
     nodestats_render(&r->nodes, out);
     /* the lock keeps the table from being replaced (and freed) while its names are read */
     pthread_mutex_lock(&r->topo.lock);
@@ -92,20 +95,16 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
     }
     char err[512];
     struct topo *t;
-    if (topo_parse(body, len, 0, &t, err, sizeof err) < 0 ||
-        topo_publish(&r->topo, t, err, sizeof err) < 0) {
-        __atomic_fetch_add(&r->reload_failures, 1, __ATOMIC_RELAXED);
-        log_error("topology from the admin API refused: %s", err);
+    int rc = topo_parse(body, len, 0, &t, err, sizeof err);
+    if (rc < 0) router_topology_refused(r, "the admin API", err);
+    if (rc < 0 || router_apply_topology(r, t, "the admin API", err, sizeof err) < 0) {
         buf_append_str(out, "{\"error\": ");
         json_str(out, err);
         buf_append_str(out, "}\n");
         return strstr(err, "not newer") ? 409 : 400;
     }
-    __atomic_fetch_add(&r->reloads, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->topo.lock);
-    const struct topo *now = topo_current(&r->topo);
-    log_notice("topology version %llu in use (admin API)", (unsigned long long)now->version);
-    render_topology(now, out);
+    render_topology(topo_current(&r->topo), out);
     pthread_mutex_unlock(&r->topo.lock);
     return 200;
 }

@@ -6,7 +6,10 @@
  *                                   "slots": [{"from": A, "to": B, "node": "host:port"}, ...]}},
  *    "gutter_pool": NAME, "gutter_ttl": S,
  *    "namespaces": {NAME: {"pool": NAME, "default_ttl": S, "max_ttl": S, "max_value_bytes": B,
- *                          "ops_per_sec": N, "bytes_per_sec": B}}}
+ *                          "ops_per_sec": N, "bytes_per_sec": B,
+ *                          "team": T, "memory": B, "copies": 1|2, "eviction": "lru"|"lfu"|"s3fifo",
+ *                          "lease_ttl": S, "stale_ttl": S, "lease_period": S}}}
+ * (the last seven are the control plane's, checked and kept but not acted on here).
  * Unknown fields are refused, so a typo is an error that names it rather than a silent
  * default. */
 #include "router/topo.h"
@@ -158,7 +161,7 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
     json_t *r;
     json_array_foreach(slots, i, r) {
         snprintf(path, sizeof path, "%.100s.slots[%zu]", ppath, i);
-        static const char *const keys[] = {"from", "to", "node", NULL};
+        static const char *const keys[] = {"from", "to", "node", "replica", NULL};
         if (!json_is_object(r)) return topo_err(err, errlen, "%s: must be an object", path);
         if (topo_check_keys(r, path, keys, err, errlen) < 0) return -1;
         uint64_t from, to;
@@ -177,6 +180,18 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
             if (!strcmp(t->nodes[p->nodes[k]].addr, addr)) owner = p->nodes[k];
         if (owner == UINT32_MAX)
             return topo_err(err, errlen, "%s: '%.200s' is not in %s.nodes", sub, addr, ppath);
+        /* design.md's copies = 2: the range's second node. Checked and kept in the document;
+         * the router routes by `node` alone for now. */
+        json_t *rv = json_object_get(r, "replica");
+        if (rv) {
+            const char *ra = json_string_value(rv);
+            bool member = false;
+            for (uint32_t k = 0; ra && k < p->nnodes; k++)
+                if (!strcmp(t->nodes[p->nodes[k]].addr, ra)) member = true;
+            if (!member || !strcmp(ra, addr))
+                return topo_err(err, errlen, "%.200s.replica: must be another node of %s.nodes",
+                                path, ppath);
+        }
         for (uint64_t s = from; s <= to; s++) {
             if (p->owner[s] != UINT16_MAX)
                 return topo_err(err, errlen, "%s: slot %llu is already assigned", path,
@@ -286,6 +301,42 @@ static int topo_parse_warm(struct topo *t, json_t *pools, char *err, size_t errl
     return 0;
 }
 
+/* The namespace settings the control plane writes for the nodes (issue 13): checked so that
+ * a document the router holds is one every follower can use, and kept in the document (GET
+ * /v1/topology returns them), but the router itself does not act on them. */
+static int topo_parse_ns_control(json_t *nv, const char *path, char *err, size_t errlen)
+{
+    char sub[300];
+    json_t *v;
+    uint64_t n;
+    if ((v = json_object_get(nv, "team")) != NULL &&
+        (!json_is_string(v) || json_string_length(v) == 0 ||
+         json_string_length(v) > TOPO_NAME_MAX))
+        return topo_err(err, errlen, "%s.team: must be a string of 1-%d bytes", path,
+                        TOPO_NAME_MAX);
+    snprintf(sub, sizeof sub, "%.200s.memory", path);
+    if ((v = json_object_get(nv, "memory")) != NULL &&
+        topo_uint(v, sub, 0, INT64_MAX, &n, err, errlen) < 0)
+        return -1;
+    snprintf(sub, sizeof sub, "%.200s.copies", path);
+    if ((v = json_object_get(nv, "copies")) != NULL && topo_uint(v, sub, 1, 2, &n, err, errlen) < 0)
+        return -1;
+    if ((v = json_object_get(nv, "eviction")) != NULL) {
+        const char *e = json_string_value(v);
+        if (e == NULL || (strcmp(e, "lru") && strcmp(e, "lfu") && strcmp(e, "s3fifo")))
+            return topo_err(err, errlen, "%s.eviction: must be \"lru\", \"lfu\" or \"s3fifo\"",
+                            path);
+    }
+    static const char *const secs[] = {"lease_ttl", "stale_ttl", "lease_period"};
+    for (size_t k = 0; k < sizeof secs / sizeof secs[0]; k++) {
+        snprintf(sub, sizeof sub, "%.200s.%s", path, secs[k]);
+        if ((v = json_object_get(nv, secs[k])) != NULL &&
+            topo_uint(v, sub, 0, 2592000, &n, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t errlen)
 {
     if (!json_is_object(nss))
@@ -303,9 +354,11 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
                             "%s: namespace names are 1-%d bytes without spaces or ':'", path,
                             TOPO_NAME_MAX);
         if (!json_is_object(nv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"pool",          "default_ttl",   "max_ttl",
+        static const char *const keys[] = {"pool",        "default_ttl",   "max_ttl",
                                            "max_value_bytes", "ops_per_sec", "bytes_per_sec",
-                                           NULL};
+                                           "team",        "memory",        "copies",
+                                           "eviction",    "lease_ttl",     "stale_ttl",
+                                           "lease_period", NULL};
         if (topo_check_keys(nv, path, keys, err, errlen) < 0) return -1;
         struct topo_ns *ns = &t->ns[t->nns];
         snprintf(ns->name, sizeof ns->name, "%s", name);
@@ -341,6 +394,7 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
                           errlen) < 0)
                 return -1;
         }
+        if (topo_parse_ns_control(nv, path, err, errlen) < 0) return -1;
         ns->ops.milli = (int64_t)ns->ops.rate * 1000; /* start full */
         ns->bytes.milli = (int64_t)ns->bytes.rate * 1000;
         if (!strcmp(name, "default")) {

@@ -378,6 +378,9 @@ def launch_router(topo_path, *extra, tmp_dir):
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                     start_new_session=True, preexec_fn=_die_with_parent)
         if _wait_ready(proc, port, stderr_path):
+            from mcraw import accepts, wait_until
+            # the data port listens a moment before the admin port does
+            wait_until(lambda: accepts(admin) or proc.poll() is not None, message="the admin port")
             return Server(args, port, proc, stderr_path), admin
         text = Path(stderr_path).read_text(errors="replace")
         if "in use" not in text.lower() or attempt == 2:

@@ -91,6 +91,71 @@ static void test_explicit_slot_map(void **state)
     topo_destroy(&t);
 }
 
+/* The control plane's namespace fields (team, memory, copies, eviction, lease and stale
+ * settings): accepted within their rules and kept in the document; outside them refused with
+ * the field named. */
+static void ns_doc(char *out, size_t n, const char *fields)
+{
+    snprintf(out, n, "{\"version\": 1, \"pools\": {\"m\": {\"nodes\": [\"127.0.0.1:1\"]}}, "
+                     "\"namespaces\": {\"default\": {\"pool\": \"m\"}, "
+                     "\"cat\": {\"pool\": \"m\"%s}}}", fields);
+}
+
+static void test_control_plane_namespace_fields(void **state)
+{
+    char doc[1024];
+    ns_doc(doc, sizeof doc, ", \"team\": \"shop\", \"memory\": 67108864, \"copies\": 2, "
+           "\"eviction\": \"s3fifo\", \"lease_ttl\": 10, \"stale_ttl\": 0, "
+           "\"lease_period\": 2592000");
+    struct topo *t = parse_ok(doc);
+    assert_non_null(strstr(t->doc, "\"s3fifo\""));
+    assert_non_null(strstr(t->doc, "67108864"));
+    topo_destroy(&t);
+    static const struct {
+        const char *fields, *want;
+    } bad[] = {
+        {", \"team\": 7", "namespaces.cat.team"},
+        {", \"team\": \"\"", "namespaces.cat.team"},
+        {", \"team\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+         "namespaces.cat.team"}, /* 65 bytes */
+        {", \"memory\": -1", "namespaces.cat.memory"},
+        {", \"memory\": \"64m\"", "namespaces.cat.memory"},
+        {", \"copies\": 3", "namespaces.cat.copies"},
+        {", \"copies\": 0", "namespaces.cat.copies"},
+        {", \"eviction\": \"fifo\"", "namespaces.cat.eviction"},
+        {", \"eviction\": 1", "namespaces.cat.eviction"},
+        {", \"lease_ttl\": 2592001", "namespaces.cat.lease_ttl"},
+        {", \"stale_ttl\": 1.5", "namespaces.cat.stale_ttl"},
+        {", \"lease_period\": true", "namespaces.cat.lease_period"},
+        {", \"leases\": 1", "namespaces.cat.leases: unknown field"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ns_doc(doc, sizeof doc, bad[i].fields);
+        parse_fails_naming(doc, bad[i].want);
+    }
+}
+
+/* A slot range's "replica" (design.md, copies = 2): another node of the pool. */
+static void test_slot_range_replica(void **state)
+{
+    static const char head[] = "{\"version\": 1, \"pools\": {\"m\": {\"nodes\": "
+                               "[\"127.0.0.1:1\", \"127.0.0.1:2\"], \"slots\": [";
+    static const char tail[] = "]}}, \"namespaces\": {\"default\": {\"pool\": \"m\", "
+                               "\"copies\": 2}}}";
+    char doc[1024];
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:2\"}%s", head, tail);
+    struct topo *t = parse_ok(doc);
+    assert_int_equal(topo_route(t, "k", 1), 0); /* routed by `node` */
+    topo_destroy(&t);
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:1\"}%s", head, tail);
+    parse_fails_naming(doc, "pools.m.slots[0].replica");
+    snprintf(doc, sizeof doc, "%s{\"from\": 0, \"to\": 16383, \"node\": \"127.0.0.1:1\", "
+             "\"replica\": \"127.0.0.1:3\"}%s", head, tail);
+    parse_fails_naming(doc, "pools.m.slots[0].replica");
+}
+
 static void test_errors_name_the_field(void **state)
 {
     parse_fails_naming("{", "not valid JSON");
@@ -257,6 +322,8 @@ int main(void)
         cmocka_unit_test(test_explicit_slot_map),
         cmocka_unit_test(test_replicated_pool_reads_one_replica),
         cmocka_unit_test(test_errors_name_the_field),
+        cmocka_unit_test(test_control_plane_namespace_fields),
+        cmocka_unit_test(test_slot_range_replica),
         cmocka_unit_test(test_registry_publishes_only_newer_versions),
         cmocka_unit_test(test_reply_framing),
     };

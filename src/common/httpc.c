@@ -1,0 +1,221 @@
+/* httpc.c — the HTTP/JSON client of httpc.h over libcurl.
+ *
+ * Each client drives its one easy handle through its own multi handle rather than with
+ * curl_easy_perform: curl_multi_poll can be woken from another thread (curl_multi_wakeup), which
+ * is what lets httpc_cancel end a long poll at once instead of at the server's leisure. */
+#include "common/httpc.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct httpc {
+    CURLM *multi;
+    CURL *easy;
+    size_t body_max;
+    int cancelled;      /* atomic: set by httpc_cancel from any thread */
+    struct buf *sink;   /* the reply body being read */
+    bool over;          /* the reply was longer than body_max */
+    bool no_memory;
+    struct curl_slist *extra; /* httpc_add_header's lines */
+    char cerr[CURL_ERROR_SIZE]; /* libcurl's detail on a failure; it keeps the pointer */
+};
+
+static pthread_once_t httpc_once = PTHREAD_ONCE_INIT;
+static CURLcode httpc_global_rc = CURLE_FAILED_INIT;
+
+static void httpc_global_init(void) { httpc_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+struct httpc *httpc_create(size_t body_max)
+{
+    pthread_once(&httpc_once, httpc_global_init);
+    if (httpc_global_rc != CURLE_OK) return NULL;
+    struct httpc *h = calloc(1, sizeof *h);
+    if (h == NULL) return NULL;
+    h->body_max = body_max ? body_max : HTTPC_BODY_MAX_DEFAULT;
+    h->multi = curl_multi_init();
+    h->easy = curl_easy_init();
+    if (h->multi == NULL || h->easy == NULL) {
+        httpc_destroy(&h);
+        return NULL;
+    }
+    return h;
+}
+
+void httpc_destroy(struct httpc **hp)
+{
+    struct httpc *h = *hp;
+    if (h == NULL) return;
+    if (h->easy) curl_easy_cleanup(h->easy);
+    curl_slist_free_all(h->extra);
+    if (h->multi) curl_multi_cleanup(h->multi);
+    free(h);
+    *hp = NULL;
+}
+
+int httpc_add_header(struct httpc *h, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(h->extra, line);
+    if (l == NULL) return -1;
+    h->extra = l;
+    return 0;
+}
+
+/* A copy of the client's own header lines, to which a request's are added (a request's list
+ * is freed after it, the client's kept). NULL with *ok false when memory ran out. */
+static struct curl_slist *httpc_headers(const struct httpc *h, bool *ok)
+{
+    struct curl_slist *out = NULL;
+    *ok = true;
+    for (const struct curl_slist *l = h->extra; l; l = l->next) {
+        struct curl_slist *n = curl_slist_append(out, l->data);
+        if (n == NULL) {
+            curl_slist_free_all(out);
+            *ok = false;
+            return NULL;
+        }
+        out = n;
+    }
+    return out;
+}
+
+void httpc_cancel(struct httpc *h)
+{
+    __atomic_store_n(&h->cancelled, 1, __ATOMIC_SEQ_CST);
+    curl_multi_wakeup(h->multi);
+}
+
+void httpc_uncancel(struct httpc *h) { __atomic_store_n(&h->cancelled, 0, __ATOMIC_SEQ_CST); }
+
+bool httpc_cancelled(const struct httpc *h)
+{
+    return __atomic_load_n(&h->cancelled, __ATOMIC_SEQ_CST) != 0;
+}
+
+void httpc_reply_init(struct httpc_reply *r)
+{
+    r->status = 0;
+    buf_init(&r->body);
+}
+
+void httpc_reply_release(struct httpc_reply *r)
+{
+    buf_release(&r->body);
+    r->status = 0;
+}
+
+static size_t httpc_write(char *p, size_t size, size_t n, void *ctx)
+{
+    struct httpc *h = ctx;
+    size_t len = size * n;
+    if (buf_used(h->sink) + len > h->body_max) {
+        h->over = true;
+        return 0; /* libcurl ends the transfer with CURLE_WRITE_ERROR */
+    }
+    if (buf_append(h->sink, p, len) < 0) {
+        h->no_memory = true;
+        return 0;
+    }
+    return len;
+}
+
+static int httpc_fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b)
+{
+    snprintf(err, errlen, fmt, a, b);
+    return -1;
+}
+
+int httpc_request(struct httpc *h, const char *method, const char *url, const char *body,
+                  size_t len, unsigned timeout_ms, struct httpc_reply *reply, char *err,
+                  size_t errlen)
+{
+    CURL *e = h->easy;
+    char *cerr = h->cerr;
+    struct curl_slist *hdrs = NULL;
+    reply->status = 0;
+    reply->body.off = reply->body.len = 0;
+    h->sink = &reply->body;
+    h->over = h->no_memory = false;
+    cerr[0] = 0;
+    if (httpc_cancelled(h)) return httpc_fail(err, errlen, "%s %s: cancelled", method, url);
+    bool ok;
+    hdrs = httpc_headers(h, &ok);
+    if (!ok) return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+
+    /* reset keeps the live connection, so a follower's polls reuse one TCP connection */
+    curl_easy_reset(e);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 5000 ? timeout_ms : 5000));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, httpc_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "shoal-httpc");
+    if (strcmp(method, "GET") != 0) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+        if (body != NULL || strcmp(method, "DELETE") != 0) {
+            curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+            curl_easy_setopt(e, CURLOPT_POSTFIELDS, body ? body : "");
+            /* no "Expect: 100-continue" round trip before larger bodies */
+            static const char *const lines[] = {"Content-Type: application/json", "Expect:"};
+            for (size_t i = 0; i < 2; i++) {
+                struct curl_slist *more = curl_slist_append(hdrs, lines[i]);
+                if (more == NULL) {
+                    curl_slist_free_all(hdrs);
+                    return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+                }
+                hdrs = more;
+            }
+        }
+    }
+    if (hdrs) curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+
+    CURLcode rc = CURLE_OK;
+    if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
+        curl_slist_free_all(hdrs);
+        return httpc_fail(err, errlen, "%s %s: cannot start the request", method, url);
+    }
+    bool cancelled = false;
+    for (;;) {
+        int running = 0;
+        if (curl_multi_perform(h->multi, &running) != CURLM_OK) {
+            rc = CURLE_FAILED_INIT;
+            break;
+        }
+        if (running == 0) {
+            int left;
+            CURLMsg *m;
+            while ((m = curl_multi_info_read(h->multi, &left)) != NULL)
+                if (m->msg == CURLMSG_DONE) rc = m->data.result;
+            break;
+        }
+        if (httpc_cancelled(h)) {
+            cancelled = true;
+            break;
+        }
+        /* woken early by data, by the transfer's own timers, or by httpc_cancel */
+        curl_multi_poll(h->multi, NULL, 0, 1000, NULL);
+        if (httpc_cancelled(h)) {
+            cancelled = true;
+            break;
+        }
+    }
+    curl_multi_remove_handle(h->multi, e);
+    curl_slist_free_all(hdrs);
+    if (cancelled) return httpc_fail(err, errlen, "%s %s: cancelled", method, url);
+    if (rc != CURLE_OK) {
+        if (h->over)
+            snprintf(err, errlen, "%s %s: reply larger than %zu bytes", method, url, h->body_max);
+        else if (h->no_memory)
+            snprintf(err, errlen, "%s %s: out of memory for the reply", method, url);
+        else
+            snprintf(err, errlen, "%s %s: %s", method, url, *cerr ? cerr : curl_easy_strerror(rc));
+        return -1;
+    }
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &reply->status);
+    return 0;
+}

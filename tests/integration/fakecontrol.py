@@ -1,0 +1,141 @@
+"""A stand-in for shoal-control's topology API, for follower tests (shoal-router --control): an
+HTTP server on 127.0.0.1 in a thread of the test that serves the document a test publishes.
+
+- GET /v1/topology: the document (503 while none is published).
+- GET /v1/topology?after=V: held until a version > V is published (then 200 with it), or for
+  `hold` seconds (then 304 with no body), as the control plane's long-poll contract says.
+- POST /v1/routers: recorded in `registrations` and answered `routers_status` (201; 404 plays a
+  control plane without the call).
+- `stop()` closes the listener and every open connection (a control plane that died);
+  `start()` listens again on the same port.
+- `fail_status`: when set, every request is answered with that status (a sick control plane).
+"""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class FakeControl:
+    def __init__(self, hold=2.0):
+        self.hold = hold
+        self.cond = threading.Condition()
+        self.text, self.version = None, 0
+        self.registrations, self.gets = [], []
+        self.routers_status = 201
+        self.fail_status = None
+        self.port = 0
+        self._conns = set()
+        self._httpd = None
+        self.start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def publish(self, doc, version=None):
+        """Serve `doc` (a dict, or raw text for a broken document) from now on, waking held
+        polls. `version` is what the long-poll compares (default: doc["version"])."""
+        with self.cond:
+            self.text = doc if isinstance(doc, str) else json.dumps(doc)
+            self.version = version if version is not None else doc["version"]
+            self.cond.notify_all()
+
+    def start(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the router's client reuses one connection
+
+            def log_message(self, *args):
+                pass
+
+            def setup(self):
+                super().setup()
+                with fake.cond:
+                    fake._conns.add(self.connection)
+
+            def finish(self):
+                with fake.cond:
+                    fake._conns.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:
+                    pass
+
+            def _send(self, status, body=b""):
+                self.send_response(status)
+                if status != 304:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if body and status != 304:
+                    self.wfile.write(body)
+
+            def do_GET(self):
+                parts = urlsplit(self.path)
+                if fake.fail_status:
+                    return self._send(fake.fail_status, b'{"error": "sick"}')
+                if parts.path != "/v1/topology":
+                    return self._send(404, b'{"error": "no such resource"}')
+                query = parse_qs(parts.query)
+                after = int(query["after"][0]) if "after" in query else None
+                fake.gets.append(after)
+                deadline = time.monotonic() + fake.hold
+                with fake.cond:
+                    if after is not None:
+                        while fake.version <= after and fake._httpd is self.server:
+                            left = deadline - time.monotonic()
+                            if left <= 0:
+                                break
+                            fake.cond.wait(left)
+                        if fake.version <= after:
+                            return self._send(304)
+                    if fake.fail_status:  # fell sick while the poll was held
+                        return self._send(fake.fail_status, b'{"error": "sick"}')
+                    if fake.text is None:
+                        return self._send(503, b'{"error": "no topology yet"}')
+                    body = fake.text.encode()
+                return self._send(200, body)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                if fake.fail_status:
+                    return self._send(fake.fail_status, b'{"error": "sick"}')
+                if urlsplit(self.path).path != "/v1/routers":
+                    return self._send(404, b'{"error": "no such resource"}')
+                fake.registrations.append(json.loads(body))
+                self._send(fake.routers_status, b"{}")
+
+        httpd = _Server(("127.0.0.1", self.port), Handler)
+        self.port = httpd.server_address[1]
+        with self.cond:
+            self._httpd = httpd
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def stop(self):
+        """Close the listener and drop every connection, held polls included."""
+        httpd = self._httpd
+        with self.cond:
+            self._httpd = None
+            conns = list(self._conns)
+            self.cond.notify_all()
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
