@@ -59,6 +59,9 @@ $(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $$(call part_obj,$$*) $(SHARED_O
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# shoal-control pushes namespace settings to nodes over HTTP (src/control/push.c)
+$(BUILD)/bin/shoal-control: LDLIBS += -lcurl
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
