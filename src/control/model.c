@@ -484,8 +484,9 @@ int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
     json_t *nodes = json_object_get(p, "nodes");
     const char *addr = json_string_value(json_object_get(o, "node"));
     if (node_index(nodes, addr) >= 0) {
+        model_fail(e, 409, "node", "unique", "node %s is already in pool %s", addr, pool);
         json_decref(o);
-        return model_fail(e, 409, "node", "unique", "node %s is already in pool %s", addr, pool);
+        return e->status;
     }
     uint32_t n = (uint32_t)json_array_size(nodes);
     if (n >= SLOTMAP_NODES_MAX) {
