@@ -257,6 +257,11 @@ static int ns_route(void *ctx, const char *method, const char *rest, const char 
 
 /* ---- pools --------------------------------------------------------------------------------- */
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static json_t *pool_object(const json_t *m, const char *name)
 {
     const json_t *p = json_object_get(json_object_get(m, "pools"), name);
@@ -276,12 +281,18 @@ static json_t *pool_object(const json_t *m, const char *name)
         json_object_set_new(n, "slots", json_integer(count));
     }
     const char *g = json_string_value(json_object_get(m, "gutter_pool"));
-    json_t *nss = json_array();
+    /* its namespaces' names, sorted, so the answer does not depend on insertion order */
+    const json_t *all = json_object_get(m, "namespaces");
+    const char **names = malloc((json_object_size(all) + 1) * sizeof *names);
+    size_t nn = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(m, "namespaces"), k, v)
-        if (!strcmp(json_string_value(json_object_get(v, "pool")), name))
-            json_array_append_new(nss, json_string(k));
+    json_object_foreach((json_t *)all, k, v)
+        if (names && !strcmp(json_string_value(json_object_get(v, "pool")), name)) names[nn++] = k;
+    if (names) qsort(names, nn, sizeof *names, cmp_str);
+    json_t *nss = json_array();
+    for (size_t j = 0; j < nn; j++) json_array_append_new(nss, json_string(names[j]));
+    free(names);
     return json_pack("{s:s,s:o,s:O,s:b,s:o}", "name", name, "nodes", nodes, "slots",
                      json_object_get(p, "slots"), "gutter", g && !strcmp(g, name), "namespaces",
                      nss);
