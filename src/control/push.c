@@ -209,7 +209,7 @@ static int http_call(const char *method, const char *url, const char *body, long
     }
     if ((status >= 200 && status < 300) || (status == 404 && !strcmp(method, "DELETE"))) return 0;
     while (r.len && (r.text[r.len - 1] == '\n' || r.text[r.len - 1] == '\r')) r.text[--r.len] = 0;
-    snprintf(err, errlen, "HTTP %ld %s", status, r.text);
+    snprintf(err, errlen, "HTTP %ld %.150s", status, r.text);
     return -1;
 }
 
