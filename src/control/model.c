@@ -112,11 +112,12 @@ static int ns_field_check(const char *field, const json_t *v, const char *path,
                           struct model_err *e)
 {
     char f[160];
-    snprintf(f, sizeof f, "%s%s", path, field);
+#define FIELD_PATH() snprintf(f, sizeof f, "%s%s", path, field) /* only on failure: hot on load */
     for (size_t i = 0; i < NS_NINTS; i++) {
         if (strcmp(field, ns_ints[i].name)) continue;
         if (!int_in(v, ns_ints[i].lo, ns_ints[i].hi))
-            return model_fail(e, 400, f, "range", "%s must be an integer from %llu to %llu: %s",
+            return FIELD_PATH(),
+                   model_fail(e, 400, f, "range", "%s must be an integer from %llu to %llu: %s",
                               f, (unsigned long long)ns_ints[i].lo,
                               (unsigned long long)ns_ints[i].hi, ns_ints[i].what);
         return 0;
@@ -125,22 +126,27 @@ static int ns_field_check(const char *field, const json_t *v, const char *path,
         const char *s = json_string_value(v);
         for (size_t i = 0; s && i < 3; i++)
             if (!strcmp(s, evictions[i])) return 0;
-        return model_fail(e, 400, f, "one_of",
-                          "%s must be \"lru\", \"lfu\" or \"s3fifo\" (the default)", f);
+        return FIELD_PATH(), model_fail(e, 400, f, "one_of",
+                                        "%s must be \"lru\", \"lfu\" or \"s3fifo\" (the default)",
+                                        f);
     }
     if (!strcmp(field, "team")) {
         const char *s = json_string_value(v);
         if (s == NULL || (*s && !name_ok(s)))
-            return model_fail(e, 400, f, "name",
+            return FIELD_PATH(),
+                   model_fail(e, 400, f, "name",
                               "%s must be a string of at most %d letters, digits, '_', '-' or "
                               "'.' (\"\": no team)", f, MODEL_NAME_MAX);
         return 0;
     }
     if (!strcmp(field, "pool")) {
         if (!json_is_string(v))
-            return model_fail(e, 400, f, "type", "%s must be the name of a pool (a string)", f);
+            return FIELD_PATH(),
+                   model_fail(e, 400, f, "type", "%s must be the name of a pool (a string)", f);
         return 0;
     }
+    FIELD_PATH();
+#undef FIELD_PATH
     return model_fail(e, 400, f, "unknown_field",
                       "unknown field '%s'; namespace fields are name, team, pool, memory, copies, "
                       "eviction, default_ttl, max_ttl, lease_ttl, stale_ttl, lease_period, "
@@ -154,26 +160,29 @@ static int ns_rules(const json_t *m, const char *name, const json_t *ns, const c
     char f[160];
     const char *pool = json_string_value(json_object_get(ns, "pool"));
     const json_t *p = json_object_get(json_object_get(m, "pools"), pool ? pool : "");
-    snprintf(f, sizeof f, "%spool", path);
-    if (p == NULL)
+    if (p == NULL) {
+        snprintf(f, sizeof f, "%spool", path);
         return model_fail(e, 400, f, "exists",
                           "%s: no pool named '%.64s'; create it first with POST /v1/pools", f,
                           pool ? pool : "");
+    }
     uint64_t def = (uint64_t)json_integer_value(json_object_get(ns, "default_ttl")),
              max = (uint64_t)json_integer_value(json_object_get(ns, "max_ttl"));
-    snprintf(f, sizeof f, "%sdefault_ttl", path);
-    if (max && def > max)
+    if (max && def > max) {
+        snprintf(f, sizeof f, "%sdefault_ttl", path);
         return model_fail(e, 400, f, "at_most_max_ttl",
                           "%s (%llu) is longer than max_ttl (%llu): lower it or raise max_ttl", f,
                           (unsigned long long)def, (unsigned long long)max);
+    }
     size_t nodes = json_array_size(json_object_get(p, "nodes"));
     uint64_t copies = (uint64_t)json_integer_value(json_object_get(ns, "copies"));
-    snprintf(f, sizeof f, "%scopies", path);
-    if (copies > nodes)
+    if (copies > nodes) {
+        snprintf(f, sizeof f, "%scopies", path);
         return model_fail(e, 409, f, "at_most_nodes",
                           "namespace %s has copies %llu but pool %s has %zu node%s: add a node "
                           "or lower copies", name, (unsigned long long)copies, pool, nodes,
                           nodes == 1 ? "" : "s");
+    }
     return 0;
 }
 

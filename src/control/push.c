@@ -34,6 +34,7 @@ struct pusher {
     pthread_t th;
     struct push_entry *v;
     size_t n, cap;
+    json_t *index; /* "node/ns" -> position in v: a change touches every entry, so no scans */
     int stop;
 };
 
@@ -73,11 +74,31 @@ static char *node_body(const json_t *ns, uint64_t share)
     return s;
 }
 
+static void entry_key(char *key, size_t cap, const char *node, const char *ns)
+{
+    snprintf(key, cap, "%s/%s", node, ns);
+}
+
 static struct push_entry *find(struct pusher *p, const char *node, const char *ns)
 {
-    for (size_t i = 0; i < p->n; i++)
-        if (!strcmp(p->v[i].node, node) && !strcmp(p->v[i].ns, ns)) return &p->v[i];
-    return NULL;
+    char key[MODEL_ADDR_MAX + MODEL_NAME_MAX + 2];
+    entry_key(key, sizeof key, node, ns);
+    json_t *i = json_object_get(p->index, key);
+    return i ? &p->v[json_integer_value(i)] : NULL;
+}
+
+/* Forget entry i (its key leaves the index; the last entry takes its place). */
+static void remove_at(struct pusher *p, size_t i)
+{
+    char key[MODEL_ADDR_MAX + MODEL_NAME_MAX + 2];
+    entry_key(key, sizeof key, p->v[i].node, p->v[i].ns);
+    json_object_del(p->index, key);
+    entry_free(&p->v[i]);
+    if (i != --p->n) {
+        p->v[i] = p->v[p->n];
+        entry_key(key, sizeof key, p->v[i].node, p->v[i].ns);
+        json_object_set_new(p->index, key, json_integer((json_int_t)i));
+    }
 }
 
 /* Want `body` (or removal when NULL) for ns on node. Caller holds p->mu. */
@@ -97,10 +118,20 @@ static void want(struct pusher *p, const char *node, const char *admin, const ch
             p->v = nv;
             p->cap = nc;
         }
-        e = &p->v[p->n++];
+        char key[MODEL_ADDR_MAX + MODEL_NAME_MAX + 2];
+        entry_key(key, sizeof key, node, ns);
+        e = &p->v[p->n];
         memset(e, 0, sizeof *e);
         e->node = strdup(node);
         e->ns = strdup(ns);
+        if (e->node == NULL || e->ns == NULL ||
+            json_object_set_new(p->index, key, json_integer((json_int_t)p->n)) < 0) {
+            entry_free(e);
+            free(body);
+            log_error("out of memory tracking pushes; node %s namespace %s not pushed", node, ns);
+            return;
+        }
+        p->n++;
     }
     if (admin && (e->admin == NULL || strcmp(e->admin, admin))) {
         free(e->admin);
@@ -129,15 +160,18 @@ void push_notify(struct pusher *p)
     json_object_foreach(json_object_get(c->model, "namespaces"), name, ns) {
         const json_t *pool = json_object_get(pools, json_string_value(json_object_get(ns, "pool")));
         uint64_t share = model_ns_share(c->model, name);
+        char *body = NULL; /* the same for every node of the pool: rendered once */
         size_t i;
         json_t *n;
         json_array_foreach(json_object_get(pool, "nodes"), i, n) {
             const char *admin = json_string_value(json_object_get(n, "admin"));
             if (admin == NULL) continue;
-            char *body = node_body(ns, share);
-            if (body) want(p, json_string_value(json_object_get(n, "node")), admin, name, body,
+            if (body == NULL && (body = node_body(ns, share)) == NULL) break;
+            char *mine = strdup(body);
+            if (mine) want(p, json_string_value(json_object_get(n, "node")), admin, name, mine,
                            share, 1);
         }
+        free(body);
     }
     static const char zero[] = "{\"default_ttl\":0,\"eviction\":\"s3fifo\",\"lease_period\":0,"
                                "\"lease_ttl\":0,\"max_ttl\":0,\"memory\":0,\"stale_ttl\":0}";
@@ -149,8 +183,7 @@ void push_notify(struct pusher *p)
     }
     for (size_t i = 0; i < p->n;) {
         if (!p->v[i].keep && !needs_work(&p->v[i])) {
-            entry_free(&p->v[i]);
-            p->v[i] = p->v[--p->n];
+            remove_at(p, i);
             continue;
         }
         i++;
@@ -271,10 +304,7 @@ static void *push_main(void *arg)
                     body = NULL;
                     e->absent = 0;
                 }
-                if (!e->keep && !needs_work(e)) { /* done with it */
-                    entry_free(e);
-                    *e = p->v[--p->n];
-                }
+                if (!e->keep && !needs_work(e)) remove_at(p, (size_t)(e - p->v)); /* done */
             } else {
                 e->failures++;
                 snprintf(e->error, sizeof e->error, "%s", err);
@@ -325,6 +355,11 @@ struct pusher *push_create(struct control *c, char *err, size_t errlen)
         return NULL;
     }
     p->c = c;
+    if ((p->index = json_object()) == NULL) {
+        free(p);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -350,6 +385,7 @@ void push_destroy(struct pusher **pp)
     pthread_join(p->th, NULL);
     for (size_t i = 0; i < p->n; i++) entry_free(&p->v[i]);
     free(p->v);
+    json_decref(p->index);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
