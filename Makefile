@@ -74,9 +74,11 @@ unit: unit-build
 FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS) $(WARN)
 # Fuzz targets exercise parsers, so they link only the protocol and common code, plus the
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
-# reply code (fuzz_reply), which depend on nothing else.
+# reply code (fuzz_reply), and shoal-control's model and slot maps (fuzz_control), which depend
+# on nothing else.
 FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c src/router/slot.c \
-             src/router/replyframe.c src/router/metareply.c src/router/statslist.c
+             src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
+             src/control/model.c src/control/slotmap.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LINK) $(LDLIBS)

@@ -13,7 +13,7 @@ int model_fail(struct model_err *e, int status, const char *field, const char *r
                const char *fmt, ...)
 {
     e->status = status;
-    snprintf(e->field, sizeof e->field, "%s", field);
+    snprintf(e->field, sizeof e->field, "%s", *field ? field : "\"\""); /* a key "" */
     snprintf(e->rule, sizeof e->rule, "%s", rule);
     va_list ap;
     va_start(ap, fmt);
