@@ -83,7 +83,7 @@ def test_held_polls_do_not_block_other_requests(ctl):
     assert ctl.get("/healthz", timeout=2) == (200, "ok\n")
     assert ctl.get("/v1/namespaces", timeout=2)[0] == 200
     assert ctl.put("/v1/namespaces/default", {"max_ttl": 60})[0] == 200
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # blocked, they would wait for the 20 s poll timeout
     for p in polls:
         p.join(5)
         assert p.status == 200 and p.body["namespaces"]["default"]["max_ttl"] == 60

@@ -115,7 +115,7 @@ def test_unreachable_node_is_retried_counted_and_never_slows_the_api(start_contr
     t0 = time.monotonic()
     for i in range(20):
         assert ctl.put("/v1/namespaces/catalog", {"max_ttl": 100 + i})[0] == 200
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 5.0  # blocked, it would take 20 push timeouts
     status, one = ctl.get("/v1/namespaces/catalog")
     state = one["nodes"]["127.0.0.1:22001"]
     assert state["in_place"] is False and state["failures"] >= 1 and state["error"]
