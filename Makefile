@@ -14,6 +14,9 @@ CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS  := -lxxhash -ljansson -lmicrohttpd -lcurl -luring -lpthread -lm
+# A library is recorded only if the binary uses it: shoal-node links no HTTP client, so libcurl
+# and its TLS stack are not loaded into the node (resident memory is issue 11's measure).
+LDFLAGS += -Wl,--as-needed
 
 ifeq ($(SAN),1)
   BUILD  := build-san
@@ -51,11 +54,16 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # A binary links its own part (src/<part>/*.c) and the shared code only, so one part's
-# half-finished change never stops another binary from building.
+# half-finished change never stops another binary from building. The shared code is an archive,
+# so a binary takes only the files it uses (the node no HTTP client).
 SHARED_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/common/*.c src/protocol/*.c))
+SHARED     := $(BUILD)/libshoal_shared.a
+$(SHARED): $(SHARED_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
 part_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard src/$(1)/*.c)))
 .SECONDEXPANSION:
-$(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $$(call part_obj,$$*) $(SHARED_OBJ)
+$(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $$(call part_obj,$$*) $(SHARED)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -71,9 +79,11 @@ unit: unit-build
 FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS) $(WARN)
 # Fuzz targets exercise parsers, so they link only the protocol and common code, plus the
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
-# reply code (fuzz_reply), which depend on nothing else.
+# reply code (fuzz_reply), and shoal-control's model and slot maps (fuzz_control), which depend
+# on nothing else.
 FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c src/router/slot.c \
-             src/router/replyframe.c src/router/metareply.c src/router/statslist.c
+             src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
+             src/control/model.c src/control/slotmap.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LINK) $(LDLIBS)

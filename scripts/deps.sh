@@ -3,8 +3,7 @@
 # Each package and why is listed in README.md. Skips apt entirely when all are present.
 set -euo pipefail
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev
-      libxxhash-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libcmocka-dev
-      liburing-dev
+      libxxhash-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libcmocka-dev liburing-dev
       python3 python3-pytest python3-pymemcache libmemcached-tools memcached nutcracker
       python3-memcache python3-pylibmc php-cli php-memcached libcache-memcached-perl)
 missing=()

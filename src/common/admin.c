@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/log.h"
@@ -20,13 +21,69 @@ struct admin {
     unsigned port;
     struct admin_route routes[ADMIN_ROUTES_MAX];
     size_t nroutes;
+    unsigned held; /* requests held now (atomic) */
 };
 
-/* Per-request state: the body as it arrives. */
+/* A held request's answer, handed from whichever thread answers to the listener's thread. */
+struct admin_held {
+    struct MHD_Connection *conn;
+    int answered; /* atomic: status and body are set */
+    int status;
+    char *body;
+    size_t len;
+};
+
+/* Per-request state: the body as it arrives, and the hold if the handler took one. */
 struct admin_req {
     struct buf body;
     int too_large;
+    struct admin_held *held;
 };
+
+/* The request whose handler runs now on the listener's thread (admin_hold() reads it). */
+static __thread struct {
+    struct MHD_Connection *conn;
+    struct admin_req *rq;
+    int may_hold;
+} admin_cur;
+
+struct admin_held *admin_hold(void)
+{
+    if (!admin_cur.may_hold || admin_cur.rq == NULL || admin_cur.rq->held) return NULL;
+    struct admin_held *h = calloc(1, sizeof *h);
+    if (h == NULL) return NULL;
+    h->conn = admin_cur.conn;
+    admin_cur.rq->held = h;
+    MHD_suspend_connection(h->conn);
+    return h;
+}
+
+void admin_answer(struct admin_held *h, int status, const char *body, size_t len)
+{
+    h->status = status;
+    if (len > 0 && (h->body = malloc(len)) != NULL) {
+        memcpy(h->body, body, len);
+        h->len = len;
+    } else if (len > 0) {
+        h->status = 503; /* out of memory for the answer: the client polls again */
+    }
+    __atomic_store_n(&h->answered, 1, __ATOMIC_RELEASE);
+    MHD_resume_connection(h->conn);
+}
+
+/* "?k=v&k2" appended to the route's rest, for ADMIN_ROUTE_QUERY routes. */
+static enum MHD_Result admin_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    struct buf *b = cls;
+    buf_append_str(b, buf_used(b) && memchr(buf_start(b), '?', buf_used(b)) ? "&" : "?");
+    buf_append_str(b, key);
+    if (value) {
+        buf_append_str(b, "=");
+        buf_append_str(b, value);
+    }
+    return MHD_YES;
+}
 
 static enum MHD_Result admin_reply(struct MHD_Connection *conn, unsigned status,
                                    const char *type, const char *body, size_t len)
@@ -56,6 +113,20 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
 {
     struct admin *a = cls;
     struct admin_req *rq = *state;
+    if (rq && rq->held) { /* resumed: a held request's answer is ready */
+        struct admin_held *h = rq->held;
+        if (!__atomic_load_n(&h->answered, __ATOMIC_ACQUIRE)) {
+            MHD_suspend_connection(conn);
+            return MHD_YES;
+        }
+        enum MHD_Result r = admin_reply(conn, (unsigned)h->status, "application/json",
+                                        h->body ? h->body : "", h->len);
+        free(h->body);
+        free(h);
+        rq->held = NULL;
+        __atomic_fetch_sub(&a->held, 1, __ATOMIC_RELAXED);
+        return r;
+    }
     if (rq == NULL) { /* first call: headers only */
         rq = calloc(1, sizeof *rq);
         if (rq == NULL) return MHD_NO;
@@ -84,8 +155,29 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         struct buf out;
         buf_init(&out);
         if (buf_append(&rq->body, "", 1) < 0) return MHD_NO; /* NUL-terminate */
-        int status = rt->fn(rt->ctx, method, url + strlen(rt->prefix), buf_start(&rq->body),
+        struct buf rest;
+        buf_init(&rest);
+        buf_append_str(&rest, url + strlen(rt->prefix));
+        if (rt->flags & ADMIN_ROUTE_QUERY)
+            MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, admin_query_arg, &rest);
+        if (buf_append(&rest, "", 1) < 0) {
+            buf_release(&rest);
+            return MHD_NO;
+        }
+        admin_cur.conn = conn;
+        admin_cur.rq = rq;
+        admin_cur.may_hold = (rt->flags & ADMIN_ROUTE_HOLD) != 0;
+        int status = rt->fn(rt->ctx, method, buf_start(&rest), buf_start(&rq->body),
                             buf_used(&rq->body) - 1, &out);
+        admin_cur.rq = NULL;
+        admin_cur.may_hold = 0;
+        buf_release(&rest);
+        if (rq->held) { /* suspended: the answer comes through admin_answer() */
+            __atomic_fetch_add(&a->held, 1, __ATOMIC_RELAXED);
+            buf_release(&out);
+            return MHD_YES;
+        }
+        if (status == ADMIN_HELD) status = 500; /* a handler that meant to hold but could not */
         enum MHD_Result r = admin_reply(conn, (unsigned)status, "application/json",
                                         out.data ? buf_start(&out) : "", buf_used(&out));
         buf_release(&out);
@@ -114,6 +206,10 @@ static void admin_done(void *cls, struct MHD_Connection *conn, void **state,
 {
     struct admin_req *rq = *state;
     if (rq) {
+        if (rq->held) { /* only when the listener stops with the request still held */
+            free(rq->held->body);
+            free(rq->held);
+        }
         buf_release(&rq->body);
         free(rq);
         *state = NULL;
@@ -155,7 +251,10 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
     }
     /* MHD_USE_AUTO picks epoll: select() would refuse every admin connection whose descriptor
      * is 1024 or more, which is every one on a node holding a thousand clients. */
-    a->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    for (size_t i = 0; i < nroutes; i++)
+        if (routes[i].flags & ADMIN_ROUTE_HOLD) flags |= MHD_ALLOW_SUSPEND_RESUME;
+    a->d = MHD_start_daemon(flags, (uint16_t)port,
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
                             MHD_OPTION_CONNECTION_LIMIT, lim->conn_max,
                             MHD_OPTION_CONNECTION_TIMEOUT, lim->header_timeout,
@@ -179,6 +278,10 @@ unsigned admin_port(const struct admin *a) { return a->port; }
 void admin_destroy(struct admin **ap)
 {
     if (*ap == NULL) return;
+    /* Stopping with suspended connections is not allowed: give answered ones up to a second
+     * to be sent (the daemon's owner answers every held request first). */
+    for (int i = 0; i < 100 && __atomic_load_n(&(*ap)->held, __ATOMIC_RELAXED) > 0; i++)
+        usleep(10000);
     MHD_stop_daemon((*ap)->d);
     free(*ap);
     *ap = NULL;

@@ -9,7 +9,12 @@
  * connections are served at once (past that, new ones wait in the listen queue), and one
  * silent for --admin-header-timeout seconds before its request is whole is closed, so
  * connections that send part of a request and stop hold a slot only that long. While a body
- * arrives the allowance is ADMIN_BODY_TIMEOUT seconds of silence. */
+ * arrives the allowance is ADMIN_BODY_TIMEOUT seconds of silence.
+ *
+ * Long polls: a route flagged ADMIN_ROUTE_HOLD may hold a request (admin_hold()) and answer it
+ * later from any thread (admin_answer()); a held request is suspended in libmicrohttpd, so the
+ * listener goes on serving others meanwhile. It still counts against --admin-conn-max: the
+ * daemon bounds how many it holds. */
 #ifndef SHOAL_COMMON_ADMIN_H
 #define SHOAL_COMMON_ADMIN_H
 
@@ -47,7 +52,27 @@ struct admin_route {
     const char *prefix; /* e.g. "/v1/namespaces" */
     admin_handler_fn fn;
     void *ctx;
+    unsigned flags; /* ADMIN_ROUTE_* */
 };
+
+/* `rest` carries the query string too: "/x?after=5" (decoded pairs joined by '&'). Without the
+ * flag a query string is dropped. */
+#define ADMIN_ROUTE_QUERY 1u
+/* The handler may call admin_hold(). */
+#define ADMIN_ROUTE_HOLD 2u
+
+/* A handler's return value after admin_hold(): no answer yet. */
+#define ADMIN_HELD 0
+
+struct admin_held;
+/* Called inside a handler of an ADMIN_ROUTE_HOLD route: hold the request. The handler must then
+ * return ADMIN_HELD, and admin_answer() must be called exactly once on the handle (from any
+ * thread, even before the handler returns); until then the connection is suspended (a client
+ * that goes away is noticed only when the answer is sent). NULL (out of memory): answer now. */
+struct admin_held *admin_hold(void);
+/* Answer a held request with `status` and a JSON body (copied; len 0: none). The handle is
+ * gone once this returns. */
+void admin_answer(struct admin_held *h, int status, const char *body, size_t len);
 
 /* Start listening on host:port (port 0 picks one; see admin_port()) with the given routes
  * (copied; at most ADMIN_ROUTES_MAX) and limits. Returns NULL with a message in err on

@@ -111,7 +111,7 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
 
 struct admin *router_admin_create(struct router *r, char *err, size_t errlen)
 {
-    struct admin_route routes[] = {{"/v1/topology", topology_route, r}};
+    struct admin_route routes[] = {{"/v1/topology", topology_route, r, 0}};
     struct admin_limits lim = {(unsigned)r->cfg.admin_conn_max,
                                (unsigned)r->cfg.admin_header_timeout};
     return admin_create(r->cfg.admin_listen, (unsigned)r->cfg.admin_port, &lim, router_metrics, r,

@@ -310,9 +310,8 @@ static int topo_parse_ns_control(json_t *nv, const char *path, char *err, size_t
     json_t *v;
     uint64_t n;
     if ((v = json_object_get(nv, "team")) != NULL &&
-        (!json_is_string(v) || json_string_length(v) == 0 ||
-         json_string_length(v) > TOPO_NAME_MAX))
-        return topo_err(err, errlen, "%s.team: must be a string of 1-%d bytes", path,
+        (!json_is_string(v) || json_string_length(v) > TOPO_NAME_MAX))
+        return topo_err(err, errlen, "%s.team: must be a string of 0-%d bytes (\"\": no team)", path,
                         TOPO_NAME_MAX);
     snprintf(sub, sizeof sub, "%.200s.memory", path);
     if ((v = json_object_get(nv, "memory")) != NULL &&

@@ -430,3 +430,7 @@ def gcluster(start_server, start_router):
     c = RouterCluster(nodes, router, path, admin)
     c.gutter = gutter
     return c
+
+
+# --- shoal-control (tests/integration/controlharness.py) ------------------------------------------
+from controlharness import start_control  # noqa: E402,F401  (a fixture)

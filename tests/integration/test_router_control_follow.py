@@ -206,7 +206,7 @@ def test_new_namespace_fields_are_accepted_and_echoed(start_server, control, sta
 
 
 @pytest.mark.parametrize("field,value", [
-    ("team", 7), ("team", ""), ("team", "x" * 65), ("memory", -1), ("memory", "64m"),
+    ("team", 7), ("team", "x" * 65), ("memory", -1), ("memory", "64m"),
     ("copies", 3), ("copies", "2"), ("eviction", "fifo"), ("eviction", 1), ("lease_ttl", "10"),
     ("stale_ttl", 2592001), ("lease_period", 1.5), ("lease_period", True),
 ])
@@ -328,3 +328,36 @@ def test_sighup_without_a_config_file_changes_nothing(start_server, control, sta
     router.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: "no --config file" in router.stderr_text(), message="SIGHUP logged")
     assert version_of(admin) == 3 and router.alive()
+
+
+def test_router_follows_the_real_control_plane(start_server, start_control, start_follower):
+    """End to end with shoal-control itself: the router starts from its document, and a node
+    added through the API takes its share of the keys at the router within 1 s."""
+    a, b = start_server(), start_server()
+    ctl = start_control()
+    status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [f"127.0.0.1:{a.port}"]})
+    assert status in (200, 201), body
+    status, body = ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main",
+                                               "team": "shop", "eviction": "lfu"})
+    assert status == 201, body
+    router, admin = start_follower(f"http://127.0.0.1:{ctl.port}")
+    doc = json.loads(http(admin, "GET", "/v1/topology")[1])
+    assert doc["version"] == ctl.topology()["version"]
+    assert doc["namespaces"]["catalog"]["team"] == "shop"
+    r = router.raw()
+    keys = [f"catalog:k{i}" for i in range(200)]
+    for k in keys:
+        assert r.store("set", k, "v") == "STORED"
+    assert all(holds(a, k, b"v") for k in keys)
+    t0 = time.monotonic()
+    status, body = ctl.post("/v1/pools/main/nodes", {"node": f"127.0.0.1:{b.port}"})
+    assert status in (200, 201), body
+    version = ctl.topology()["version"]
+    wait_until(lambda: version_of(admin) == version, timeout=5, interval=0.01,
+               message="the router applying the new version")
+    took = time.monotonic() - t0
+    assert took < 1.0, f"the node's addition took {took:.3f}s to reach the router"
+    for k in keys:
+        assert r.store("set", k, "w") == "STORED"
+    on_b = [k for k in keys if holds(b, k, b"w")]
+    assert 60 <= len(on_b) <= 140, f"{len(on_b)} of 200 keys moved to the new node"

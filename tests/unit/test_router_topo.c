@@ -115,7 +115,6 @@ static void test_control_plane_namespace_fields(void **state)
         const char *fields, *want;
     } bad[] = {
         {", \"team\": 7", "namespaces.cat.team"},
-        {", \"team\": \"\"", "namespaces.cat.team"},
         {", \"team\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
          "namespaces.cat.team"}, /* 65 bytes */
         {", \"memory\": -1", "namespaces.cat.memory"},

@@ -1,0 +1,444 @@
+/* api.c — shoal-control's HTTP/JSON API (see api.h). Handlers run on the admin listener's
+ * thread, the model's only writer. */
+#include "control/api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "control/control.h"
+#include "control/model.h"
+#include "control/poll.h"
+#include "control/push.h"
+#include "control/state.h"
+
+static const struct metric_desc control_metric_descs[] = {
+#define X(name, kind, help) METRIC_DESC(struct control_metrics, name, kind, help),
+    CONTROL_METRICS(X)
+#undef X
+};
+
+static void append_json(struct buf *out, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_SORT_KEYS) : NULL;
+    if (s) {
+        buf_append_str(out, s);
+        buf_append_str(out, "\n");
+    } else {
+        buf_append_str(out, "{\"error\": \"out of memory\"}\n");
+    }
+    free(s);
+    json_decref(o);
+}
+
+static int reply_err(struct buf *out, const struct model_err *e)
+{
+    append_json(out, json_pack("{s:s,s:s,s:s}", "error", e->msg, "field", e->field, "rule",
+                               e->rule));
+    return e->status;
+}
+
+static int fail(struct buf *out, int status, const char *field, const char *rule,
+                const char *msg)
+{
+    struct model_err e;
+    model_fail(&e, status, field, rule, "%s", msg);
+    return reply_err(out, &e);
+}
+
+int control_install(struct control *c, json_t *model)
+{
+    json_t *doc = model_topology(model);
+    char *s = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (s == NULL) return -1;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (t == NULL) {
+        free(s);
+        return -1;
+    }
+    memcpy(t + n, "\n", 2);
+    json_decref(c->model);
+    free(c->doc);
+    c->model = model;
+    c->doc = t;
+    c->doclen = n + 1;
+    c->version = model_version(model);
+    CTL_SET(c, topology_version, c->version);
+    return 0;
+}
+
+enum op { OP_NS_CREATE, OP_NS_UPDATE, OP_NS_DELETE, OP_POOL_CREATE, OP_NODE_ADD, OP_NODE_REMOVE };
+
+struct change {
+    enum op op;
+    const char *name, *node; /* from the path */
+    json_t *body;
+    uint32_t moved;
+    char created[80]; /* the name a create made */
+};
+
+static int run_op(json_t *m, struct change *ch, struct model_err *e)
+{
+    const char *made = NULL;
+    int st = 0;
+    switch (ch->op) {
+    case OP_NS_CREATE: st = model_ns_create(m, ch->body, &made, e); break;
+    case OP_NS_UPDATE: st = model_ns_update(m, ch->name, ch->body, e); break;
+    case OP_NS_DELETE: st = model_ns_delete(m, ch->name, e); break;
+    case OP_POOL_CREATE: st = model_pool_create(m, ch->body, &made, e); break;
+    case OP_NODE_ADD: st = model_node_add(m, ch->name, ch->body, &ch->moved, e); break;
+    case OP_NODE_REMOVE: st = model_node_remove(m, ch->name, ch->node, &ch->moved, e); break;
+    }
+    if (st == 0 && made) snprintf(ch->created, sizeof ch->created, "%s", made);
+    return st;
+}
+
+static const char *const op_names[] = {"namespace created", "namespace changed",
+                                       "namespace removed", "pool created", "node added",
+                                       "node removed"};
+
+/* Apply one change: copy, change, check whole, store, install. 0, or an HTTP status with the
+ * error written to `out` (nothing changed). */
+static int apply(struct control *c, struct change *ch, struct buf *out)
+{
+    struct model_err e;
+    char err[300];
+    pthread_mutex_lock(&c->lock);
+    json_t *next = json_deep_copy(c->model);
+    int st = next ? run_op(next, ch, &e) : model_fail(&e, 507, "body", "memory", "out of memory");
+    if (st == 0) st = model_check(next, &e);
+    uint64_t version = c->version + 1;
+    if (st == 0) {
+        json_object_set_new(next, "version", json_integer((json_int_t)version));
+        /* the document is rendered before the store is written, so nothing can fail after */
+        json_t *doc = model_topology(next);
+        char *s = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+        json_decref(doc);
+        char *t = s ? realloc(s, strlen(s) + 2) : NULL;
+        if (t == NULL) {
+            free(s);
+            st = model_fail(&e, 507, "body", "memory", "out of memory");
+        } else if (state_save(c->store, next, err, sizeof err) < 0) {
+            free(t);
+            CTL_INC(c, state_write_failures);
+            log_error("change refused, state not stored: %s", err);
+            st = model_fail(&e, 503, "state", "stored", "the change could not be stored, so "
+                            "nothing changed: %s", err);
+        } else {
+            CTL_INC(c, state_writes);
+            strcat(t, "\n");
+            json_decref(c->model);
+            free(c->doc);
+            c->model = next;
+            next = NULL;
+            c->doc = t;
+            c->doclen = strlen(t);
+            c->version = version;
+            CTL_SET(c, topology_version, version);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    json_decref(next);
+    if (st) {
+        CTL_INC(c, changes_refused);
+        return reply_err(out, &e);
+    }
+    CTL_INC(c, changes_applied);
+    log_notice("version %llu: %s %s%s%s", (unsigned long long)version, op_names[ch->op],
+               ch->created[0] ? ch->created : ch->name ? ch->name : "", ch->node ? " " : "",
+               ch->node ? ch->node : "");
+    poll_notify(c->poll, version);
+    push_notify(c->push);
+    return 0;
+}
+
+/* The body as JSON; NULL with the error written when it does not parse. An empty body is an
+ * empty object. */
+static json_t *parse_body(const char *body, size_t len, struct buf *out, int *st)
+{
+    if (len == 0) return json_object();
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (o == NULL) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d column %d)", je.text,
+                 je.line, je.column);
+        *st = fail(out, 400, "body", "json", msg);
+    }
+    return o;
+}
+
+/* ---- namespaces ---------------------------------------------------------------------------- */
+
+static json_t *ns_object(const json_t *m, const char *name)
+{
+    json_t *ns = json_deep_copy(json_object_get(json_object_get(m, "namespaces"), name));
+    if (ns) json_object_set_new(ns, "name", json_string(name));
+    return ns;
+}
+
+static int ns_reply(struct control *c, const char *name, int status, int with_push,
+                    struct buf *out)
+{
+    pthread_mutex_lock(&c->lock);
+    json_t *ns = ns_object(c->model, name);
+    json_t *o = json_pack("{s:I,s:o*}", "version", (json_int_t)c->version, "namespace", ns);
+    if (o && ns) json_object_set_new(o, "share", json_integer((json_int_t)model_ns_share(c->model, name)));
+    pthread_mutex_unlock(&c->lock);
+    if (o && with_push) json_object_set_new(o, "nodes", push_status(c->push, name));
+    if (ns == NULL) {
+        json_decref(o);
+        char msg[120];
+        snprintf(msg, sizeof msg, "no namespace %.64s", name);
+        return fail(out, 404, "name", "exists", msg);
+    }
+    append_json(out, o);
+    return status;
+}
+
+static int ns_route(void *ctx, const char *method, const char *rest, const char *body,
+                    size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    CTL_INC(c, requests_namespaces);
+    const char *name = rest[0] == '/' ? rest + 1 : rest;
+    int st = 0;
+    struct change ch = {0};
+    if (*name == 0) {
+        if (!strcmp(method, "GET")) {
+            pthread_mutex_lock(&c->lock);
+            json_t *all = json_object();
+            const char *k;
+            json_t *v;
+            json_object_foreach(json_object_get(c->model, "namespaces"), k, v)
+                json_object_set_new(all, k, ns_object(c->model, k));
+            json_t *o = json_pack("{s:I,s:o}", "version", (json_int_t)c->version, "namespaces",
+                                  all);
+            pthread_mutex_unlock(&c->lock);
+            append_json(out, o);
+            return 200;
+        }
+        if (strcmp(method, "POST"))
+            return fail(out, 405, "method", "method",
+                        "use GET or POST on /v1/namespaces, GET, PUT or DELETE on "
+                        "/v1/namespaces/<name>");
+        ch.op = OP_NS_CREATE;
+    } else if (strchr(name, '/')) {
+        return fail(out, 404, "path", "path", "no such resource: /v1/namespaces/<name>");
+    } else if (!strcmp(method, "GET")) {
+        return ns_reply(c, name, 200, 1, out);
+    } else if (!strcmp(method, "PUT")) {
+        ch.op = OP_NS_UPDATE;
+    } else if (!strcmp(method, "DELETE")) {
+        ch.op = OP_NS_DELETE;
+    } else {
+        return fail(out, 405, "method", "method", "methods here: GET, PUT, DELETE");
+    }
+    ch.name = *name ? name : NULL;
+    if (ch.op != OP_NS_DELETE && (ch.body = parse_body(body, len, out, &st)) == NULL) return st;
+    st = apply(c, &ch, out);
+    json_decref(ch.body);
+    if (st) return st;
+    if (ch.op == OP_NS_DELETE) {
+        pthread_mutex_lock(&c->lock);
+        json_t *o = json_pack("{s:I,s:b}", "version", (json_int_t)c->version, "deleted", 1);
+        pthread_mutex_unlock(&c->lock);
+        append_json(out, o);
+        return 200;
+    }
+    return ns_reply(c, ch.op == OP_NS_CREATE ? ch.created : name,
+                    ch.op == OP_NS_CREATE ? 201 : 200, 0, out);
+}
+
+/* ---- pools --------------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static json_t *pool_object(const json_t *m, const char *name)
+{
+    const json_t *p = json_object_get(json_object_get(m, "pools"), name);
+    if (p == NULL) return NULL;
+    json_t *nodes = json_deep_copy(json_object_get(p, "nodes"));
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        const char *addr = json_string_value(json_object_get(n, "node"));
+        json_int_t count = 0;
+        size_t k;
+        json_t *r;
+        json_array_foreach(json_object_get(p, "slots"), k, r)
+            if (!strcmp(json_string_value(json_object_get(r, "node")), addr))
+                count += json_integer_value(json_object_get(r, "to")) -
+                         json_integer_value(json_object_get(r, "from")) + 1;
+        json_object_set_new(n, "slots", json_integer(count));
+    }
+    const char *g = json_string_value(json_object_get(m, "gutter_pool"));
+    /* its namespaces' names, sorted, so the answer does not depend on insertion order */
+    const json_t *all = json_object_get(m, "namespaces");
+    const char **names = malloc((json_object_size(all) + 1) * sizeof *names);
+    size_t nn = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)all, k, v)
+        if (names && !strcmp(json_string_value(json_object_get(v, "pool")), name)) names[nn++] = k;
+    if (names) qsort(names, nn, sizeof *names, cmp_str);
+    json_t *nss = json_array();
+    for (size_t j = 0; j < nn; j++) json_array_append_new(nss, json_string(names[j]));
+    free(names);
+    return json_pack("{s:s,s:o,s:O,s:b,s:o}", "name", name, "nodes", nodes, "slots",
+                     json_object_get(p, "slots"), "gutter", g && !strcmp(g, name), "namespaces",
+                     nss);
+}
+
+static int pool_reply(struct control *c, const char *name, int status, long moved,
+                      struct buf *out)
+{
+    pthread_mutex_lock(&c->lock);
+    json_t *p = pool_object(c->model, name);
+    json_t *o = json_pack("{s:I,s:o*}", "version", (json_int_t)c->version, "pool", p);
+    pthread_mutex_unlock(&c->lock);
+    if (p == NULL) {
+        json_decref(o);
+        char msg[120];
+        snprintf(msg, sizeof msg, "no pool %.64s", name);
+        return fail(out, 404, "pool", "exists", msg);
+    }
+    if (o && moved >= 0) json_object_set_new(o, "moved", json_integer(moved));
+    append_json(out, o);
+    return status;
+}
+
+static int pool_route(void *ctx, const char *method, const char *rest, const char *body,
+                      size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    CTL_INC(c, requests_pools);
+    const char *name = rest[0] == '/' ? rest + 1 : rest;
+    char pool[MODEL_NAME_MAX + 2] = "";
+    const char *slash = strchr(name, '/'), *sub = slash ? slash : "";
+    if ((size_t)(slash ? slash - name : (ptrdiff_t)strlen(name)) > MODEL_NAME_MAX)
+        return fail(out, 404, "pool", "exists", "no such pool");
+    snprintf(pool, sizeof pool, "%.*s", (int)(slash ? slash - name : (ptrdiff_t)strlen(name)), name);
+    struct change ch = {0};
+    int st = 0;
+    if (*pool == 0) {
+        if (!strcmp(method, "GET")) {
+            pthread_mutex_lock(&c->lock);
+            json_t *all = json_object();
+            const char *k;
+            json_t *v;
+            json_object_foreach(json_object_get(c->model, "pools"), k, v)
+                json_object_set_new(all, k, pool_object(c->model, k));
+            json_t *o = json_pack("{s:I,s:o}", "version", (json_int_t)c->version, "pools", all);
+            pthread_mutex_unlock(&c->lock);
+            append_json(out, o);
+            return 200;
+        }
+        if (strcmp(method, "POST"))
+            return fail(out, 405, "method", "method", "use GET or POST on /v1/pools");
+        ch.op = OP_POOL_CREATE;
+    } else if (*sub == 0) {
+        if (strcmp(method, "GET"))
+            return fail(out, 405, "method", "method",
+                        "GET here; add nodes with POST /v1/pools/<name>/nodes");
+        return pool_reply(c, pool, 200, -1, out);
+    } else if (!strcmp(sub, "/nodes")) {
+        if (strcmp(method, "POST"))
+            return fail(out, 405, "method", "method", "POST here adds a node");
+        ch.op = OP_NODE_ADD;
+    } else if (!strncmp(sub, "/nodes/", 7) && sub[7]) {
+        if (strcmp(method, "DELETE"))
+            return fail(out, 405, "method", "method", "DELETE here removes the node");
+        ch.op = OP_NODE_REMOVE;
+        ch.node = sub + 7;
+    } else {
+        return fail(out, 404, "path", "path",
+                    "no such resource: /v1/pools/<name> or /v1/pools/<name>/nodes[/<host:port>]");
+    }
+    ch.name = *pool ? pool : NULL;
+    if (ch.op != OP_NODE_REMOVE && (ch.body = parse_body(body, len, out, &st)) == NULL) return st;
+    st = apply(c, &ch, out);
+    json_decref(ch.body);
+    if (st) return st;
+    return pool_reply(c, ch.op == OP_POOL_CREATE ? ch.created : pool,
+                      ch.op == OP_POOL_CREATE ? 201 : 200,
+                      ch.op == OP_POOL_CREATE ? -1 : (long)ch.moved, out);
+}
+
+/* ---- topology ----------------------------------------------------------------------------- */
+
+static int doc_now(struct control *c, struct buf *out)
+{
+    CTL_INC(c, requests_topology);
+    pthread_mutex_lock(&c->lock);
+    buf_append(out, c->doc, c->doclen);
+    pthread_mutex_unlock(&c->lock);
+    return 200;
+}
+
+static int topology_route(void *ctx, const char *method, const char *rest, const char *body,
+                          size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    if (strcmp(method, "GET")) return fail(out, 405, "method", "method", "GET here");
+    if (*rest == 0) return doc_now(c, out);
+    if (strncmp(rest, "?after=", 7) != 0)
+        return fail(out, rest[0] == '?' ? 400 : 404, rest[0] == '?' ? "query" : "path",
+                    rest[0] == '?' ? "unknown_field" : "path",
+                    "GET /v1/topology, or /v1/topology?after=<version> to wait for a newer one");
+    char *end;
+    errno = 0;
+    unsigned long long after = strtoull(rest + 7, &end, 10);
+    if (rest[7] < '0' || rest[7] > '9' || *end || errno)
+        return fail(out, 400, "after", "integer",
+                    "after must be a version number: the one the caller holds (0: none)");
+    pthread_mutex_lock(&c->lock);
+    uint64_t version = c->version;
+    pthread_mutex_unlock(&c->lock);
+    if (version > after) return doc_now(c, out);
+    CTL_INC(c, requests_topology_polls);
+    struct admin_held *h = admin_hold();
+    if (h == NULL) return fail(out, 503, "after", "memory", "out of memory; poll again");
+    if (poll_add(c->poll, h, after) < 0) {
+        CTL_INC(c, polls_refused);
+        struct buf e;
+        buf_init(&e);
+        fail(&e, 503, "after", "poll_max",
+             "too many long polls held (--poll-max); poll again after a pause");
+        admin_answer(h, 503, buf_start(&e), buf_used(&e));
+        buf_release(&e);
+    }
+    return ADMIN_HELD;
+}
+
+static void control_metrics(void *ctx, struct buf *out)
+{
+    struct control *c = ctx;
+    struct control_metrics m;
+    uint64_t *d = (uint64_t *)&m;
+    const uint64_t *s = (const uint64_t *)&c->m;
+    for (size_t i = 0; i < sizeof m / sizeof *d; i++) d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+    metrics_write_prom(out, "shoal_control", control_metric_descs,
+                       sizeof control_metric_descs / sizeof control_metric_descs[0], &m, NULL);
+}
+
+struct admin *api_create(struct control *c, char *err, size_t errlen)
+{
+    struct admin_route routes[] = {
+        {"/v1/namespaces", ns_route, c, 0},
+        {"/v1/pools", pool_route, c, 0},
+        {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
+    };
+    struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
+                               (unsigned)c->cfg.admin_header_timeout};
+    return admin_create(c->cfg.listen, (unsigned)c->cfg.port, &lim, control_metrics, c, routes,
+                        sizeof routes / sizeof routes[0], err, errlen);
+}

@@ -1,0 +1,95 @@
+/* control.h — shoal-control, the control plane (the paper's config system): its options,
+ * metrics, and the state every part shares.
+ *
+ * One process holds the model (pools, nodes, slot maps, namespaces; model.h) and serves it over
+ * HTTP/JSON (api.c): every accepted change is checked whole, written to the state store
+ * (state.h) and only then acknowledged, bumps the topology version, wakes the long polls held
+ * for it (poll.h) and the pusher that brings nodes' namespace settings and memory shares in
+ * line (push.h). The model is changed only on the admin listener's thread; the poller and the
+ * pusher read it under `lock`. */
+#ifndef SHOAL_CONTROL_CONTROL_H
+#define SHOAL_CONTROL_CONTROL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/admin.h"
+#include "common/metrics.h"
+
+#define CONTROL_VERSION "0.1.0"
+
+/* X(name, short, type, default, lo, hi, help, alias) — see common/options.h */
+#define CONTROL_OPTIONS(X)                                                                       \
+    X(port, 'p', UINT, "11500", 0, 65535,                                                        \
+      "HTTP port of the API, /healthz and /metrics (0 picks a free port)", NULL)                 \
+    X(listen, 'l', STR, "127.0.0.1", 0, 0, "address of the HTTP listener (IPv4)", NULL)         \
+    X(data_dir, 0, STR, "shoal-control-data", 0, 0,                                              \
+      "directory of the state file, created when missing", NULL)                                 \
+    X(state, 0, STR, NULL, 0, 0, "the state file (default: DATA_DIR/state.json)", NULL)          \
+    X(poll_timeout, 0, UINT, "30", 1, 600,                                                       \
+      "longest a GET /v1/topology?after=V is held before it is answered 304, seconds", NULL)    \
+    X(poll_max, 0, UINT, "512", 1, 65535,                                                        \
+      "most long polls held at once (below --admin-conn-max); past it they are answered 503",   \
+      NULL)                                                                                      \
+    X(push_timeout_ms, 0, UINT, "2000", 50, 60000,                                               \
+      "time allowed for one push of namespace settings to a node's admin port, ms", NULL)       \
+    X(push_retry_ms, 0, UINT, "5000", 10, 600000,                                                \
+      "longest wait before a failed push is tried again (the wait doubles from 100 ms)", NULL)  \
+    X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
+    X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
+    ADMIN_OPTIONS(X)
+
+struct control_config {
+    uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
+        admin_conn_max, admin_header_timeout;
+    const char *listen, *data_dir, *state, *port_file;
+};
+
+#define CONTROL_METRICS(X)                                                                       \
+    X(requests_namespaces, COUNTER, "requests to /v1/namespaces and /v1/namespaces/<name>")      \
+    X(requests_pools, COUNTER, "requests to /v1/pools and below")                               \
+    X(requests_topology, COUNTER, "GET /v1/topology answered at once (no after=, or newer)")     \
+    X(requests_topology_polls, COUNTER, "GET /v1/topology?after=V held until a change or timeout") \
+    X(changes_applied, COUNTER, "changes accepted, each written to the state store and a new version") \
+    X(changes_refused, COUNTER, "changes refused (invalid, conflicting, or not stored): nothing changed") \
+    X(polls_held, GAUGE, "long polls held now")                                                  \
+    X(polls_answered, COUNTER, "held long polls answered with a newer version")                  \
+    X(polls_timed_out, COUNTER, "held long polls answered 304 at --poll-timeout")                \
+    X(polls_refused, COUNTER, "long polls answered 503 because --poll-max were held")            \
+    X(pushes, COUNTER, "namespace settings put on (or removed from) a node's admin port")        \
+    X(push_failures, COUNTER, "pushes that failed (node unreachable or refusing); retried")      \
+    X(push_pending, GAUGE, "node namespace settings not yet in place")                           \
+    X(state_writes, COUNTER, "state store writes (each change is stored before it is acknowledged)") \
+    X(state_write_failures, COUNTER, "state store writes that failed (the change was refused)") \
+    X(topology_version, GAUGE, "version of the topology document served")
+
+struct control_metrics {
+    CONTROL_METRICS(METRIC_FIELD)
+};
+
+struct state_store;
+struct poller;
+struct pusher;
+
+struct control {
+    struct control_config cfg;
+    pthread_mutex_t lock; /* model, doc, version: written on the admin thread only */
+    json_t *model;        /* model.h */
+    char *doc;            /* the topology document of `model`, rendered */
+    size_t doclen;
+    uint64_t version;
+    struct control_metrics m; /* atomics */
+    struct state_store *store;
+    struct poller *poll;
+    struct pusher *push;
+};
+
+#define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)
+#define CTL_SET(c, f, v) __atomic_store_n(&(c)->m.f, (v), __ATOMIC_RELAXED)
+
+/* Make `model` the current state (it is consumed): render its topology document, set the
+ * version. Caller holds c->lock or runs before any other thread starts. 0 or -1 (memory). */
+int control_install(struct control *c, json_t *model);
+
+#endif

@@ -1,0 +1,157 @@
+/* main.c — shoal-control: the control plane (namespaces, pools, slot maps, the versioned
+ * topology; issue 13).
+ *
+ * Start-up order: options, data directory, state (an unreadable or invalid state file stops
+ * the process with a message: starting empty would throw acknowledged changes away), the
+ * poller and pusher threads, the HTTP listener; SIGINT/SIGTERM stop in reverse order, every
+ * held long poll answered first. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/admin.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "control/api.h"
+#include "control/control.h"
+#include "control/model.h"
+#include "control/poll.h"
+#include "control/push.h"
+#include "control/state.h"
+
+static struct control ctl;
+
+static size_t build_options(struct opt_def *defs, struct control_config *cfg)
+{
+    size_t n = 0;
+#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
+    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
+                                 &cfg->name_, alias_};
+    CONTROL_OPTIONS(X)
+#undef X
+    return n;
+}
+
+/* Load the stored model, or a new one when none was stored. */
+static int load_state(struct control *c, char *err, size_t errlen)
+{
+    json_t *m = NULL;
+    if (state_load(c->store, &m, err, errlen) < 0) return -1;
+    if (m == NULL) {
+        m = model_new();
+        if (m == NULL) return snprintf(err, errlen, "out of memory"), -1;
+    } else {
+        struct model_err e;
+        if (model_check(m, &e) != 0) {
+            snprintf(err, errlen, "state file %s is not valid (%s: %s); restore it from a copy",
+                     c->cfg.state, e.field, e.msg);
+            json_decref(m);
+            return -1;
+        }
+    }
+    if (control_install(c, m) < 0) {
+        json_decref(m);
+        return snprintf(err, errlen, "out of memory"), -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opt_def defs[32];
+    size_t ndefs = build_options(defs, &ctl.cfg);
+    struct opt_extra extra;
+    char err[600];
+    log_set_name("shoal-control");
+    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    if (extra.help) {
+        options_usage(defs, ndefs, "shoal-control",
+                      "The control plane: namespaces, pools, slot maps and the versioned "
+                      "topology, over HTTP/JSON (docs/admin-api.md).");
+        return 0;
+    }
+    if (extra.version) {
+        printf("shoal-control %s\n", CONTROL_VERSION);
+        return 0;
+    }
+    log_set_level((int)(ctl.cfg.verbose > 2 ? 2 : ctl.cfg.verbose));
+    if (ctl.cfg.poll_max >= ctl.cfg.admin_conn_max) {
+        fprintf(stderr, "shoal-control: --poll-max %llu must be below --admin-conn-max %llu, so "
+                        "health checks and changes get through while polls are held\n",
+                (unsigned long long)ctl.cfg.poll_max, (unsigned long long)ctl.cfg.admin_conn_max);
+        return 2;
+    }
+    char *state_path = NULL;
+    if (ctl.cfg.state == NULL) {
+        if (mkdir(ctl.cfg.data_dir, 0700) < 0 && errno != EEXIST) {
+            fprintf(stderr, "shoal-control: cannot create --data-dir %s: %s\n", ctl.cfg.data_dir,
+                    strerror(errno));
+            return 2;
+        }
+        if (asprintf(&state_path, "%s/state.json", ctl.cfg.data_dir) < 0) return 2;
+        ctl.cfg.state = state_path;
+    }
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&ctl.lock, NULL);
+    ctl.store = state_file_open(ctl.cfg.state);
+    if (ctl.store == NULL || load_state(&ctl, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: %s\n", ctl.store ? err : "out of memory");
+        return 2;
+    }
+    ctl.poll = poll_create(&ctl, err, sizeof err);
+    ctl.push = ctl.poll ? push_create(&ctl, err, sizeof err) : NULL;
+    if (ctl.push == NULL) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    push_notify(ctl.push); /* nodes get what the stored state says, after a restart too */
+    struct admin *admin = api_create(&ctl, err, sizeof err);
+    if (admin == NULL) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    unsigned port = admin_port(admin);
+    if (ctl.cfg.port_file) {
+        /* written whole under another name and renamed, so a reader never sees half */
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", ctl.cfg.port_file);
+        FILE *f = fopen(tmp, "w");
+        if (f == NULL || fprintf(f, "%u\n", port) < 0 || fclose(f) != 0 ||
+            rename(tmp, ctl.cfg.port_file) != 0) {
+            fprintf(stderr, "shoal-control: cannot write --port-file %s: %s\n",
+                    ctl.cfg.port_file, strerror(errno));
+            return 2;
+        }
+    }
+    log_notice("listening on http://%s:%u, state %s, topology version %llu (%zu pools, %zu "
+               "namespaces)",
+               ctl.cfg.listen, port, ctl.cfg.state, (unsigned long long)ctl.version,
+               json_object_size(json_object_get(ctl.model, "pools")),
+               json_object_size(json_object_get(ctl.model, "namespaces")));
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    log_notice("signal %d: shutting down", sig);
+    poll_destroy(&ctl.poll);
+    admin_destroy(&admin);
+    push_destroy(&ctl.push);
+    state_close(&ctl.store);
+    json_decref(ctl.model);
+    free(ctl.doc);
+    free(state_path);
+    options_release();
+    return 0;
+}

@@ -1,0 +1,67 @@
+/* model.h — the control plane's state as one JSON value, the changes the API makes to it, the
+ * rules every state must satisfy, and the topology document rendered from it.
+ *
+ * The model is the state file's content:
+ *   {"format": 1, "version": N, "gutter_pool": P (optional), "gutter_ttl": S,
+ *    "pools": {P: {"nodes": [{"node": "host:port", "admin": "host:port"}...],
+ *                  "slots": [{"from": A, "to": B, "node": "host:port"}...]}},
+ *    "namespaces": {N: {"team", "pool", "memory", "copies", "eviction", "default_ttl",
+ *                       "max_ttl", "lease_ttl", "stale_ttl", "lease_period",
+ *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec"}}}
+ * Every namespace stores every field. A change is made on a copy of the current model and
+ * checked whole (model_check) before it replaces it, so a refused change changes nothing.
+ *
+ * Errors fill a model_err: the HTTP status, the field (as sent, or a path such as
+ * "namespaces.x.copies" for a rule another object breaks), the rule's short name and a message
+ * that says what to do. */
+#ifndef SHOAL_CONTROL_MODEL_H
+#define SHOAL_CONTROL_MODEL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define MODEL_FORMAT 1
+#define MODEL_NAME_MAX 64
+#define MODEL_ADDR_MAX 262        /* "[v6]:port" or "host:port" */
+#define MODEL_POOLS_MAX 1024
+#define MODEL_NS_MAX 16384
+#define MODEL_NS_PER_POOL_MAX 255 /* a node holds 256 namespaces, its own default included */
+
+struct model_err {
+    int status;
+    char field[160];
+    char rule[48];
+    char msg[384];
+};
+
+/* A new, empty model (version 0, no pools). NULL when out of memory. */
+json_t *model_new(void);
+/* 0 when `m` satisfies every rule (used on every change and on load), else the HTTP status of
+ * the first broken rule with `e` filled. */
+int model_check(const json_t *m, struct model_err *e);
+uint64_t model_version(const json_t *m);
+
+/* The changes. Each returns 0, or an HTTP status with `e` filled; `m` may be partly changed on
+ * failure (the caller works on a copy). */
+int model_ns_create(json_t *m, json_t *body, const char **name, struct model_err *e);
+int model_ns_update(json_t *m, const char *name, json_t *body, struct model_err *e);
+int model_ns_delete(json_t *m, const char *name, struct model_err *e);
+/* body: {"name": P, "nodes": ["host:port" | {"node": ..., "admin": ...}...], "gutter": bool,
+ * "gutter_ttl": S}. The first pool also gets the `default` namespace. */
+int model_pool_create(json_t *m, json_t *body, const char **name, struct model_err *e);
+/* body: {"node": "host:port", "admin": "host:port"}. *moved: slots that changed owner. */
+int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
+                   struct model_err *e);
+int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *moved,
+                      struct model_err *e);
+
+/* The router's topology document (docs/router.md) for `m`: a new reference, NULL on memory. */
+json_t *model_topology(const json_t *m);
+/* A namespace's memory share on each node of its pool: memory / nodes, rounded down. */
+uint64_t model_ns_share(const json_t *m, const char *ns);
+
+/* Fill `e` and return `status`. */
+int model_fail(struct model_err *e, int status, const char *field, const char *rule,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+#endif

@@ -1,0 +1,46 @@
+/* slotmap.h — a pool's slot map and how it changes when nodes join or leave (issue 13.3).
+ *
+ * A map is an owner per slot: owner[s] is the index, in the pool's node list, of the node that
+ * owns slot s (0 .. SLOTMAP_SLOTS-1). Pure functions, no allocation beyond what the caller
+ * passes, so they are easy to test exhaustively.
+ *
+ * Invariants kept by every function here, for a pool of n nodes: every slot has an owner
+ * below n, and every node owns floor(16384/n) or ceil(16384/n) slots ("within one of even").
+ * Adding a node moves only the slots the new node takes (floor(16384/(n+1))), taken from the
+ * old nodes that hold most, none moving between old nodes; removing a node gives only its
+ * slots away, to the survivors that hold fewest. Each giver gives (and each receiver gets) one
+ * contiguous run of its slots where it can, so the map stays a short list of ranges. */
+#ifndef SHOAL_CONTROL_SLOTMAP_H
+#define SHOAL_CONTROL_SLOTMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLOTMAP_SLOTS 16384
+#define SLOTMAP_NODES_MAX 1024 /* nodes in one pool */
+
+/* One inclusive range of the map, as in the topology document's "slots". */
+struct slot_range {
+    uint16_t from, to;
+    uint16_t node; /* index in the node list */
+};
+
+/* The default map of design.md for n nodes (1..SLOTMAP_NODES_MAX): node i owns
+ * floor(i*16384/n) .. floor((i+1)*16384/n)-1. */
+void slotmap_even(uint16_t *owner, uint32_t n);
+/* Give node n (a new last node) its share of a map of n nodes (n >= 1, n < SLOTMAP_NODES_MAX).
+ * Returns how many slots moved. */
+uint32_t slotmap_add(uint16_t *owner, uint32_t n);
+/* Remove node `gone` (< n, n >= 2) from a map of n nodes: its slots go to the survivors and
+ * every index above `gone` drops by one (as when it is taken out of the node list). Returns
+ * how many slots moved. */
+uint32_t slotmap_remove(uint16_t *owner, uint32_t n, uint32_t gone);
+/* Slots owned by each of n nodes, into counts[n]. */
+void slotmap_counts(const uint16_t *owner, uint32_t n, uint32_t *counts);
+/* 0 when every slot has an owner below n and every node is within one of even; else -1. */
+int slotmap_check_even(const uint16_t *owner, uint32_t n);
+/* The map as ranges of consecutive slots with one owner, ascending. `out` has room for
+ * SLOTMAP_SLOTS entries; returns how many were written. */
+size_t slotmap_to_ranges(const uint16_t *owner, struct slot_range *out);
+
+#endif
