@@ -189,6 +189,10 @@ static void test_s3fifo_ghost_readmits_to_main(void **state)
     fill(st, 1, "g:", 200, 1000);  /* never read: will leave through the small queue */
     fill(st, 1, "s1:", 6000, 1000); /* pushes them out, into the ghost */
     assert_true(count_present(st, "g:", 200) < 20);
+    /* the ghost of a 2 MB quota: one 1-byte entry per 128 bytes, counted once written */
+    struct store_stats s;
+    store_stats(st, &s);
+    assert_int_equal(s.ghost_bytes, 2 * MB / 128);
     fill(st, 1, "g:", 200, 1000);  /* back again: the ghost sends them to main */
     fill(st, 1, "s2:", 1500, 1000); /* a scan shorter than main: small churns, main stays */
     assert_true(count_present(st, "g:", 200) >= 180);
