@@ -186,7 +186,12 @@ int evict_admit(struct seg_pool *pl, struct item *it, uint64_t hv)
         if (low == 0) pl->size_low = l16;
         else if (l16 > low) pl->size_low = low + step;
         else if (l16 < low) pl->size_low = low - 2 * step;
-        return ghost_take(pl, hv) && s3_ghost_admit(len, low) ? Q_MAIN : Q_SMALL;
+        /* A key back from the ghost goes to main only once main has begun (with items promoted
+         * by reads): before that, as in a fill that reads nothing, main's head would be a whole
+         * segment holding the few keys ghost matches sent there, never filled and never a
+         * victim (victims are sealed segments), one segment of -m lost (bench-memory). */
+        bool main_begun = pl->q[Q_MAIN].cur != SEG_NONE || pl->q[Q_MAIN].head != SEG_NONE;
+        return main_begun && ghost_take(pl, hv) && s3_ghost_admit(len, low) ? Q_MAIN : Q_SMALL;
     }
     default:
         it->clock = 0;
