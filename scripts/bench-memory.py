@@ -5,7 +5,9 @@ For each server: start it alone on a free 127.0.0.1 port with the same -m and -t
 with KEYS distinct items (fixed key and value sizes) using shoal-bench --prefill, then read
 `stats` (curr_items, evictions, bytes) and the process RSS from /proc. curr_items after an
 overfill is the server's capacity: what it holds once it has started evicting. Prints a table,
-the ratio of capacities, RSS over the -m limit, and the exact commands.
+the ratio of capacities, items per MiB of full RSS and its ratio (what a user pays for: issue 11
+point 3), RSS over the -m limit, what -m holds besides items (shoal-node's hash_bytes,
+ghost_bytes and reserved_bytes, when it reports them), and the exact commands.
 
 Usage: scripts/bench-memory.py [--memory-mb 64] [--keys 600000] [--key-size 30]
                                [--value-size 100] [--threads 2]
@@ -81,7 +83,9 @@ def measure(name, argv, args, bench):
         rss1 = rss_kb(proc.pid)
         return {"name": name, "cmd": cmd, "fill": fill, "items": int(st.get("curr_items", 0)),
                 "evictions": int(st.get("evictions", 0)), "bytes": int(st.get("bytes", 0)),
-                "rss0_mb": rss0 / 1024, "rss_mb": rss1 / 1024}
+                "rss0_mb": rss0 / 1024, "rss_mb": rss1 / 1024,
+                "extra": {k: int(st[k]) for k in ("hash_bytes", "ghost_bytes", "reserved_bytes")
+                          if k in st}}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -106,13 +110,22 @@ def main():
     print(f"{args.keys} items of {args.key_size}-byte keys and {args.value_size}-byte values "
           f"into -m {args.memory_mb}:")
     print(f"{'server':<12}{'items held':>12}{'evictions':>12}{'bytes/item':>12}"
-          f"{'RSS idle MB':>13}{'RSS full MB':>13}{'RSS - m MB':>12}")
+          f"{'RSS idle MB':>13}{'RSS full MB':>13}{'RSS - m MB':>12}{'items/MiB RSS':>15}")
     for r in rows:
         per = args.memory_mb * 1048576 / r["items"] if r["items"] else 0
         print(f"{r['name']:<12}{r['items']:>12}{r['evictions']:>12}{per:>12.1f}"
-              f"{r['rss0_mb']:>13.1f}{r['rss_mb']:>13.1f}{r['rss_mb'] - args.memory_mb:>12.1f}")
+              f"{r['rss0_mb']:>13.1f}{r['rss_mb']:>13.1f}{r['rss_mb'] - args.memory_mb:>12.1f}"
+              f"{r['items'] / r['rss_mb'] if r['rss_mb'] else 0:>15.0f}")
     if rows[1]["items"]:
         print(f"capacity ratio shoal/memcached: {rows[0]['items'] / rows[1]['items']:.3f}")
+    if rows[1]["items"] and rows[0]["rss_mb"] and rows[1]["rss_mb"]:
+        per = [r["items"] / r["rss_mb"] for r in rows]
+        print(f"items per MiB of RSS ratio shoal/memcached: {per[0] / per[1]:.3f}")
+    for r in rows:
+        if r["extra"]:
+            n = r["items"] or 1
+            print(f"{r['name']} besides items: " + ", ".join(
+                f"{k} {v} ({v / n:.1f} B/item)" for k, v in r["extra"].items()))
     print("commands:")
     for r in rows:
         print("  " + shlex.join(r["cmd"]) + "   # port varies per run")

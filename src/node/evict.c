@@ -59,10 +59,16 @@ static inline uint64_t rng_next(void)
 
 /* ---- ghost: fingerprints of recently evicted keys ----------------------------------------- */
 
-/* 16 bits of the hash above those that pick the entry (bits 16..39 at most), never 0 (empty).
- * A key never evicted matches a full entry with probability 1/32768: a false readmission to
- * main now and then, where 4-byte entries took twice the memory (-m holds the ghost). */
-static inline ghost_fp_t ghost_fp(uint64_t hv) { return (ghost_fp_t)(hv >> 48) | 1u; }
+/* 8 bits of the hash above those that pick the entry (bits 16..39 at most), never 0 (empty).
+ * A key never evicted matches a full entry with probability about 1/255: a false readmission
+ * to main for 0.4% of new keys, where 2-byte entries (1/32768) took twice the memory and 4-byte
+ * ones four times: -m holds the ghost, 2.6 bytes per item at -m 64 with 16-bit entries. What a
+ * ghost remembers is its number of entries, which stays. */
+static inline ghost_fp_t ghost_fp(uint64_t hv)
+{
+    ghost_fp_t f = (ghost_fp_t)(hv >> 56);
+    return f ? f : 1;
+}
 
 /* Bytes of a ghost of n entries: whole pages, its own mapping. */
 static inline size_t ghost_map_bytes(uint32_t n)
@@ -180,7 +186,12 @@ int evict_admit(struct seg_pool *pl, struct item *it, uint64_t hv)
         if (low == 0) pl->size_low = l16;
         else if (l16 > low) pl->size_low = low + step;
         else if (l16 < low) pl->size_low = low - 2 * step;
-        return ghost_take(pl, hv) && s3_ghost_admit(len, low) ? Q_MAIN : Q_SMALL;
+        /* A key back from the ghost goes to main only once main has begun (with items promoted
+         * by reads): before that, as in a fill that reads nothing, main's head would be a whole
+         * segment holding the few keys ghost matches sent there, never filled and never a
+         * victim (victims are sealed segments), one segment of -m lost (bench-memory). */
+        bool main_begun = pl->q[Q_MAIN].cur != SEG_NONE || pl->q[Q_MAIN].head != SEG_NONE;
+        return main_begun && ghost_take(pl, hv) && s3_ghost_admit(len, low) ? Q_MAIN : Q_SMALL;
     }
     default:
         it->clock = 0;

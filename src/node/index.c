@@ -1,30 +1,37 @@
 /* index.c — the sharded hash index of items (see index.h): one table per shard of 8-slot buckets
  * (a cache line each), bucketized linear probing with 13-bit tags, per-bucket overflow counts
- * that end a miss at its home bucket, removal that moves displaced entries back, and tables of
- * any whole number of buckets grown by 5/4.
+ * and reaches that end a miss at its home bucket or soon after, removal that moves displaced
+ * entries back, and tables of any whole number of buckets grown by 9/8 at load 0.9.
  *
  * Why buckets. The slot-level linear probing this replaces kept its load under 3/4 and doubled:
  * 10.7 bytes per item at the threshold, 21.3 after a doubling, 15.4 on average over item counts
- * spread evenly on a log scale (19.5 in the -m 64 benchmark, which lands just after one). Growing
- * by 5/4 instead puts the load between 0.64 and 0.8 (8 / 0.8 = 10, 12.5 just after, 11.2 on
- * average), but at 0.8 a slot-level probe is 3 slots for a hit and 13 for a miss, of variable
- * length, which cost ~25% more per lookup in bench_index. Here a lookup reads one line and
- * compares its 8 tags in a loop of fixed length; it goes on to the next bucket only if entries
- * overflowed the home one. At load 0.8 (simulated with churn, 8 slots a bucket) a hit reads 1.16
- * buckets and a miss 1.9, at 0.85 1.23 and 2.7, at 0.9 1.45 and 5.7: 0.8 is where misses still
- * end in about two adjacent lines.
+ * spread evenly on a log scale. At a high load a slot-level probe is long and of variable length
+ * (at 0.8, 3 slots for a hit and 13 for a miss). Here a lookup reads one line and compares its 8
+ * tags in a loop of fixed length; it goes on to the next bucket only if entries overflowed the
+ * home one.
  *
- * Why 5/4: each item is rehashed about 4 times (1/(1.25-1)) on its way to a table's final size
- * instead of once, paid on inserts while the cache fills, never on lookups; growing prefetches
- * the items it rehashes. Smaller steps save little more memory (1.125: 10.6 bytes per item on
- * average) for twice the rehashing.
+ * Why 0.9 and 9/8. The index is counted in -m, so its bytes per item are items lost: growing by
+ * 5/4 at 0.8 kept the load between 0.64 and 0.8 (11.2 bytes per item on average, 10.8 in the -m
+ * 64 benchmark); by 9/8 at 0.9 it stays between 0.8 and 0.9 (9.5 on average, test_growth). What
+ * made 0.8 the limit before was misses: they went on while the overflow count of the bucket in
+ * hand was not 0, which at 0.9 is most buckets (5.8 buckets read per miss under churn, against
+ * 1.9 at 0.8). Two bounds end them sooner now: the home bucket's reach (3 bits: how far past it
+ * its farthest entry sits, kept exact on insert, removal and moves back; saturated at 7 only while
+ * an entry sits that far), and its overflow count compared with the entries seen so far that
+ * passed over it (their displacement fields say which). Simulated with churn at 0.9, a hit reads
+ * 1.45 buckets and a miss 3.4 (1.95 on average between 0.8 and 0.9: test_growth). The price is
+ * rehashing: each item is rehashed about 8 times (1/(1.125-1)) on its way to a table's final
+ * size, paid on inserts while the cache fills, never on lookups; growing prefetches the items it
+ * rehashes. bench_index at 400,000 items (base 5/4 at 0.8 against this, best of 3 rounds on a
+ * busy machine): insert 267 -> 349 ns, hit 62 -> 47-74, miss 30-43 -> 57-63, remove 106 -> 184.
  *
  * Removal. Without moving entries back, a table under churn (a full cache evicting) drifts:
  * entries stay far from homes that have room again and the overflow counts stay up (simulated at
  * 0.8: misses read 15 buckets instead of 2). So when the freed bucket's overflow count is not 0,
  * an entry from a later bucket whose probe passed over it moves into the hole, and so on from
  * the bucket it left; which entries may move is told by their displacement field, so only a
- * saturated one (7 buckets or more: about 1 entry in 500 at 0.8) costs a read of its item.
+ * saturated one (7 buckets or more: about 1 entry in 500 at 0.8, more at 0.9) costs a read of
+ * its item.
  *
  * Full table: a probe stops after visiting every bucket once, so it ends even with every slot
  * full. When a shard's growth fails (no memory, or INDEX_SLOTS_MAX reached) it keeps accepting
@@ -36,12 +43,13 @@
  * it: seg_withhold). A table below a page comes from malloc; from a page on, tables are whole
  * pages, each its own mapping, unmapped when outgrown: in malloc, outgrown tables stayed
  * resident as free chunks that the next shards to grow only partly reused (1.4 MB of the 6.1 MB
- * the workers' arenas held at -m 64 full). That is why there are 256 shards, not 1024: at -m 64
- * (about 400,000 items) a shard's table is 4-6 pages, fine enough for the 5/4 steps, where 1024
- * shards' 1-2 pages would step by 2x. */
+ * the workers' arenas held at -m 64 full). That is why there are 128 shards, not 1024: at -m 64
+ * (about 400,000 items) a shard's table is 6-8 pages, fine enough for the 9/8 steps (one page),
+ * where 1024 shards' 1-2 pages would step by 2x. */
 #include "node/index.h"
 #include "node/lock.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +99,63 @@ static void index_ovf_set(uint64_t *bucket, unsigned c)
 {
     bucket[0] = (bucket[0] & ~INDEX_OVF_MASK) | (uint64_t)(c & 7) << INDEX_OVF_SHIFT;
     bucket[1] = (bucket[1] & ~INDEX_OVF_MASK) | (uint64_t)(c >> 3) << INDEX_OVF_SHIFT;
+}
+
+static void index_reach_set(uint64_t *bucket, unsigned r)
+{
+    bucket[2] = (bucket[2] & ~INDEX_OVF_MASK) | (uint64_t)r << INDEX_OVF_SHIFT;
+}
+
+/* An entry of home bucket `home` now sits d buckets past it. */
+static void index_reach_raise(uint64_t *t, size_t home, size_t d)
+{
+    uint64_t *h = t + home * B;
+    unsigned r = d < INDEX_DISP_MAX ? (unsigned)d : INDEX_DISP_MAX;
+    if (r > index_reach(h)) index_reach_set(h, r);
+}
+
+/* The home bucket of the entry `s` in bucket b, from its displacement field, or when that is
+ * saturated from its key (a read of the item and a rehash). */
+static size_t index_home_of(size_t nb, size_t b, uint64_t s)
+{
+    size_t d = index_disp_field(s);
+    if (d == INDEX_DISP_MAX) {
+        const struct item *e = index_slot_item(s);
+        return index_home(index_hash(e->data, e->nkey), nb);
+    }
+    return b >= d ? b - d : b + nb - d;
+}
+
+/* An entry of home bucket `home` that sat d buckets past it left or moved nearer: if it was the
+ * farthest, find the farthest now. Below INDEX_DISP_MAX the displacement fields of the buckets
+ * within the old reach tell exactly. A saturated reach stays while another entry of that home
+ * sits INDEX_DISP_MAX or more buckets past it: those are looked for among the saturated entries
+ * of the buckets from there on that the run of overflow counts reaches (each such entry is a read
+ * of its item; few are saturated, and this runs only when the farthest entry of a home goes). */
+static void index_reach_drop(uint64_t *t, size_t nb, size_t home, size_t d)
+{
+    uint64_t *h = t + home * B;
+    unsigned r = index_reach(h);
+    if (r == 0 || d < r) return;
+    if (r == INDEX_DISP_MAX) {
+        size_t b = (home + INDEX_DISP_MAX - 1) % nb;
+        for (size_t step = INDEX_DISP_MAX; step < nb && index_ovf(t + b * B); step++) {
+            b = index_next(b, nb);
+            const uint64_t *k = t + b * B;
+            for (unsigned j = 0; j < B; j++)
+                if (index_full(k[j]) && index_disp_field(k[j]) == INDEX_DISP_MAX &&
+                    index_home_of(nb, b, k[j]) == home)
+                    return; /* still one that far */
+        }
+        r = INDEX_DISP_MAX - 1;
+    }
+    unsigned nr = 0;
+    for (size_t step = r, b = (home + r) % nb; step > 0 && !nr; step--, b = b ? b - 1 : nb - 1) {
+        const uint64_t *k = t + b * B;
+        for (unsigned j = 0; j < B; j++)
+            if (index_full(k[j]) && index_disp_field(k[j]) == step) nr = (unsigned)step;
+    }
+    index_reach_set(h, nr);
 }
 
 static void index_ovf_inc(uint64_t *bucket)
@@ -192,6 +257,7 @@ static void index_place(uint64_t *t, size_t nb, size_t home, uint64_t e)
         unsigned free_slots = index_entry_match(k, 0);
         if (free_slots) {
             index_put(&k[__builtin_ctz(free_slots)], e, d);
+            if (d) index_reach_raise(t, home, d);
             return;
         }
         index_ovf_inc(k);
@@ -276,8 +342,42 @@ void index_destroy(struct index **ixp)
     *ixp = NULL;
 }
 
+/* Entries of bucket k that passed over the bucket `step` (1..INDEX_DISP_MAX) before it: those
+ * displaced by `step` or more. Their displacement field tells exactly, a saturated one too
+ * (7 means 7 or more, >= step). Beyond INDEX_DISP_MAX a saturated field cannot tell without
+ * rehashing, so none is counted: a count that falls short only makes a probe go on. */
+static inline unsigned index_passed(const uint64_t *k, size_t step)
+{
+    if (step > INDEX_DISP_MAX) return 0;
+#ifdef __SSE2__
+    /* as index_tag_match: the fields sit in the slots' high halves */
+    _Static_assert(INDEX_DISP_SHIFT >= 32, "the displacement lies in a slot's high half");
+    const __m128i *v = (const __m128i *)k;
+    __m128 h0 = _mm_shuffle_ps(_mm_castsi128_ps(_mm_load_si128(v)),
+                               _mm_castsi128_ps(_mm_load_si128(v + 1)), _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 h1 = _mm_shuffle_ps(_mm_castsi128_ps(_mm_load_si128(v + 2)),
+                               _mm_castsi128_ps(_mm_load_si128(v + 3)), _MM_SHUFFLE(3, 1, 3, 1));
+    __m128i mask = _mm_set1_epi32((int)(uint32_t)(INDEX_DISP_MASK >> 32));
+    __m128i below = _mm_set1_epi32((int)(uint32_t)(((uint64_t)step << INDEX_DISP_SHIFT) >> 32) - 1);
+    __m128i e0 = _mm_cmpgt_epi32(_mm_and_si128(_mm_castps_si128(h0), mask), below);
+    __m128i e1 = _mm_cmpgt_epi32(_mm_and_si128(_mm_castps_si128(h1), mask), below);
+    return (unsigned)__builtin_popcount((unsigned)_mm_movemask_ps(_mm_castsi128_ps(e0)) |
+                                        (unsigned)_mm_movemask_ps(_mm_castsi128_ps(e1)) << 4);
+#else
+    unsigned n = 0;
+    for (unsigned j = 0; j < B; j++) n += index_disp_field(k[j]) >= step;
+    return n;
+#endif
+}
+
 /* The first item of hv's probe sequence (tags first) that `match` accepts, or NULL. Inlined into
- * each caller with its own match, so the key compare of a lookup costs no call. */
+ * each caller with its own match, so the key compare of a lookup costs no call.
+ *
+ * A probe past the home bucket h ends at the first bucket whose overflow count is 0, or as soon
+ * as it has seen as many entries that passed over h as h's overflow count says there are: the
+ * key, if present past h, is one of them, and each was compared (it has the key's tag or not).
+ * The second rule is what lets the load go to 0.9: there most buckets overflow, and a miss
+ * would otherwise run on to the end of the cluster (5.7 buckets at 0.9, simulated). */
 static inline struct item *index_probe(const struct index_shard *sh, uint64_t hv,
                                        bool (*match)(const struct item *, const void *),
                                        const void *arg)
@@ -286,6 +386,9 @@ static inline struct item *index_probe(const struct index_shard *sh, uint64_t hv
     size_t nb = sh->nslots / B;
     size_t b = index_home(hv, nb);
     uint64_t tag = index_tag(hv);
+    unsigned over = 0, seen = 0; /* entries that passed over the home bucket: all, seen so far */
+    size_t reach = index_reach(t + b * B);
+    if (reach == INDEX_DISP_MAX) reach = nb;
     for (size_t step = 0; step < nb; step++, b = index_next(b, nb)) {
         const uint64_t *k = t + b * B;
         for (unsigned m = index_tag_match(k, tag); m; m &= m - 1) {
@@ -294,7 +397,14 @@ static inline struct item *index_probe(const struct index_shard *sh, uint64_t hv
             struct item *it = index_slot_item(s);
             if (match(it, arg)) return it;
         }
-        if (!index_ovf(k)) break;
+        unsigned o = index_ovf(k);
+        if (!o || step >= reach) break;
+        if (step == 0) {
+            over = o < INDEX_OVF_MAX ? o : UINT_MAX; /* a sticky count tells nothing */
+        } else {
+            seen += index_passed(k, step);
+            if (seen >= over) break;
+        }
     }
     return NULL;
 }
@@ -486,6 +596,7 @@ static void index_fill_hole(struct index_shard *sh, size_t x, size_t hole)
         index_put(&t[hole], t[from], d - gap);
         index_clear(&t[from]);
         for (size_t i = 0, b = x; i < gap; i++, b = index_next(b, nb)) index_ovf_dec(t + b * B);
+        index_reach_drop(t, nb, k >= d ? k - d : k + nb - d, d);
         x = k;
         hole = from;
     }
@@ -501,6 +612,7 @@ bool index_remove(struct index_shard *sh, uint64_t hv, struct item *it)
         index_ovf_dec(sh->slots + b * B);
     index_clear(&sh->slots[i]);
     index_fill_hole(sh, i / B, i);
+    index_reach_drop(sh->slots, nb, index_home(hv, nb), d);
     index_count(sh, it, -1);
     index_maybe_shrink(sh);
     return true;

@@ -4,7 +4,8 @@
  * A table is an array of buckets of INDEX_BUCKET_SLOTS (8) slots, one 64-byte cache line each.
  * Slot layout:
  *   bits 63..51  tag: hash bits 10..22 (see index_tag)
- *   bits 50..48  overflow share: the bucket's overflow count is slot 0's share | slot 1's << 3
+ *   bits 50..48  bucket bits: the bucket's overflow count is slot 0's share | slot 1's << 3,
+ *                its reach (index_reach) is slot 2's; slots 3-7 leave them 0
  *   bits 47..45  displacement: how many buckets past its home the entry sits, 7 meaning "7 or more"
  *   bits 44..0   item address >> 2; 0 in an empty slot (whose tag and displacement are 0 too)
  * An x86-64 user-space address fits in 47 bits and a struct item is 4-byte aligned, so 45 bits
@@ -16,8 +17,10 @@
  * overflow count (6 bits, sticky at 63: a saturated count is never decremented, which only makes
  * probes go on longer). A lookup compares the 8 tags of a bucket (tags first: only a slot whose
  * tag matches is followed to the item to compare the key, so a miss touches item memory with
- * probability ~ slots compared / 8192), and goes on to the next bucket only if this one's
- * overflow count is not 0, so a miss usually ends in its home bucket. Removal moves back an entry
+ * probability ~ slots compared / 8192), and goes on to the next bucket only while it is within
+ * the home bucket's reach (the farthest any entry of that home sits, 3 bits) and this one's
+ * overflow count is not 0, so a miss usually ends in its home bucket or the next one. Removal
+ * moves back an entry
  * that had passed over the freed bucket (no tombstones), so entries stay as near their home as
  * the load alone makes them; the displacement tells which entries may move without reading them.
  *
@@ -27,9 +30,10 @@
  * (index_home), so a table can have any number of buckets; probing wraps from the last to the
  * first.
  *
- * A shard's table grows alone, by INDEX_GROW_NUM/INDEX_GROW_DEN (1.25x, rounded up to whole
- * buckets), when its load would pass INDEX_LOAD_NUM/INDEX_LOAD_DEN, so a resize pauses only the
- * keys of that shard and the load stays between 0.64 and 0.8 once a shard holds a few dozen
+ * A shard's table grows alone, by INDEX_GROW_NUM/INDEX_GROW_DEN (1.125x, rounded up to whole
+ * buckets or pages), when its load would pass INDEX_LOAD_NUM/INDEX_LOAD_DEN, so a resize pauses
+ * only the keys of that shard and the load stays between about 0.8 and 0.9 once a shard holds a
+ * few hundred
  * items (index.c says why those numbers). Every function here except index_create,
  * index_destroy and index_buckets expects the shard's lock to be held by the caller. */
 #ifndef SHOAL_NODE_INDEX_H
@@ -47,10 +51,10 @@
 #define INDEX_SHARDS (1u << INDEX_SHARD_BITS)
 #define INDEX_SLOTS_MAX ((uint32_t)1 << 31) /* per shard; 2^41 slots in all is beyond any -m */
 #define INDEX_BUCKET_SLOTS 8 /* slots per bucket: one 64-byte line */
-#define INDEX_LOAD_NUM 4     /* grow when a shard's load would pass 4/5 */
-#define INDEX_LOAD_DEN 5
-#define INDEX_GROW_NUM 5 /* by 5/4 */
-#define INDEX_GROW_DEN 4
+#define INDEX_LOAD_NUM 9     /* grow when a shard's load would pass 9/10 */
+#define INDEX_LOAD_DEN 10
+#define INDEX_GROW_NUM 9 /* by 9/8 */
+#define INDEX_GROW_DEN 8
 #define INDEX_ADDR_BITS 47 /* item addresses are below 2^47 (x86-64 user space) */
 #define INDEX_ADDR_SHIFT 2 /* and multiples of 4 */
 #define INDEX_PTR_BITS (INDEX_ADDR_BITS - INDEX_ADDR_SHIFT)
@@ -132,9 +136,10 @@ static inline uint64_t index_tag(uint64_t hv)
 #define INDEX_PAGE_SLOTS 512u  /* slots in a 4 KiB page */
 #define INDEX_PAGED_SLOTS 2048u /* tables this big (16 KiB) or bigger are whole pages */
 
-/* The slot count a table of n slots grows to: n * 5/4 rounded up to whole buckets; from
+/* The slot count a table of n slots grows to: n * 9/8 rounded up to whole buckets; from
  * INDEX_PAGED_SLOTS on, to the nearest whole page, at least one page more (a page is 1/4 of the
- * smallest such table or less, so a step stays between 1.2 and 1.34). At most INDEX_SLOTS_MAX
+ * smallest such table or less: a step is 1.25 at 4 pages, 1.125 at 8, between 1.09 and 1.17
+ * beyond). At most INDEX_SLOTS_MAX
  * (then equal to n: it cannot grow). */
 static inline uint32_t index_grown_size(uint32_t n)
 {
@@ -166,6 +171,14 @@ static inline unsigned index_ovf(const uint64_t *bucket)
 {
     return (unsigned)((bucket[0] >> INDEX_OVF_SHIFT) & 7) |
            (unsigned)((bucket[1] >> INDEX_OVF_SHIFT) & 7) << 3;
+}
+
+/* A bucket's reach: how many buckets past it the farthest entry whose home it is sits
+ * (INDEX_DISP_MAX: that many or more). Kept in slot 2's
+ * share bits, which the overflow count leaves free. */
+static inline unsigned index_reach(const uint64_t *bucket)
+{
+    return (unsigned)((bucket[2] >> INDEX_OVF_SHIFT) & 7);
 }
 
 /* The item a full slot points at. */

@@ -47,7 +47,7 @@ struct seg_queue {
     uint32_t cur;        /* the head segment being appended to, or SEG_NONE */
 };
 
-typedef uint16_t ghost_fp_t; /* an s3fifo ghost entry (evict.c) */
+typedef uint8_t ghost_fp_t; /* an s3fifo ghost entry (evict.c) */
 
 struct seg_pool {
     pthread_mutex_t lock;

@@ -189,9 +189,41 @@ static void test_s3fifo_ghost_readmits_to_main(void **state)
     fill(st, 1, "g:", 200, 1000);  /* never read: will leave through the small queue */
     fill(st, 1, "s1:", 6000, 1000); /* pushes them out, into the ghost */
     assert_true(count_present(st, "g:", 200) < 20);
+    /* the ghost of a 2 MB quota: one 1-byte entry per 128 bytes, counted once written */
+    struct store_stats s;
+    store_stats(st, &s);
+    assert_int_equal(s.ghost_bytes, 2 * MB / 128);
     fill(st, 1, "g:", 200, 1000);  /* back again: the ghost sends them to main */
     fill(st, 1, "s2:", 1500, 1000); /* a scan shorter than main: small churns, main stays */
     assert_true(count_present(st, "g:", 200) >= 180);
+    store_destroy(&st);
+}
+
+/* s3fifo: before any read has promoted an item, main has not begun, and a key back from the
+ * ghost goes through the small queue: in a fill that reads nothing a head of main's own would
+ * be a whole segment holding the few keys ghost matches sent there (bench-memory lost one of
+ * 64). Once reads have begun main, keys back from the ghost go there again. */
+static void test_s3fifo_ghost_readmits_once_main_has_begun(void **state)
+{
+    (void)state;
+    struct store *st = mk_store(16, 60000);
+    assert_int_equal(store_ns_configure(st, 1, 2 * MB, STORE_POLICY_S3FIFO), 0);
+    fill(st, 1, "g:", 200, 1000);
+    fill(st, 1, "s1:", 6000, 1000); /* into the ghost, nothing read */
+    fill(st, 1, "g:", 200, 1000);   /* ghost matches, but main has not begun */
+    fill(st, 1, "s2:", 6000, 1000); /* flushes the small queue */
+    assert_true(count_present(st, "g:", 200) < 20);
+    /* a read promotes an item of a small victim into main */
+    fill(st, 1, "m:", 10, 1000);
+    assert_int_equal(count_present(st, "m:", 10), 10);
+    fill(st, 1, "s3:", 2000, 1000);
+    assert_int_equal(count_present(st, "m:", 10), 10);
+    fill(st, 1, "h:", 200, 1000);
+    fill(st, 1, "s4:", 6000, 1000);
+    assert_true(count_present(st, "h:", 200) < 20);
+    fill(st, 1, "h:", 200, 1000); /* back from the ghost, into main */
+    fill(st, 1, "s5:", 1500, 1000);
+    assert_true(count_present(st, "h:", 200) >= 180);
     store_destroy(&st);
 }
 
@@ -263,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_lowered_quota_is_trimmed),
         cmocka_unit_test(test_policies_through_a_scan),
         cmocka_unit_test(test_s3fifo_ghost_readmits_to_main),
+        cmocka_unit_test(test_s3fifo_ghost_readmits_once_main_has_begun),
         cmocka_unit_test(test_s3fifo_survives_page_moves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "node/index.h"
 #include "node/store.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -736,8 +737,9 @@ static void test_hash_growth(void **state)
     assert_int_equal(s.evictions, 0);
     assert_true(s.hash_expansions > 0);
     assert_true(s.hash_power_level >= 17);
-    /* load at most 4/5 of the slots (8 bytes each) in every shard */
-    assert_true(s.hash_bytes / 8 * 4 / 5 >= (uint64_t)N);
+    /* load at most INDEX_LOAD_NUM/INDEX_LOAD_DEN (9/10) of the slots (8 bytes each) in every
+     * shard */
+    assert_true(s.hash_bytes / 8 * INDEX_LOAD_NUM / INDEX_LOAD_DEN >= (uint64_t)N);
     for (int i = 0; i < N; i += 2) {
         snprintf(key, sizeof key, "key:%d", i);
         assert_true(del(st, key, now));
