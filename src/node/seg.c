@@ -467,20 +467,26 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
         if (LOAD(&pl->nsegs) + n <= pl->quota_segs ||
             (!seg_consolidate(s, pl, fn, ctx) && !seg_shrink(s, pl, fn, ctx)))
             break;
-    uint32_t i = take_free_run(s, pl, n, false);
-    if (i == SEG_NONE) i = seg_make_run(s, pl, n, fn, ctx);
-    if (i == SEG_NONE) i = take_free_run(s, pl, n, true);
+    uint32_t nw = n, i = take_free_run(s, pl, n, false);
+    if (i == SEG_NONE) i = seg_make_run(s, pl, len, &nw, fn, ctx);
+    if (i == SEG_NONE) i = take_free_run(s, pl, nw = n, true);
     /* Last resort, so that a store that fits never fails: give back the pool's oldest segments
      * (evicting) until n contiguous ones are free. */
     for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs; k++) {
         if (!seg_shrink(s, pl, fn, ctx)) break;
-        i = take_free_run(s, pl, n, true);
+        i = take_free_run(s, pl, nw = n, true);
     }
     if (i == SEG_NONE) return NULL;
     struct seg_meta *m = &s->meta[i];
+    /* A run may begin after the end of another run in that run's last segment (seg_make_run's
+     * tail window), which then holds the end of the one and the start of the other. That run
+     * may have gone meanwhile (start 0 again): then the window has one segment too many. */
+    uint32_t off = m->start;
+    n = (off + len + s->seg_size - 1) >> s->seg_shift;
+    if (nw > n) seg_release(s, pl, i + n, nw - n);
     STORE(&m->gen, m->gen + 1);
-    m->woff = 0;
-    uint32_t last = i + n - 1, end = len - (n - 1) * s->seg_size;
+    m->woff = off;
+    uint32_t last = i + n - 1, end = off + len - (n - 1) * s->seg_size;
     /* The old head is sealed: its unused room is dead bytes cleaning reclaims, where a run's
      * unused end would stay lost until the run goes. */
     bool share = end >= sizeof(struct item) && s->seg_size - end >= SEG_ALIGN * 8;

@@ -61,8 +61,6 @@ void seg_put_filler(char *at, uint32_t len)
 /* The queue a victim's kept items go to: s3fifo's small queue promotes what it keeps. */
 static inline int victim_dest(int q, bool evict) { return evict && q == Q_SMALL ? Q_MAIN : q; }
 
-/* Run v's item is gone: the segment holding its end (if it shares it) starts at 0 again, the end
- * covered by a dead record (pool lock held). */
 void seg_run_tail_fix(struct segs *s, uint32_t v)
 {
     struct seg_meta *m = &s->meta[v];
@@ -70,17 +68,30 @@ void seg_run_tail_fix(struct segs *s, uint32_t v)
     m->shares_tail = 0;
     struct seg_meta *t = &s->meta[v + m->nrun];
     seg_put_filler(seg_base(s, v + m->nrun), t->start);
-    t->start = 0;
+    /* a run beginning after the end keeps its offset: the end becomes a dead prefix */
+    if (!t->nrun) t->start = 0;
     t->run_of = SEG_NONE;
     STORE(&t->gen, t->gen + 1);
 }
 
-/* Free a run whose item is gone (pool lock held). */
 void seg_run_release(struct segs *s, struct seg_pool *pl, uint32_t v)
 {
+    struct seg_meta *m = &s->meta[v];
     seg_q_remove(s, pl, v);
     seg_run_tail_fix(s, v);
-    seg_release(s, pl, v, s->meta[v].nrun);
+    if (!m->start || m->run_of == SEG_NONE) {
+        seg_release(s, pl, v, m->nrun);
+        return;
+    }
+    /* It began after the end of another run, which is still there: its first segment stays,
+     * a sealed segment holding that end. */
+    if (m->nrun > 1) seg_release(s, pl, v + 1, m->nrun - 1);
+    m->nrun = 0;
+    m->woff = m->start;
+    STORE(&m->gen, m->gen + 1);
+    m->sealed_at = ++pl->seal_seq;
+    STORE(&m->state, (uint8_t)SS_SEALED);
+    seg_q_push(s, pl, m->queue, v);
 }
 
 /* Evict or keep the item of run v (pool lock held). Returns true if the run was freed. */
@@ -88,7 +99,7 @@ static bool process_run(struct segs *s, struct seg_pool *pl, uint32_t v, bool ev
                         seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[v];
-    struct item *it = (struct item *)seg_base(s, v);
+    struct item *it = (struct item *)(seg_base(s, v) + m->start);
     if (LOAD(&m->pins)) return false;
     uint8_t f = rec_state(it);
     if ((f & ITEM_LINKED) && evict) {

@@ -26,11 +26,14 @@
  * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
  * window tried at depth 0 evicts (unless `keep`); a nested window holds no run and never
  * evicts. `own`: only segments `to` owns already (a head emptied for a store the pool may not
- * take a free segment for: its quota, or what quota'd pools are owed). */
+ * take a free segment for: its quota, or what quota'd pools are owed). `len`: at depth 0, the
+ * bytes of the new run's item: the window may then begin mid-segment, right after the end of
+ * another run of `to` in that run's last segment (`tail`), which it keeps (see tail_room). */
 struct window {
     struct seg_span w, x;
     int depth;
-    bool evict, keep, own;
+    bool evict, keep, own, tail;
+    uint32_t len;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
@@ -46,8 +49,10 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     if (st == SS_FREE) return !own;
     if (own && LOAD(&m->nsid) != to->id) return false;
     if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
-    /* a segment holding the end of a run is cleared only after that run, in the same window */
-    if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo)) return false;
+    /* a segment holding the end of a run is cleared only after that run, in the same window;
+     * a run beginning after the end of another stays (it moves only with that one) */
+    if (LOAD(&m->start) && (m->run_of == SEG_NONE || m->run_of < lo || st == SS_RUN))
+        return false;
     const struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
     if (!ow) return false;
     if (ow != to && LOAD(&ow->quota_segs) && pool_excess(ow) == 0) return false;
@@ -67,29 +72,64 @@ static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, ui
     return true;
 }
 
+/* Room after the end of a run in segment i, if a new run of `to` may begin there: i is `to`'s
+ * sealed segment holding the end of one of its runs (so it is never freed while that run lives,
+ * and what is after the end is reached only by cleaning). 0 if not. Without locks: a guess. */
+static uint32_t tail_room(struct segs *s, const struct seg_pool *to, uint32_t i)
+{
+    struct seg_meta *m = &s->meta[i];
+    uint32_t start = LOAD(&m->start);
+    if (!start || LOAD(&m->state) != SS_SEALED || LOAD(&m->nsid) != to->id || LOAD(&m->pins))
+        return 0;
+    return s->seg_size - start;
+}
+
+/* Cost of clearing segments [k, end) for a window from lo (window_ok's); false if it may not. */
+static bool window_cost(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t k,
+                        uint32_t end, bool plain, bool own, uint64_t *cost)
+{
+    while (k < end) {
+        if (!window_ok(s, to, lo, k, plain, own, cost)) return false;
+        k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1; /* a run sticking out of
+                                                                       the window goes whole */
+    }
+    return true;
+}
+
 /* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
- * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run. */
+ * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run.
+ * With `len` (a run's item), also windows beginning after the end of a run (tail_room), as many
+ * segments as the item then needs: *nw is the chosen window's length, *tail its kind. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
                                 const uint32_t *skip, int nskip, struct seg_span x, bool plain,
-                                bool own)
+                                bool own, uint32_t len, uint32_t *nw, bool *tail)
 {
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
-    for (uint32_t i = 0; i + n <= s->nsegs; i++) {
+    *nw = n;
+    *tail = false;
+    for (uint32_t i = 0; i < s->nsegs; i++) {
         bool skipped = false;
         for (int j = 0; j < nskip; j++) skipped |= skip[j] == i;
-        if (skipped || (i < x.hi && i + n > x.lo)) continue;
+        if (skipped) continue;
         uint64_t cost = 0;
-        uint32_t k = i;
-        bool ok = true;
-        while (ok && k < i + n) {
-            ok = window_ok(s, to, i, k, plain, own, &cost);
-            if (ok) k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1;
-        }
-        /* a run sticking out of the window is cleared whole */
-        if (ok && cost < low) {
+        if (i + n <= s->nsegs && !(i < x.hi && i + n > x.lo) &&
+            window_cost(s, to, i, i, i + n, plain, own, &cost) && cost < low) {
             low = cost;
             best = i;
+            *nw = n;
+            *tail = false;
+        }
+        uint32_t room = len ? tail_room(s, to, i) : 0;
+        if (!room) continue;
+        uint32_t m = 1 + ((len - room + s->seg_size - 1) >> s->seg_shift);
+        cost = LOAD(&s->meta[i].live) + 1;
+        if (i + m <= s->nsegs && !(i < x.hi && i + m > x.lo) &&
+            window_cost(s, to, i, i + 1, i + m, plain, own, &cost) && cost < low) {
+            low = cost;
+            best = i;
+            *nw = m;
+            *tail = true;
         }
     }
     return best;
@@ -220,7 +260,7 @@ static bool window_empty_one(struct segs *s, struct seg_pool *ow, uint32_t i,
     bool run = m->nrun != 0;
     for (int round = 0; round < RUN_BUSY_ROUNDS; round++) {
         bool pending = false, pinned = false;
-        for (uint32_t r = 0; r < m->woff;) {
+        for (uint32_t r = m->start; r < m->woff;) {
             struct item *it = (struct item *)(base + r);
             uint32_t len = (uint32_t)seg_item_size(it);
             uint8_t f = rec_state(it);
@@ -353,6 +393,46 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
     return got;
 }
 
+/* Clear what follows the end of a run in segment k, the first of tail window wd, for `to` (its
+ * owner), which keeps it, BUSY, for the new run to begin at its start. False on failure (the
+ * segment is back in its queue). No pool lock held. */
+static bool window_take_tail(struct segs *s, struct seg_pool *to, uint32_t k,
+                             const struct window *wd, seg_visit_fn fn, void *ctx)
+{
+    struct seg_meta *m = &s->meta[k];
+    pthread_mutex_lock(&to->lock);
+    bool ok = LOAD(&m->state) == SS_SEALED && LOAD(&m->nsid) == to->id && !LOAD(&m->pins) &&
+              m->start != 0;
+    if (ok) {
+        int q = m->queue;
+        seg_q_remove(s, to, k);
+        STORE(&m->state, (uint8_t)SS_BUSY);
+        ok = window_empty_one(s, to, k, wd, fn, ctx);
+        if (ok) {
+            m->woff = m->start;
+            STORE(&m->gen, m->gen + 1);
+            to->bk[0].segs_cleaned++;
+        } else {
+            STORE(&m->state, (uint8_t)SS_SEALED);
+            seg_q_push(s, to, q, k);
+        }
+    }
+    pthread_mutex_unlock(&to->lock);
+    return ok;
+}
+
+/* Give back the first segment of a tail window that failed or went unused (taken by
+ * window_take_tail): sealed again, in queue q. No pool lock held. */
+static void untake_tail(struct segs *s, struct seg_pool *to, uint32_t k)
+{
+    pthread_mutex_lock(&to->lock);
+    struct seg_meta *m = &s->meta[k];
+    m->sealed_at = ++to->seal_seq;
+    STORE(&m->state, (uint8_t)SS_SEALED);
+    seg_q_push(s, to, m->queue, k);
+    pthread_mutex_unlock(&to->lock);
+}
+
 /* Slide run v of pool pl (lock held) down into segment v - 1, which pl has just cleared and
  * owns (BUSY): the item moves down one segment (an overlapping move, which the visitor
  * allows), so the run no longer reaches the segment that shared its end (now a plain segment)
@@ -361,7 +441,8 @@ static bool run_slide_down(struct segs *s, struct seg_pool *pl, uint32_t v, seg_
                            void *ctx)
 {
     struct seg_meta *m = &s->meta[v], *d = &s->meta[v - 1];
-    if (LOAD(&m->state) != SS_RUN || LOAD(&m->nsid) != pl->id || LOAD(&m->pins)) return false;
+    if (LOAD(&m->state) != SS_RUN || LOAD(&m->nsid) != pl->id || LOAD(&m->pins) || m->start)
+        return false;
     struct item *it = (struct item *)seg_base(s, v);
     if (!(rec_state(it) & ITEM_LINKED)) return false;
     uint32_t len = (uint32_t)seg_item_size(it);
@@ -401,7 +482,7 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
 {
     for (uint32_t j = 1; j < s->nsegs; j++) {
         struct seg_meta *m = &s->meta[j];
-        if (LOAD(&m->state) != SS_RUN || LOAD(&m->pins)) continue;
+        if (LOAD(&m->state) != SS_RUN || LOAD(&m->pins) || LOAD(&m->start)) continue;
         uint32_t end = j + m->nrun + m->shares_tail;
         if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
         struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
@@ -420,15 +501,15 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
     return false;
 }
 
-/* Clear the cheapest window of n segments for `to` (wd->x and wd->depth set; wd->w set here),
- * trying a few. No pool lock held. Returns its first segment, its segments `to`'s and BUSY, or
- * SEG_NONE. */
+/* Clear the cheapest window of n segments for `to` (wd->x, wd->depth and wd->len set; wd->w and
+ * wd->tail set here: with wd->len the window may be a tail window of n + 1), trying a few. No
+ * pool lock held. Returns its first segment, its segments `to`'s and BUSY, or SEG_NONE. */
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx)
 {
     uint32_t skip[RUN_WINDOW_TRIES];
     int nskip = 0;
-    bool *mine = calloc(n, sizeof *mine);
+    bool *mine = calloc(n + 1, sizeof *mine);
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
     int slides = 0;
@@ -438,29 +519,36 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
          * the cheapest window again, partly emptied by then, and evicts what finds no room. */
         bool may_evict = wd->depth == 0 && !wd->keep, last = may_evict && t == RUN_WINDOW_TRIES - 1;
         wd->evict = last;
+        uint32_t nw;
+        bool tail;
         uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0,
-                                      wd->own);
+                                      wd->own, wd->len, &nw, &tail);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
                slide_a_run(s, wd->x, fn, ctx)) {
             slides++;
-            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own);
+            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own, 0, &nw, &tail);
         }
         if (lo == SEG_NONE && may_evict && !last) {
             t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
             continue;
         }
         if (lo == SEG_NONE) break;
-        wd->w = (struct seg_span){lo, lo + n};
+        wd->w = (struct seg_span){lo, lo + nw};
+        wd->tail = tail;
         /* The window's free segments first, so that no head of a pool emptying the rest of the
          * window lands in it. */
-        memset(mine, 0, n * sizeof *mine);
-        for (uint32_t k = lo; k < lo + n; k++)
+        memset(mine, 0, (n + 1) * sizeof *mine);
+        for (uint32_t k = lo; k < lo + nw; k++)
             if (!wd->own && LOAD(&s->meta[k].state) == SS_FREE)
                 mine[k - lo] = take_this_free(s, to, k);
-        uint32_t k = lo, beyond = lo + n;
+        uint32_t k = lo, beyond = lo + nw;
         bool ok = true;
-        while (ok && k < lo + n) {
+        if (tail) {
+            ok = mine[0] = window_take_tail(s, to, lo, wd, fn, ctx);
+            k++;
+        }
+        while (ok && k < lo + nw) {
             if (mine[k - lo]) {
                 k++;
                 continue;
@@ -468,14 +556,17 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
             uint32_t got = window_take(s, to, k, wd, fn, ctx);
             ok = got != 0;
             for (uint32_t j = k; ok && j < k + got; j++)
-                if (j < lo + n) mine[j - lo] = true;
+                if (j < lo + nw) mine[j - lo] = true;
             if (k + got > beyond) beyond = k + got;
             k += got;
         }
-        if (beyond > lo + n) seg_release(s, to, lo + n, beyond - (lo + n)); /* a run's rest */
+        if (beyond > lo + nw) seg_release(s, to, lo + nw, beyond - (lo + nw)); /* a run's rest */
         if (!ok)
-            for (uint32_t j = lo; j < lo + n; j++)
-                if (mine[j - lo]) seg_release(s, to, j, 1);
+            for (uint32_t j = lo; j < lo + nw; j++) {
+                if (!mine[j - lo]) continue;
+                if (tail && j == lo) untake_tail(s, to, j);
+                else seg_release(s, to, j, 1);
+            }
         if (ok) got_lo = lo;
         skip[nskip++] = lo;
     }
@@ -483,9 +574,11 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
     return got_lo;
 }
 
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
-                      void *ctx)
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, uint32_t *nw,
+                      seg_visit_fn fn, void *ctx)
 {
+    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
+    *nw = n;
     /* Runs whose items are gone are otherwise freed only when cleaning meets them. */
     for (int q = 0; q < Q_COUNT; q++)
         for (uint32_t i = pl->q[q].head, next; i != SEG_NONE; i = next) {
@@ -495,10 +588,11 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit
         }
     uint32_t got = seg_take_run(s, pl, n);
     if (got != SEG_NONE) return got;
-    struct window wd = {.x = NO_SPAN, .depth = 0};
+    struct window wd = {.x = NO_SPAN, .depth = 0, .len = len};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
+    if (lo != SEG_NONE) *nw = wd.w.hi - wd.w.lo;
     return lo;
 }
 
