@@ -460,15 +460,21 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
                               uint8_t nkey, uint32_t nbytes, uint8_t iflags, uint64_t hv,
                               seg_visit_fn fn, void *ctx)
 {
-    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
-    /* A quota'd pool first gives back what the run would take beyond its quota: by cleaning
-     * while it is below 90% live, by eviction beyond. */
-    for (uint32_t k = 0; k < 2 * s->nsegs && pl->quota_segs; k++)
+    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift, nw = n, i = SEG_NONE;
+    /* A quota'd pool that would go beyond its quota and is below 90% live makes the run of its
+     * own segments: a window of them is cleared into its heads (cleaning the rest), nothing
+     * evicted. Giving segments back first and taking others instead evicted: the segments given
+     * back are seldom contiguous, so the window cleared then holds items it cannot move. */
+    if (pl->quota_segs && LOAD(&pl->nsegs) + n > pl->quota_segs && seg_pool_roomy(s, pl))
+        i = seg_make_run(s, pl, len, true, &nw, fn, ctx);
+    /* Else it first gives back what the run would take beyond its quota: by cleaning while it
+     * is below 90% live, by eviction beyond. */
+    for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs && pl->quota_segs; k++)
         if (LOAD(&pl->nsegs) + n <= pl->quota_segs ||
             (!seg_consolidate(s, pl, fn, ctx) && !seg_shrink(s, pl, fn, ctx)))
             break;
-    uint32_t nw = n, i = take_free_run(s, pl, n, false);
-    if (i == SEG_NONE) i = seg_make_run(s, pl, len, &nw, fn, ctx);
+    if (i == SEG_NONE) i = take_free_run(s, pl, n, false);
+    if (i == SEG_NONE) i = seg_make_run(s, pl, len, false, &nw, fn, ctx);
     if (i == SEG_NONE) i = take_free_run(s, pl, nw = n, true);
     /* Last resort, so that a store that fits never fails: give back the pool's oldest segments
      * (evicting) until n contiguous ones are free. */

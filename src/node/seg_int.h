@@ -164,8 +164,9 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
 /* seg_run.c: contiguous segments for a run of pool pl (lock held, may be released and retaken)
  * holding an item of `len` bytes, clearing the cheapest window when no free one exists. Returns
  * its first segment, or SEG_NONE; *nw: the segments taken. The item begins at the first one's
- * `start`: 0, or the end of another run of pl in its last segment (a tail window). */
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, uint32_t *nw,
+ * `start`: 0, or the end of another run of pl in its last segment (a tail window). `own`: only
+ * of segments pl owns, and evicting nothing (SEG_NONE if that cannot be done). */
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool own, uint32_t *nw,
                       seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: give back at least one segment of pool pl (lock held) without evicting, by
  * moving live items of the segments with the most dead bytes into its heads; only while the

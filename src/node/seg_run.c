@@ -574,7 +574,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
     return got_lo;
 }
 
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, uint32_t *nw,
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool own, uint32_t *nw,
                       seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
@@ -586,9 +586,9 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, uint32_
             if (s->meta[i].state == SS_RUN && !LOAD(&s->meta[i].live) && !LOAD(&s->meta[i].pins))
                 seg_run_release(s, pl, i);
         }
-    uint32_t got = seg_take_run(s, pl, n);
+    uint32_t got = own ? SEG_NONE : seg_take_run(s, pl, n);
     if (got != SEG_NONE) return got;
-    struct window wd = {.x = NO_SPAN, .depth = 0, .len = len};
+    struct window wd = {.x = NO_SPAN, .depth = 0, .len = len, .keep = own, .own = own};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
