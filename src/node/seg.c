@@ -27,14 +27,21 @@
 #define SEG_GROWTH 1.08
 #define SEG_FINE_STEP 8u   /* small buckets every 8 bytes up to SEG_FINE_MAX (as the old classes) */
 #define SEG_FINE_MAX 256u
-#define SEG_MIN_SIZE (64u << 10)
+#define SEG_MIN_SHIFT 16 /* 64 KiB */
+#define SEG_SMALL_SHIFT 17 /* 128 KiB */
 #define SEG_MAX_SIZE (1u << 20)
-/* Segment size: memory / this, rounded down to a power of two, clamped to [64 KiB, 1 MiB]. 64
- * rather than 256 segments: items up to a segment are ordinary records, and at 1 MiB (-m 64 and
- * up) every item of the default -I is; runs of contiguous segments, which need windows cleared
- * for them as memory fills, stay rare. Measured with random size mixes at 88% live: 256 per -m
- * evicted tens of items at -m 8, -m 64 and in a 16 MB quota, 64 only a few at -m 8. */
-#define SEG_PER_MEMORY 64u
+/* Segment size: memory / SEG_PER_MEMORY rounded down to a power of two, at most 1 MiB and at
+ * least 128 KiB, but never fewer than SEG_PER_MEMORY_MIN segments (so 64 KiB below -m 8): -m 8
+ * and -m 16 have 128 KiB segments, -m 64 256 KiB, -m 256 and up 1 MiB. A namespace's quota is
+ * whole segments and its s3fifo queues each keep a half-written head and at least one sealed
+ * segment, so finer segments serve small quotas: an 8 MiB namespace of a -m 64 node has 32
+ * segments, not 8 (1 MiB segments missed 24.8% where memcached -m 8 missed 23.7%; see
+ * docs/benchmarks.md). Items larger than a segment take runs of segments, which below 90% live
+ * must always find room (seg_run.c): 256 per -m evicted at -m 64 and in a 16 MB quota until a
+ * run could begin after the end of another and a quota'd pool made its runs of its own
+ * segments. */
+#define SEG_PER_MEMORY 256u
+#define SEG_PER_MEMORY_MIN 64u
 #define POOL_MIN_SEGS 4     /* a pool without a quota may always own this many segments: with
                                fewer, each new head would evict the one just filled */
 
@@ -84,8 +91,10 @@ int seg_create(struct segs **out, uint64_t memory, uint64_t item_max, char *err,
                  (unsigned long long)item_max);
         return -1;
     }
-    unsigned shift = 16;
+    unsigned shift = SEG_MIN_SHIFT;
     while ((1ull << (shift + 1)) <= memory / SEG_PER_MEMORY && (1u << (shift + 1)) <= SEG_MAX_SIZE)
+        shift++;
+    while (shift < SEG_SMALL_SHIFT && (1ull << (shift + 1)) <= memory / SEG_PER_MEMORY_MIN)
         shift++;
     uint64_t seg = 1ull << shift;
     uint64_t n = memory / seg;
