@@ -26,27 +26,41 @@
  * elsewhere is evicted; otherwise the window fails and the next one is tried. Only the last
  * window tried at depth 0 evicts (unless `keep`); a nested window holds no run and never
  * evicts. `own`: only segments `to` owns already (a head emptied for a store the pool may not
- * take a free segment for: its quota, or what quota'd pools are owed). `len`: at depth 0, the
+ * take a free segment for: its quota, or what quota'd pools are owed); with `fill`, also free
+ * segments while `to` owns fewer than its quota (a quota'd pool's run). `len`: at depth 0, the
  * bytes of the new run's item: the window may then begin mid-segment, right after the end of
  * another run of `to` in that run's last segment (`tail`), which it keeps (see tail_room). */
 struct window {
     struct seg_span w, x;
     int depth;
-    bool evict, keep, own, tail;
+    bool evict, keep, own, fill, tail;
     uint32_t len;
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx);
 
+/* Free segments an `own` window may take for `to`: while it owns fewer than its quota, if `fill`. */
+static uint32_t own_free(const struct seg_pool *to, bool fill)
+{
+    uint32_t n = LOAD(&to->nsegs), q = LOAD(&to->quota_segs);
+    return fill && q > n ? q - n : 0;
+}
+
 /* May a window from `lo` clearing for pool `to` take segment i (read without locks: a guess,
- * re-checked under the owner's lock)? `plain`: not if it is a run; `own`: only if `to` owns it. */
+ * re-checked under the owner's lock)? `plain`: not if it is a run; `own`: only if `to` owns it
+ * or, `free` (counted down) allowing, it is free. */
 static bool window_ok(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t i,
-                      bool plain, bool own, uint64_t *cost)
+                      bool plain, bool own, uint32_t *free, uint64_t *cost)
 {
     struct seg_meta *m = &s->meta[i];
     uint8_t st = LOAD(&m->state);
-    if (st == SS_FREE) return !own;
+    if (st == SS_FREE) {
+        if (!own) return true;
+        if (*free == 0) return false;
+        --*free;
+        return true;
+    }
     if (own && LOAD(&m->nsid) != to->id) return false;
     if ((st != SS_SEALED && st != SS_RUN) || LOAD(&m->pins)) return false;
     /* a segment holding the end of a run is cleared only after that run, in the same window;
@@ -84,12 +98,13 @@ static uint32_t tail_room(struct segs *s, const struct seg_pool *to, uint32_t i)
     return s->seg_size - start;
 }
 
-/* Cost of clearing segments [k, end) for a window from lo (window_ok's); false if it may not. */
+/* Cost of clearing segments [k, end) for a window from lo (window_ok's); false if it may not.
+ * `free`: as window_ok's. */
 static bool window_cost(struct segs *s, const struct seg_pool *to, uint32_t lo, uint32_t k,
-                        uint32_t end, bool plain, bool own, uint64_t *cost)
+                        uint32_t end, bool plain, bool own, uint32_t free, uint64_t *cost)
 {
     while (k < end) {
-        if (!window_ok(s, to, lo, k, plain, own, cost)) return false;
+        if (!window_ok(s, to, lo, k, plain, own, &free, cost)) return false;
         k += LOAD(&s->meta[k].state) == SS_RUN ? s->meta[k].nrun : 1; /* a run sticking out of
                                                                        the window goes whole */
     }
@@ -99,11 +114,13 @@ static bool window_cost(struct segs *s, const struct seg_pool *to, uint32_t lo, 
 /* The window of n segments with the fewest live bytes that may be cleared for `to`, other than
  * those from the `nskip` starts in `skip` and any overlapping x; `plain`: one holding no run.
  * With `len` (a run's item), also windows beginning after the end of a run (tail_room), as many
- * segments as the item then needs: *nw is the chosen window's length, *tail its kind. */
+ * segments as the item then needs: *nw is the chosen window's length, *tail its kind. `own`,
+ * `fill`: as struct window's. */
 static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint32_t n,
                                 const uint32_t *skip, int nskip, struct seg_span x, bool plain,
-                                bool own, uint32_t len, uint32_t *nw, bool *tail)
+                                bool own, bool fill, uint32_t len, uint32_t *nw, bool *tail)
 {
+    uint32_t free = own_free(to, fill);
     uint32_t best = SEG_NONE;
     uint64_t low = UINT64_MAX;
     *nw = n;
@@ -114,7 +131,7 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
         if (skipped) continue;
         uint64_t cost = 0;
         if (i + n <= s->nsegs && !(i < x.hi && i + n > x.lo) &&
-            window_cost(s, to, i, i, i + n, plain, own, &cost) && cost < low) {
+            window_cost(s, to, i, i, i + n, plain, own, free, &cost) && cost < low) {
             low = cost;
             best = i;
             *nw = n;
@@ -125,7 +142,7 @@ static uint32_t cheapest_window(struct segs *s, const struct seg_pool *to, uint3
         uint32_t m = 1 + ((len - room + s->seg_size - 1) >> s->seg_shift);
         cost = LOAD(&s->meta[i].live) + 1;
         if (i + m <= s->nsegs && !(i < x.hi && i + m > x.lo) &&
-            window_cost(s, to, i, i + 1, i + m, plain, own, &cost) && cost < low) {
+            window_cost(s, to, i, i + 1, i + m, plain, own, free, &cost) && cost < low) {
             low = cost;
             best = i;
             *nw = m;
@@ -222,7 +239,7 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
     uint32_t t = seg_take_run(s, ow, n);
     if (t == SEG_NONE && wd->depth == 0 && seg_pool_roomy(s, ow)) {
-        struct window in = {.x = wd->w, .depth = 1};
+        struct window in = {.x = wd->w, .depth = 1, .own = wd->own, .fill = wd->fill};
         pthread_mutex_unlock(&ow->lock);
         t = clear_window(s, ow, n, &in, fn, ctx);
         pthread_mutex_lock(&ow->lock);
@@ -367,7 +384,8 @@ static uint32_t window_take(struct segs *s, struct seg_pool *to, uint32_t k,
                             const struct window *wd, seg_visit_fn fn, void *ctx)
 {
     struct seg_meta *m = &s->meta[k];
-    if (LOAD(&m->state) == SS_FREE) return !wd->own && take_this_free(s, to, k) ? 1 : 0;
+    if (LOAD(&m->state) == SS_FREE)
+        return (!wd->own || own_free(to, wd->fill)) && take_this_free(s, to, k) ? 1 : 0;
     struct seg_pool *ow = seg_pool_at(s, LOAD(&m->nsid));
     if (!ow || (wd->own && ow != to)) return 0;
     pthread_mutex_lock(&ow->lock);
@@ -487,7 +505,9 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
         if (in_span(x, j - 1) || (j < x.hi && end > x.lo)) continue;
         struct seg_pool *rp = seg_pool_at(s, LOAD(&m->nsid));
         uint64_t cost = 0;
-        if (!rp || !seg_pool_roomy(s, rp) || !window_ok(s, rp, j - 1, j - 1, true, false, &cost))
+        uint32_t free = 0;
+        if (!rp || !seg_pool_roomy(s, rp) ||
+            !window_ok(s, rp, j - 1, j - 1, true, false, &free, &cost))
             continue;
         struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
         uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
@@ -522,12 +542,13 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
         uint32_t nw;
         bool tail;
         uint32_t lo = cheapest_window(s, to, n, skip, last ? 0 : nskip, wd->x, wd->depth > 0,
-                                      wd->own, wd->len, &nw, &tail);
+                                      wd->own, wd->fill, wd->len, &nw, &tail);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
                slide_a_run(s, wd->x, fn, ctx)) {
             slides++;
-            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own, 0, &nw, &tail);
+            lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own, wd->fill, 0, &nw,
+                                 &tail);
         }
         if (lo == SEG_NONE && may_evict && !last) {
             t = RUN_WINDOW_TRIES - 2; /* no untried window left: the evicting try */
@@ -540,7 +561,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
          * window lands in it. */
         memset(mine, 0, (n + 1) * sizeof *mine);
         for (uint32_t k = lo; k < lo + nw; k++)
-            if (!wd->own && LOAD(&s->meta[k].state) == SS_FREE)
+            if ((!wd->own || own_free(to, wd->fill)) && LOAD(&s->meta[k].state) == SS_FREE)
                 mine[k - lo] = take_this_free(s, to, k);
         uint32_t k = lo, beyond = lo + nw;
         bool ok = true;
@@ -588,7 +609,8 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool ow
         }
     uint32_t got = own ? SEG_NONE : seg_take_run(s, pl, n);
     if (got != SEG_NONE) return got;
-    struct window wd = {.x = NO_SPAN, .depth = 0, .len = len, .keep = own, .own = own};
+    struct window wd = {.x = NO_SPAN, .depth = 0, .len = len, .keep = own, .own = own,
+                        .fill = own};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
