@@ -437,7 +437,7 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         [M_NODE2] = {.name = "node2", .role = "pool main"},
         [M_NODE3] = {.name = "node3", .role = "pool main"},
         [M_GUTTER] = {.name = "gutter", .role = "gutter pool"},
-        [M_ROUTER] = {.name = "router", .role = "routes by slot, follows the control plane"},
+        [M_ROUTER] = {.name = "router", .role = "router, follows the control plane"},
     };
     const char *progs[M_COUNT] = {"shoal-control", "shoal-node", "shoal-node", "shoal-node",
                                   "shoal-node", "shoal-router"};
@@ -530,7 +530,7 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
     }
     save(dir, m, control, fg, self);
     if (await(&m[M_CONTROL], admin_ok, "healthy", (unsigned)timeout) < 0) goto fail;
-    printf("  control  %s  ok (pid %d)\n", control, (int)m[M_CONTROL].pid);
+    printf("  started control at %s (pid %d): healthy\n", control, (int)m[M_CONTROL].pid);
     fflush(stdout);
 
     /* 2. the nodes */
@@ -564,8 +564,8 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         }
         save(dir, m, control, fg, self);
         if (await(&m[i], node_ok, "healthy", (unsigned)timeout) < 0) goto fail;
-        printf("  %-7s  %s  ok (pid %d, admin %s)\n", m[i].name, m[i].addr, (int)m[i].pid,
-               m[i].admin);
+        printf("  started %s at %s (pid %d, admin %s): healthy\n", m[i].name, m[i].addr,
+               (int)m[i].pid, m[i].admin);
         fflush(stdout);
     }
 
@@ -598,7 +598,8 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         save(dir, m, control, fg, self);
         if (await(&m[M_ROUTER], router_ok, "healthy and serving", (unsigned)timeout) < 0)
             goto fail;
-        printf("  router   %s  ok (pid %d, serving)\n", m[M_ROUTER].addr, (int)m[M_ROUTER].pid);
+        printf("  started router at %s (pid %d): healthy and serving\n", m[M_ROUTER].addr,
+               (int)m[M_ROUTER].pid);
     }
     print_table(m, dir, control);
     close(lock);
