@@ -638,7 +638,8 @@ int cli_down(const struct cli_cmd *cmd, struct cli_args *a)
     json_t *sup = json_object_get(rec, "supervisor");
     pid_t spid = (pid_t)json_integer_value(json_object_get(sup, "pid"));
     const char *sargv0 = json_string_value(json_object_get(sup, "argv0"));
-    if (sargv0 && spid > 0 && proc_alive(spid, sargv0)) {
+    bool supervised = sargv0 && spid > 0 && proc_alive(spid, sargv0);
+    if (supervised) {
         printf("stopping the foreground `shoal up` (pid %d)...\n", (int)spid);
         fflush(stdout);
         pid_t pids[1] = {spid};
@@ -658,7 +659,9 @@ int cli_down(const struct cli_cmd *cmd, struct cli_args *a)
     }
     bool any = false;
     for (int i = 0; i < cnt; i++) any |= proc_alive(pids[i], argv0s[i]);
-    if (!any) {
+    if (!any && supervised) {
+        printf("stopped the foreground `shoal up` (pid %d), and the cluster with it\n", (int)spid);
+    } else if (!any) {
         printf("no cluster is running from %s: nothing to stop\n", dir);
     } else {
         printf("stopping the cluster in %s...\n", dir);
