@@ -11,8 +11,14 @@
 
 #define CLI_API_TIMEOUT_MS 10000
 
+/* One client for the whole run, so its connections are kept alive: `shoal up` polls /healthz
+ * every few milliseconds, and a new connection per poll would leave a TIME_WAIT socket on an
+ * ephemeral port each time, ports a node about to start may have been given. */
+static struct httpc *shared;
+
 static struct httpc *client(void)
 {
+    if (shared) return shared;
     struct httpc *h = httpc_create(0);
     if (h == NULL) return NULL;
     const char *tok = getenv("SHOAL_TOKEN");
@@ -21,7 +27,7 @@ static struct httpc *client(void)
         snprintf(line, sizeof line, "Authorization: Bearer %s", tok);
         if (httpc_add_header(h, line) < 0) httpc_destroy(&h);
     }
-    return h;
+    return shared = h;
 }
 
 /* httpc's message without its "METHOD URL: " prefix, in plain words for the usual cases. */
@@ -67,7 +73,6 @@ json_t *cli_call(const char *control, const char *method, const char *path, json
     struct httpc *h = client();
     if (h == NULL || (body && text == NULL)) {
         free(text);
-        httpc_destroy(&h);
         cli_err("shoal: out of memory");
         return NULL;
     }
@@ -76,7 +81,6 @@ json_t *cli_call(const char *control, const char *method, const char *path, json
     int rc = httpc_request(h, method, url, text, text ? strlen(text) : 0, CLI_API_TIMEOUT_MS, &r,
                            err, sizeof err);
     free(text);
-    httpc_destroy(&h);
     if (rc < 0) {
         cli_err("shoal: cannot reach the control plane at %.*s: %s — is the cluster up? run "
                 "`shoal up`, or point --control at it",
@@ -121,7 +125,6 @@ int cli_http_get(const char *url, unsigned timeout_ms, long *status, char **body
     httpc_reply_init(&r);
     char e[1024];
     int rc = httpc_get(h, url, timeout_ms, &r, e, sizeof e);
-    httpc_destroy(&h);
     if (rc < 0) {
         snprintf(err, errlen, "%s", detail(e, url));
         httpc_reply_release(&r);

@@ -214,14 +214,14 @@ static int await(struct member *mb, bool (*ok)(const struct member *), const cha
             print_log_tail(mb->log);
             return -1;
         }
-        usleep(20000);
+        usleep(25000);
     }
 }
 
 static bool admin_ok(const struct member *mb) { return probe_healthz(mb->admin, 500); }
 static bool node_ok(const struct member *mb)
 {
-    return probe_accepts(mb->addr, 500) && probe_healthz(mb->admin, 500);
+    return probe_healthz(mb->admin, 500) && probe_accepts(mb->addr, 500);
 }
 static bool router_ok(const struct member *mb)
 {
@@ -334,8 +334,8 @@ static int parse_port_flag(const struct cli_cmd *cmd, const struct cli_args *a, 
     const char *v = cli_flag(cmd, a, name);
     uint64_t x;
     if (v == NULL) return *out = def, 0;
-    if (cli_parse_uint(v, &x) < 0 || x > 65535)
-        return cli_err("shoal up: --%s %s is not a port (0..65535)", name, v), -1;
+    if (cli_parse_uint(v, &x) < 0 || x > 65535 || (x == 0 && strcmp(name, "base-port")))
+        return cli_err("shoal up: --%s %s is not a port (1..65535)", name, v), -1;
     *out = (int)x;
     return 0;
 }
