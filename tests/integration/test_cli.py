@@ -102,6 +102,10 @@ def local(tmp_path):
     finally:
         run("down", "--dir", c.dir, "--timeout", "20")
         kill_leftovers(c.dir)
+    # the daemons are not the test's children: their sanitizer reports are in their logs
+    for log in sorted((c.dir / "logs").glob("*.log")):
+        text = log.read_text(errors="replace")
+        assert "Sanitizer" not in text and "runtime error:" not in text, f"{log}:\n{text[-3000:]}"
 
 
 def test_up_prints_what_runs_where_and_serves_through_the_router(local):
