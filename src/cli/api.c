@@ -101,8 +101,15 @@ json_t *cli_call(const char *control, const char *method, const char *path, json
         fprintf(stderr, "shoal: refused (HTTP %ld): %s\n", r.status, msg);
         if (field || rule)
             fprintf(stderr, "  field: %s, rule: %s\n", field ? field : "-", rule ? rule : "-");
-        if (r.status == 401 || r.status == 403)
-            fprintf(stderr, "  set SHOAL_TOKEN to a token allowed to do this\n");
+        const char *hint = NULL;
+        bool ns = !strncmp(path, "/v1/namespaces", 14);
+        if (r.status == 401 || r.status == 403) hint = "set SHOAL_TOKEN to a token allowed to do this";
+        else if (rule && !strcmp(rule, "default_kept")) hint = "`shoal ns update default ...` changes it";
+        else if (ns && r.status == 409 && rule && !strcmp(rule, "unique"))
+            hint = "`shoal ns update NAME ...` changes an existing namespace";
+        else if (ns && r.status == 404) hint = "`shoal ns list` shows the namespaces";
+        else if (r.status == 404) hint = "`shoal pool show` lists the pools and their nodes";
+        if (hint) fprintf(stderr, "  %s\n", hint);
     } else if (r.status >= 200 && r.status < 300) {
         fprintf(stderr, "shoal: the control plane at %.*s answered %s %s with no JSON; is it "
                 "shoal-control?\n", (int)clen, control, method, path);

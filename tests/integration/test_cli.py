@@ -4,12 +4,12 @@ directory on free ports, and every other command is checked against that cluster
 plane's API. The fixture always ends with `shoal down` and then kills by pid whatever is left, so
 a failing test leaves no process behind."""
 
+from http.server import BaseHTTPRequestHandler, HTTPServer
 import json
 import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +165,9 @@ def test_ns_create_show_update_delete_round_trip(local):
     ns2 = local.api("GET", "/v1/namespaces/feed")[1]["namespace"]
     assert (ns2["memory"], ns2["eviction"], ns2["max_ttl"]) == (32 << 20, "s3fifo", 600)
 
+    local.shoal("ns", "update", "feed", "--memory", "1g", check=0)
+    assert local.api("GET", "/v1/namespaces/feed")[1]["namespace"]["memory"] == 1 << 30
+
     local.shoal("ns", "delete", "feed", check=0)
     assert local.api("GET", "/v1/namespaces/feed")[0] == 404
 
@@ -198,6 +201,9 @@ def test_node_add_and_remove_change_pool_show(local):
     pool = local.json("pool", "show", "main")["pool"]
     slots = {n["node"]: n["slots"] for n in pool["nodes"]}
     assert len(slots) == 4 and slots[extra] == 16384 // 4
+    rc, out, _ = local.shoal("status")
+    assert rc == 1, "a node that is down makes status fail"
+    assert any(extra in l and "DOWN" in l for l in out.splitlines()), out
     local.shoal("node", "remove", "main", extra, check=0)
     pool = local.json("pool", "show", "main")["pool"]
     assert extra not in [n["node"] for n in pool["nodes"]] and len(pool["nodes"]) == 3
@@ -294,6 +300,39 @@ def test_a_node_that_cannot_start_fails_up_and_leaves_nothing(tmp_path):
         assert not any(running(p, a) for p, a in recorded_pids(c.dir))
     finally:
         kill_leftovers(c.dir)
+
+
+def test_shoal_token_is_sent_as_a_bearer_token(tmp_path):
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"version": 1, "namespaces": {}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        run("ns", "list", "--control", url, "--dir", tmp_path, env={"SHOAL_TOKEN": "s3cret"},
+            check=0)
+        env = dict(os.environ)
+        env.pop("SHOAL_TOKEN", None)
+        subprocess.run([str(SHOAL), "ns", "list", "--control", url, "--dir", str(tmp_path)],
+                       env=env, capture_output=True, timeout=30, check=True)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert seen == ["Bearer s3cret", None]
 
 
 def test_help_lists_commands_and_flags(tmp_path):
