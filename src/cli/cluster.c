@@ -195,15 +195,30 @@ static void stop_members(struct member *m, unsigned term_ms, bool quiet)
     fflush(stdout);
 }
 
-/* Wait until ok(member) or the deadline, a signal, or the member's death; -1 (printed) if not. */
+/* The member's log says a port of its was taken. */
+static bool log_says_in_use(const struct member *mb)
+{
+    FILE *f = fopen(mb->log, "r");
+    if (f == NULL) return false;
+    char line[1024];
+    bool found = false;
+    while (fgets(line, sizeof line, f)) found |= strstr(line, "in use") != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Wait until ok(member) or the deadline, a signal, or the member's death; -1 (printed) if not.
+ * With `port_retry`, a member that exited because a port was taken gives -2, unprinted: its
+ * ports were picked free a moment before, and another process took one meanwhile. */
 static int await(struct member *mb, bool (*ok)(const struct member *), const char *what,
-                 unsigned timeout_s)
+                 unsigned timeout_s, bool port_retry)
 {
     uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
     for (;;) {
         if (ok(mb)) return 0;
         if (stop_sig) return cli_err("shoal: interrupted; stopping what was started"), -1;
         if (!proc_alive(mb->pid, mb->bin)) {
+            if (port_retry && log_says_in_use(mb)) return -2;
             cli_err("shoal: %s exited at start (log %s)", mb->name, mb->log);
             print_log_tail(mb->log);
             return -1;
@@ -452,7 +467,7 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
     }
 
     /* ports: fixed ones must be free; nodes keep an earlier run's ports when free */
-    int taken[16], nt = 0;
+    int taken[32], nt = 0;
     struct { int port; const char *flag; } fixed[] = {
         {cport, "--control-port"}, {rport, "--port"}, {aport, "--admin-port"}};
     for (size_t i = 0; i < 3; i++) {
@@ -529,11 +544,12 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         goto fail;
     }
     save(dir, m, control, fg, self);
-    if (await(&m[M_CONTROL], admin_ok, "healthy", (unsigned)timeout) < 0) goto fail;
+    if (await(&m[M_CONTROL], admin_ok, "healthy", (unsigned)timeout, false) < 0) goto fail;
     printf("  started control at %s (pid %d): healthy\n", control, (int)m[M_CONTROL].pid);
     fflush(stdout);
 
     /* 2. the nodes */
+    int tries = 0;
     for (int i = M_NODE1; i <= M_GUTTER; i++) {
         char *nargv[64], nodeargs[1024] = "";
         int n = 0;
@@ -563,7 +579,24 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
             goto fail;
         }
         save(dir, m, control, fg, self);
-        if (await(&m[i], node_ok, "healthy", (unsigned)timeout) < 0) goto fail;
+        int w = await(&m[i], node_ok, "healthy", (unsigned)timeout, !base && tries < 3);
+        if (w == -2) { /* a port picked free was taken meanwhile: pick others */
+            m[i].pid = 0;
+            int np = free_port(taken, nt);
+            if (np < 0) goto fail;
+            taken[nt++] = np;
+            int na = free_port(taken, nt);
+            if (na < 0) goto fail;
+            taken[nt++] = na;
+            printf("  %s: port %s or %s was taken meanwhile; trying %d and %d\n", m[i].name,
+                   m[i].addr, m[i].admin, np, na);
+            snprintf(m[i].addr, sizeof m[i].addr, "127.0.0.1:%d", np);
+            snprintf(m[i].admin, sizeof m[i].admin, "127.0.0.1:%d", na);
+            tries++;
+            i--;
+            continue;
+        }
+        if (w < 0) goto fail;
         printf("  started %s at %s (pid %d, admin %s): healthy\n", m[i].name, m[i].addr,
                (int)m[i].pid, m[i].admin);
         fflush(stdout);
@@ -596,7 +629,7 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
             goto fail;
         }
         save(dir, m, control, fg, self);
-        if (await(&m[M_ROUTER], router_ok, "healthy and serving", (unsigned)timeout) < 0)
+        if (await(&m[M_ROUTER], router_ok, "healthy and serving", (unsigned)timeout, false) < 0)
             goto fail;
         printf("  started router at %s (pid %d): healthy and serving\n", m[M_ROUTER].addr,
                (int)m[M_ROUTER].pid);
