@@ -440,11 +440,15 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
     }
 
     char self[PATH_MAX - 32], bindir[PATH_MAX - 32];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    ssize_t sl = readlink("/proc/self/exe", bindir, sizeof bindir - 1);
     if (sl <= 0) return cli_err("shoal up: cannot find my own binary: %s", strerror(errno));
-    self[sl] = 0;
-    snprintf(bindir, sizeof bindir, "%s", self);
+    bindir[sl] = 0;
     *strrchr(bindir, '/') = 0;
+    /* a foreground shoal is recognised, like the daemons, by the argv[0] it runs with */
+    FILE *cf = fopen("/proc/self/cmdline", "r");
+    size_t cl = cf ? fread(self, 1, sizeof self - 1, cf) : 0;
+    if (cf) fclose(cf);
+    self[cl] = 0;
 
     struct member m[M_COUNT] = {
         [M_CONTROL] = {.name = "control", .role = "control plane"},

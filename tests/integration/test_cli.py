@@ -270,7 +270,9 @@ def test_up_again_after_down_keeps_namespaces_and_node_ports(local):
 def test_foreground_up_is_stopped_by_down(tmp_path):
     c = Local(tmp_path / "fg", free_port(), free_port(), free_port())
     log = open(tmp_path / "fg.log", "w+")
-    proc = subprocess.Popen([str(SHOAL), *map(str, c.up_args()), "--foreground"], stdout=log,
+    # started by a relative path, as scripts/run.sh does
+    proc = subprocess.Popen([os.path.relpath(SHOAL, REPO_ROOT), *map(str, c.up_args()),
+                             "--foreground"], cwd=REPO_ROOT, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: "cluster is up" in (tmp_path / "fg.log").read_text()
@@ -279,7 +281,8 @@ def test_foreground_up_is_stopped_by_down(tmp_path):
         pids = recorded_pids(c.dir)
         assert len(pids) == 7, "six processes and the foreground shoal itself"
         rc, out, _ = c.shoal("down", check=0)
-        assert proc.wait(timeout=60) == 0
+        assert "stopped the foreground `shoal up`" in out, out
+        assert proc.wait(timeout=60) == 0, "stopped by a signal, not by a death"
         assert not any(running(p, a) for p, a in pids)
     finally:
         if proc.poll() is None:
