@@ -33,7 +33,8 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB       := $(BUILD)/libshoal_int.a
 
 # binary name: src/node/main.c -> shoal-node
-BIN_NAMES := $(patsubst src/%/main.c,shoal-%,$(MAIN_SRC))
+# ... except the command-line tool: src/cli/main.c -> shoal
+BIN_NAMES := $(patsubst shoal-cli,shoal,$(patsubst src/%/main.c,shoal-%,$(MAIN_SRC)))
 BINS      := $(BIN_NAMES:%=$(BUILD)/bin/%)
 
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
@@ -64,6 +65,10 @@ $(SHARED): $(SHARED_OBJ)
 part_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out %/main.c,$(wildcard src/$(1)/*.c)))
 .SECONDEXPANSION:
 $(BUILD)/bin/shoal-%: $(BUILD)/obj/src/%/main.o $$(call part_obj,$$*) $(SHARED)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/shoal: $(BUILD)/obj/src/cli/main.o $(call part_obj,cli) $(SHARED)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

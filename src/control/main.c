@@ -145,8 +145,9 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0) {
     }
     log_notice("signal %d: shutting down", sig);
-    poll_destroy(&ctl.poll);
+    poll_stop(ctl.poll); /* held polls answered; new ones refused until the listener is gone */
     admin_destroy(&admin);
+    poll_destroy(&ctl.poll);
     push_destroy(&ctl.push);
     state_close(&ctl.store);
     json_decref(ctl.model);

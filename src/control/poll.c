@@ -2,6 +2,7 @@
 #include "control/poll.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ struct poller {
     size_t n, max;
     uint64_t version;
     int stop;
+    bool joined; /* poll_stop has joined the thread */
 };
 
 static uint64_t mono_ms(void)
@@ -147,15 +149,23 @@ void poll_notify(struct poller *p, uint64_t v)
     pthread_mutex_unlock(&p->mu);
 }
 
+void poll_stop(struct poller *p)
+{
+    if (p == NULL) return;
+    pthread_mutex_lock(&p->mu);
+    bool joined = p->joined;
+    p->stop = 1;
+    p->joined = true;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (!joined) pthread_join(p->th, NULL);
+}
+
 void poll_destroy(struct poller **pp)
 {
     struct poller *p = *pp;
     if (p == NULL) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
+    poll_stop(p);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->v);

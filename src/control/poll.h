@@ -21,7 +21,10 @@ struct poller *poll_create(struct control *c, char *err, size_t errlen);
 int poll_add(struct poller *p, struct admin_held *h, uint64_t after);
 /* Version `v` is current: answer every poll waiting for it. */
 void poll_notify(struct poller *p, uint64_t v);
-/* Answer every held poll (304) and stop the thread. */
+/* Answer every held poll (304) and stop the thread; later poll_add calls are refused. The
+ * poller stays valid for the HTTP listener's threads until poll_destroy. */
+void poll_stop(struct poller *p);
+/* poll_stop, then free it: only once the HTTP listener is gone. */
 void poll_destroy(struct poller **p);
 
 #endif

@@ -1,5 +1,5 @@
-"""scripts/run.sh, the README's main job: a whole local cluster (three nodes, a gutter node and a
-router in front) on embedded defaults. Run here on free ports with the binaries already built
+"""scripts/run.sh, the README's main job: a whole local cluster (`shoal up --foreground`:
+shoal-control, three nodes, a gutter node and a router in front) on embedded defaults. Run here on free ports with the binaries already built
 (SHOAL_NO_BUILD=1): keys written through the router land on their slot's node, every process
 answers /healthz, Ctrl-C stops them all, and a process that dies takes the cluster down with a
 message naming it."""
@@ -43,9 +43,10 @@ def free_base():
 
 @pytest.fixture
 def cluster(tmp_path):
-    base, port, admin = free_base(), free_port(), free_port()
+    base, port, admin, control = free_base(), free_port(), free_port(), free_port()
     env = dict(os.environ, SHOAL_NO_BUILD="1", SHOAL_BASE_PORT=str(base), SHOAL_PORT=str(port),
-               SHOAL_ADMIN_PORT=str(admin), SHOAL_RUN_DIR=str(tmp_path / "run"),
+               SHOAL_ADMIN_PORT=str(admin), SHOAL_CONTROL_PORT=str(control),
+               SHOAL_RUN_DIR=str(tmp_path / "run"),
                SHOAL_NODE_ARGS="-m 64")
     log = open(tmp_path / "run.log", "w+")
     proc = subprocess.Popen([str(REPO_ROOT / "scripts/run.sh")], env=env, stdout=log,
@@ -68,6 +69,9 @@ def cluster(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        # the daemons run in their own sessions: whatever run.sh left, shoal down stops
+        subprocess.run([str(REPO_ROOT / "build/bin/shoal"), "down", "--dir", str(tmp_path / "run")],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
         log.close()
 
 
@@ -75,7 +79,7 @@ def test_cluster_serves_routes_and_stops(cluster):
     proc, base, port, admin, output = cluster
     nodes = [base + o for o in OFFSETS[:3]]
     out = output()
-    for name in ("node1", "node2", "node3", "gutter", "router"):
+    for name in ("control", "node1", "node2", "node3", "gutter", "router"):
         assert name in out, f"the table lists {name}:\n{out}"
 
     with McRaw("127.0.0.1", port) as r:
@@ -108,5 +112,5 @@ def test_a_dead_process_stops_the_cluster(cluster):
                    if line.strip().startswith("node2 ")))
     os.kill(pid, signal.SIGKILL)
     assert proc.wait(timeout=15) == 1
-    wait_until(lambda: "node2" in output().split("run.sh:")[-1], message="the message naming node2")
+    wait_until(lambda: f"node2 (pid {pid}) was killed" in output(), message="the message naming node2")
     assert not accepts(port) and not accepts(base + 1), "the others were stopped"
