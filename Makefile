@@ -81,7 +81,7 @@ FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS)
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
 # reply code (fuzz_reply), and shoal-control's model and slot maps (fuzz_control), which depend
 # on nothing else.
-FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c src/router/slot.c \
+FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c \
              src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
              src/control/model.c src/control/slotmap.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
