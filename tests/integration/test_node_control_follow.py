@@ -11,7 +11,7 @@ import json
 import re
 
 from conftest import key_slot
-from mcraw import McRaw, free_port, http, wait_until
+from mcraw import McRaw, accepts, free_port, http, wait_until
 
 MiB = 1 << 20
 KEYS = [f"k{i}" for i in range(600)]
@@ -68,6 +68,8 @@ def start_node(start_server, ctl, *extra):
                         "--control-backoff-max-ms", "200", *extra)
     node.admin_port = admin
     node.addr = f"127.0.0.1:{node.port}"
+    # the data port listens a moment before the admin port does
+    wait_until(lambda: accepts(admin), message="the node's admin port")
     return node
 
 
@@ -261,6 +263,7 @@ def test_metrics_show_the_version_and_the_followers_figures(start_control, start
 def test_node_without_control_shows_version_0(start_server):
     admin = free_port()
     node = start_server("--admin-port", str(admin))
+    wait_until(lambda: accepts(admin), message="the node's admin port")
     status, body = http(admin, "GET", "/metrics")
     assert re.search(r"^shoal_node_topology_version 0$", body, re.M)
     assert "shoal_node_control_up" not in body
