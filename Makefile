@@ -14,8 +14,9 @@ CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS  := -lxxhash -ljansson -lmicrohttpd -lcurl -luring -lpthread -lm
-# A library is recorded only if the binary uses it: shoal-node links no HTTP client, so libcurl
-# and its TLS stack are not loaded into the node (resident memory is issue 11's measure).
+# A library is recorded only if the binary uses it: src/common/httpc.c opens libcurl with dlopen
+# when a client is first made, so libcurl and its TLS stack are not loaded into a node that does
+# not follow a control plane (resident memory is issue 11's measure).
 LDFLAGS += -Wl,--as-needed
 
 ifeq ($(SAN),1)
