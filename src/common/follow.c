@@ -105,7 +105,7 @@ static bool follow_stopping(struct follower *f)
 
 /* POST URL<register_path>. Returns -1 when no answer came or a 5xx did (the control plane is
  * unreachable or sick), 0 on any other answer: a control plane that does not know the call
- * (404) or refuses it still serves the topology. */
+ * (404, or 405 from shoal-control today) or refuses it still serves the topology. */
 static int follow_register(struct follower *f, struct httpc_reply *rep, char *err, size_t errlen)
 {
     const char *id = "?";
@@ -126,7 +126,7 @@ static int follow_register(struct follower *f, struct httpc_reply *rep, char *er
     }
     if (rep->status >= 200 && rep->status < 300)
         log_info("registered with the control plane %s as %s", f->base, id);
-    else if (rep->status == 404)
+    else if (rep->status == 404 || rep->status == 405) /* no such call (yet) */
         log_info("the control plane %s has no %s: following without registering", f->base,
                  f->spec.register_path);
     else
