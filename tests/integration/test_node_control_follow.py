@@ -10,7 +10,10 @@ the nodes hold comes from their own follower alone."""
 import json
 import re
 
+import pytest
+
 from conftest import key_slot
+from fakecontrol import FakeControl
 from mcraw import McRaw, accepts, free_port, http, wait_until
 
 MiB = 1 << 20
@@ -167,9 +170,12 @@ def test_slot_that_moves_away_and_back_never_serves_an_older_value(start_control
     # a router still on the old version keeps writing to a while the slots are away: accepted
     store_all(a, moved, "while-away")
     assert present(a, moved) == set(moved), "stores to slots the node does not own are kept"
+    store_all(b, moved, "on-b")
     assert ctl.delete(f"/v1/pools/main/nodes/{b.addr}")[0] == 200
-    synced(ctl, a)
+    synced(ctl, a, b)
     assert present(a, moved) == set(), "nothing stored before the slots came back is served"
+    assert present(b, moved) == set(), "the removed node owns nothing and serves nothing"
+    assert metrics(b)["shoal_node_slots_owned"] == 0
     store_all(a, moved[:5], "after")
     assert present(a, moved[:5]) == set(moved[:5]), "stores after the return are served"
     m = metrics(a)
@@ -275,3 +281,50 @@ def test_control_url_must_be_http(tmp_path):
     res = subprocess.run([str(server_binary()), "-p", "0", "--control", "ftp://x"],
                          capture_output=True, text=True, timeout=10)
     assert res.returncode == 2 and "--control" in res.stderr, res.stderr
+
+
+@pytest.fixture
+def fake():
+    c = FakeControl(hold=2.0)
+    yield c
+    c.stop()
+
+
+def fake_doc(version, pools, namespaces=None):
+    return {"version": version, "pools": pools,
+            "namespaces": namespaces or {"default": {"pool": next(iter(pools))}}}
+
+
+def test_invalid_document_is_refused_and_the_version_kept(fake, start_server):
+    a = start_node(start_server, fake)
+    fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+    wait_until(lambda: node_version(a) == 1, message="version 1")
+    bad = fake_doc(2, {"main": {"nodes": [a.addr],
+                                "slots": [{"from": 0, "to": 99999, "node": a.addr}]}})
+    fake.publish(bad)
+    wait_until(lambda: "keeping version 1" in a.stderr_text(), message="the refusal logged")
+    assert "pools.main.slots[0]" in a.stderr_text()
+    assert node_version(a) == 1 and metrics(a)["shoal_node_slots_owned"] == 16384
+    fake.publish(fake_doc(3, {"main": {"nodes": ["127.0.0.1:1", a.addr]}}))
+    wait_until(lambda: node_version(a) == 3, message="the next valid version applied")
+    assert metrics(a)["shoal_node_slots_owned"] == 8192, "the default map's second half"
+
+
+def test_explicit_ranges_as_owner_or_replica_are_owned(fake, start_server):
+    a = start_node(start_server, fake)
+    other = "127.0.0.1:1"
+    slots = [{"from": 0, "to": 99, "node": a.addr},
+             {"from": 100, "to": 199, "node": other, "replica": a.addr},
+             {"from": 200, "to": 16383, "node": other}]
+    fake.publish(fake_doc(1, {"main": {"nodes": [a.addr, other], "slots": slots},
+                              "hot": {"mode": "replicated", "nodes": [other]}}))
+    wait_until(lambda: node_version(a) == 1, message="version 1")
+    assert metrics(a)["shoal_node_slots_owned"] == 200
+
+
+def test_node_registers_with_the_control_plane(fake, start_server):
+    a = start_node(start_server, fake)
+    fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+    wait_until(lambda: fake.registrations, message="a registration")
+    assert fake.registrations[0] == {"id": a.addr, "listen": a.addr,
+                                     "admin": f"127.0.0.1:{a.admin_port}"}
