@@ -328,3 +328,20 @@ def test_node_registers_with_the_control_plane(fake, start_server):
     wait_until(lambda: fake.registrations, message="a registration")
     assert fake.registrations[0] == {"id": a.addr, "listen": a.addr,
                                      "admin": f"127.0.0.1:{a.admin_port}"}
+
+
+def test_new_version_is_applied_within_a_second(fake, start_server):
+    import time
+    a = start_node(start_server, fake)
+    fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+    wait_until(lambda: node_version(a) == 1, message="version 1")
+    store_all(a, KEYS[:100])
+    wait_until(lambda: fake.gets and fake.gets[-1] == 1, message="the node's long poll")
+    t0 = time.monotonic()
+    fake.publish(fake_doc(2, {"main": {"nodes": ["127.0.0.1:1", a.addr]}},
+                          {"default": {"pool": "main"}, "catalog": {"pool": "main", "max_ttl": 9}}))
+    wait_until(lambda: len(present(a, KEYS[:100])) < 100, timeout=5, interval=0.005,
+               message="the lost half of the slots dropped")
+    took = time.monotonic() - t0
+    assert took < 1.0, f"version 2 took {took:.3f}s from publishing to its drops on the node"
+    assert node_ns(a, "catalog")["max_ttl"] == 9
