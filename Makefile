@@ -14,8 +14,9 @@ CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
 LDLIBS  := -lxxhash -ljansson -lmicrohttpd -lcurl -luring -lpthread -lm
-# A library is recorded only if the binary uses it: shoal-node links no HTTP client, so libcurl
-# and its TLS stack are not loaded into the node (resident memory is issue 11's measure).
+# A library is recorded only if the binary uses it: src/common/httpc.c opens libcurl with dlopen
+# when a client is first made, so libcurl and its TLS stack are not loaded into a node that does
+# not follow a control plane (resident memory is issue 11's measure).
 LDFLAGS += -Wl,--as-needed
 
 ifeq ($(SAN),1)
@@ -86,7 +87,7 @@ FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS)
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
 # reply code (fuzz_reply), and shoal-control's model and slot maps (fuzz_control), which depend
 # on nothing else.
-FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c src/router/slot.c \
+FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c \
              src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
              src/control/model.c src/control/slotmap.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)

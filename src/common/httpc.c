@@ -1,15 +1,89 @@
 /* httpc.c — the HTTP/JSON client of httpc.h over libcurl.
  *
+ * libcurl is opened with dlopen at the first httpc_create, not linked: shoal-node links this
+ * file for --control, and a linked libcurl (with its TLS stack) costs every node about 3 MB of
+ * resident memory at start whether it follows a control plane or not (resident memory is issue
+ * 11's measure). The functions used are looked up once into `lc`; the macros below keep the
+ * code reading as plain libcurl calls.
+ *
  * Each client drives its one easy handle through its own multi handle rather than with
  * curl_easy_perform: curl_multi_poll can be woken from another thread (curl_multi_wakeup), which
  * is what lets httpc_cancel end a long poll at once instead of at the server's leisure. */
 #include "common/httpc.h"
 
+#define CURL_DISABLE_TYPECHECK /* the calls go through pointers (see below) */
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/log.h"
+
+#define HTTPC_CURL_FUNCS(X)                                                                      \
+    X(global_init, CURLcode, (long))                                                             \
+    X(easy_init, CURL *, (void))                                                                 \
+    X(easy_cleanup, void, (CURL *))                                                              \
+    X(easy_reset, void, (CURL *))                                                                \
+    X(easy_setopt, CURLcode, (CURL *, CURLoption, ...))                                          \
+    X(easy_getinfo, CURLcode, (CURL *, CURLINFO, ...))                                           \
+    X(easy_strerror, const char *, (CURLcode))                                                   \
+    X(slist_append, struct curl_slist *, (struct curl_slist *, const char *))                    \
+    X(slist_free_all, void, (struct curl_slist *))                                               \
+    X(multi_init, CURLM *, (void))                                                               \
+    X(multi_cleanup, CURLMcode, (CURLM *))                                                       \
+    X(multi_add_handle, CURLMcode, (CURLM *, CURL *))                                            \
+    X(multi_remove_handle, CURLMcode, (CURLM *, CURL *))                                         \
+    X(multi_perform, CURLMcode, (CURLM *, int *))                                                \
+    X(multi_poll, CURLMcode, (CURLM *, struct curl_waitfd *, unsigned, int, int *))              \
+    X(multi_wakeup, CURLMcode, (CURLM *))                                                        \
+    X(multi_info_read, CURLMsg *, (CURLM *, int *))
+
+static struct {
+#define X(name, ret, args) ret(*name) args;
+    HTTPC_CURL_FUNCS(X)
+#undef X
+} lc;
+
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#define curl_global_init lc.global_init
+#define curl_easy_init lc.easy_init
+#define curl_easy_cleanup lc.easy_cleanup
+#define curl_easy_reset lc.easy_reset
+#define curl_easy_setopt lc.easy_setopt
+#define curl_easy_getinfo lc.easy_getinfo
+#define curl_easy_strerror lc.easy_strerror
+#define curl_slist_append lc.slist_append
+#define curl_slist_free_all lc.slist_free_all
+#define curl_multi_init lc.multi_init
+#define curl_multi_cleanup lc.multi_cleanup
+#define curl_multi_add_handle lc.multi_add_handle
+#define curl_multi_remove_handle lc.multi_remove_handle
+#define curl_multi_perform lc.multi_perform
+#define curl_multi_poll lc.multi_poll
+#define curl_multi_wakeup lc.multi_wakeup
+#define curl_multi_info_read lc.multi_info_read
+
+/* Open libcurl and find every function. false (logged once) when it cannot. */
+static bool httpc_load(void)
+{
+    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        log_error("HTTP client unavailable: cannot load libcurl.so.4 (%s); install libcurl4",
+                  dlerror());
+        return false;
+    }
+#define X(name, ret, args)                                                                       \
+    if ((*(void **)&lc.name = dlsym(lib, "curl_" #name)) == NULL) {                              \
+        log_error("HTTP client unavailable: libcurl.so.4 has no curl_" #name);                   \
+        return false;                                                                            \
+    }
+    HTTPC_CURL_FUNCS(X)
+#undef X
+    return true; /* kept open for the life of the process */
+}
 
 struct httpc {
     CURLM *multi;
@@ -26,7 +100,10 @@ struct httpc {
 static pthread_once_t httpc_once = PTHREAD_ONCE_INIT;
 static CURLcode httpc_global_rc = CURLE_FAILED_INIT;
 
-static void httpc_global_init(void) { httpc_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void httpc_global_init(void)
+{
+    if (httpc_load()) httpc_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 struct httpc *httpc_create(size_t body_max)
 {

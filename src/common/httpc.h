@@ -29,7 +29,8 @@ struct httpc_reply {
 };
 
 /* A new client whose replies may be at most body_max bytes (0: HTTPC_BODY_MAX_DEFAULT).
- * Initialises libcurl on first use (thread-safe). NULL when memory ran out. */
+ * Loads and initialises libcurl on first use (thread-safe; dlopen, so a program that never
+ * makes a client never maps it). NULL when memory ran out or libcurl cannot be loaded (logged). */
 struct httpc *httpc_create(size_t body_max);
 void httpc_destroy(struct httpc **h);
 

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "node/control.h"
 #include "node/node.h"
 #include "node/node_admin.h"
 #include "node/worker.h"
@@ -158,6 +159,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
+    if (node.cfg.control && (node.control = node_control_create(&node, err, sizeof err)) == NULL) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
     struct admin *admin = NULL;
     if (node.cfg.admin_port) {
         admin = node_admin_create(&node, err, sizeof err);
@@ -184,10 +189,16 @@ int main(int argc, char **argv)
             (unsigned long long)node.cfg.store.memory_mb, (unsigned long long)node.cfg.threads,
             (unsigned long long)node.cfg.store.item_max, ns_current(&node.ns)->count);
     if (admin) log_msg(LOG_NOTICE, "admin HTTP on %s:%u", node.cfg.admin_listen, admin_port(admin));
+    if (node.control && node_control_run(node.control, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-node: %s\n", err);
+        return 2;
+    }
 
     int sig = 0;
     sigwait(&stop, &sig);
     log_msg(LOG_NOTICE, "signal %d: shutting down", sig);
+    /* it publishes namespace tables, which waits for the workers: before they go */
+    node_control_stop(&node.control);
     worker_teardown(&node);
     admin_destroy(&admin);
     close(node.listen_fd);

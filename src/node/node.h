@@ -67,13 +67,23 @@
     X(partial_timeout_ms, 0, UINT, "30000", 0, 86400000,                                         \
       "a connection whose request is incomplete and that sends no byte for this long is "        \
       "closed (0: never)", NULL)                                                                 \
+    X(control, 0, STR, NULL, 0, 0,                                                               \
+      "URL of shoal-control: follow its topology by long-poll (namespaces, slots owned)", NULL)  \
+    X(advertise, 0, STR, NULL, 0, 0,                                                             \
+      "host:port the topology names this node by (default: -l's address and the bound port)",  \
+      NULL)                                                                                      \
+    X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
+      "longest wait for one answer from the control plane; above its hold time", NULL)          \
+    X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
+      "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
     ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
-        partial_timeout_ms, admin_conn_max, admin_header_timeout;
-    const char *listen, *admin_listen, *port_file, *namespaces;
+        partial_timeout_ms, admin_conn_max, admin_header_timeout, control_timeout_ms,
+        control_backoff_max_ms;
+    const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise;
     struct store_options store;
 };
 
@@ -144,6 +154,7 @@ struct class_metrics {
 #define NODE_CLASS_SLOTS 256 /* class ids are a uint8_t (slab.h) */
 
 struct node;
+struct node_control;
 
 struct worker {
     struct node *node;
@@ -191,6 +202,7 @@ struct node {
     struct connlist conns; /* every worker's connections, for `stats conns` (connlist.h) */
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
+    struct node_control *control; /* --control's follower (control.h), or NULL */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "node/control.h"
 #include "node/node.h"
 
 static const struct metric_desc ns_metric_descs[] = {
@@ -105,6 +106,12 @@ static void render_metrics(void *ctx, struct buf *out)
                "# TYPE shoal_node_limit_maxbytes gauge\nshoal_node_limit_maxbytes %llu\n",
                (unsigned long long)__atomic_load_n(&n->curr_conns, __ATOMIC_RELAXED),
                (unsigned long long)ss.limit_maxbytes);
+    buf_printf(out,
+               "# HELP shoal_node_topology_version topology version from the control plane in "
+               "use (0: none, or no --control)\n# TYPE shoal_node_topology_version gauge\n"
+               "shoal_node_topology_version %llu\n",
+               (unsigned long long)node_control_version(n->control));
+    if (n->control) node_control_metrics(n->control, out);
     /* per namespace: one series per namespace under one HELP/TYPE */
     pthread_mutex_lock(&n->ns.lock);
     const struct ns_table *t = ns_current(&n->ns);

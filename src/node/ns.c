@@ -374,6 +374,108 @@ int ns_delete(struct ns_registry *r, const char *name, struct buf *out)
     return st;
 }
 
+/* A free id for a new namespace: used neither by the table in use nor by `t` (being built), so
+ * a namespace removed in the same change does not hand its items to a new one. NS_MAX: none. */
+static int ns_pick_id(struct ns_registry *r, const struct ns_table *t)
+{
+    for (int k = 0; k < NS_MAX - 1; k++) {
+        int cand = 1 + (r->next_id + k) % (NS_MAX - 1);
+        if (r->table->byid[cand] == NULL && t->byid[cand] == NULL) {
+            r->next_id = (uint16_t)cand;
+            return cand;
+        }
+    }
+    return NS_MAX;
+}
+
+int ns_replace_all(struct ns_registry *r, const struct ns_want *want, size_t n, bool *changed,
+                   char *err, size_t errlen)
+{
+    *changed = false;
+    if (errlen) err[0] = 0;
+    if (n > NS_MAX) {
+        snprintf(err, errlen, "%zu namespaces for this node: at most %d", n, NS_MAX);
+        return -1;
+    }
+    pthread_mutex_lock(&r->lock);
+    const struct ns_table *cur = r->table;
+    struct ns_table *t = ns_table_copy(cur);
+    if (t == NULL) {
+        pthread_mutex_unlock(&r->lock);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    bool listed[NS_MAX] = {false}, dirty = false;
+    int refused = 0;
+    struct ns_want def = {.name = "default"};
+    ns_config_default(&def.cfg);
+    bool has_default = false;
+    for (size_t i = 0; i < n; i++) has_default |= !strcmp(want[i].name, "default");
+    for (size_t i = 0; i <= n; i++) {
+        const struct ns_want *w = i < n ? &want[i] : has_default ? NULL : &def;
+        if (w == NULL) continue;
+        size_t len = strlen(w->name);
+        const struct ns *old = ns_find(cur, w->name, len);
+        if (old) listed[old->id] = true;
+        if (old && !memcmp(&old->cfg, &w->cfg, sizeof w->cfg)) continue;
+        struct ns *ns = calloc(1, sizeof *ns);
+        if (ns == NULL) goto oom;
+        if (old) {
+            *ns = *old;
+        } else {
+            int id = ns_pick_id(r, t);
+            if (id == NS_MAX || !ns_name_ok(w->name, len)) {
+                free(ns);
+                snprintf(err + strlen(err), errlen - strlen(err), "%snamespace '%.64s': %s",
+                         refused ? "; " : "", w->name,
+                         id == NS_MAX ? "no free namespace id" : "invalid name");
+                refused++;
+                continue;
+            }
+            memcpy(ns->name, w->name, len);
+            ns->nname = (uint8_t)len;
+            ns->id = (uint16_t)id;
+            if (r->sum_metrics) r->sum_metrics(r->sum_ctx, ns->id, &ns->base);
+        }
+        ns->cfg = w->cfg;
+        char why[256];
+        if (r->apply && r->apply(r->apply_ctx, ns->id, &ns->cfg, why, sizeof why) != 0) {
+            free(ns);
+            snprintf(err + strlen(err), errlen - strlen(err), "%snamespace '%.64s': %s",
+                     refused ? "; " : "", w->name, why);
+            refused++;
+            continue;
+        }
+        t->byid[ns->id] = ns;
+        listed[ns->id] = true;
+        dirty = true;
+    }
+    for (int id = 1; id < NS_MAX; id++) {
+        if (cur->byid[id] == NULL || listed[id]) continue;
+        char why[256];
+        if (r->apply) r->apply(r->apply_ctx, (uint16_t)id, NULL, why, sizeof why);
+        log_notice("namespace %s removed", cur->byid[id]->name);
+        t->byid[id] = NULL;
+        dirty = true;
+    }
+    if (dirty) {
+        ns_index_rebuild(t);
+        ns_publish(r, t);
+        *changed = true;
+    } else {
+        free(t); /* shares every namespace with the table in use */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return refused;
+oom:
+    for (int id = 0; id < NS_MAX; id++)
+        if (t->byid[id] && t->byid[id] != cur->byid[id]) free(t->byid[id]);
+    free(t);
+    pthread_mutex_unlock(&r->lock);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
 int ns_load_file(struct ns_registry *r, const char *path, char *err, size_t errlen)
 {
     json_error_t jerr;

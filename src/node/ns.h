@@ -132,6 +132,21 @@ const struct ns *ns_find(const struct ns_table *t, const char *name, size_t nnam
  * created, 400 with a message naming the field, 409/507 for limits) with a JSON body in out. */
 int ns_put_json(struct ns_registry *r, const char *name, const char *json, size_t len,
                 struct buf *out);
+/* One namespace wanted by ns_replace_all. */
+struct ns_want {
+    const char *name;
+    struct ns_config cfg;
+};
+/* Make the table exactly `want` (n entries, names valid and distinct) in one publish: the
+ * control-plane follower's path (shoal-node --control). Namespaces not listed are removed,
+ * `default` is reset to its defaults when not listed; a namespace that keeps its name keeps its
+ * id (its items stay its own). A namespace whose settings the apply hook refuses (e.g. a quota
+ * share below one segment) keeps its current settings, or is not created, and is named in err;
+ * the rest are applied. Returns the number refused (0: all applied; err then empty), or -1 when
+ * memory ran out or more than NS_MAX are wanted (nothing published). *changed says whether a
+ * table was published. */
+int ns_replace_all(struct ns_registry *r, const struct ns_want *want, size_t n, bool *changed,
+                   char *err, size_t errlen);
 /* Remove a namespace (its keys fall back to default). 200, 404, or 400 for `default`. */
 int ns_delete(struct ns_registry *r, const char *name, struct buf *out);
 /* Load {"name": {settings}, ...} (or {"namespaces": {...}}) at start. 0, or -1 with a

@@ -194,5 +194,7 @@ int sweeper_create(struct sweeper **out, struct segs *s, seg_visit_fn fn, void (
                    void *ctx, uint32_t interval_ms, char *err, size_t errlen);
 /* Stop the thread (promptly, even mid-pass) and free it. Sets *swp to NULL. */
 void sweeper_destroy(struct sweeper **swp);
+/* Full walks over every segment finished so far (the store's slot drops wait for one). */
+uint64_t sweeper_passes(const struct sweeper *sw);
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/slot.h"
 #include "node/index.h"
 #include "node/seg.h"
 
@@ -71,6 +72,15 @@ struct store {
         uint8_t seen; /* ever held an item: `stats slabs` keeps showing it, as memcached does */
     } cls[SEG_CLASS_MAX + 1];
 
+    /* Slot drops (store_drop_slots), written under flush_lock: per slot, items with atime <
+     * drop_time[s], or == and cas < drop_cas[s], are dead, but only while drop_pending (read
+     * on every lookup); it clears once the sweeper has passed drop_until times. */
+    uint32_t *drop_time;
+    uint64_t *drop_cas;
+    uint32_t drop_pending;
+    uint64_t drop_until;
+    uint64_t dropped; /* items removed for it (relaxed atomic) */
+
     /* Stale grace per namespace id, seconds (store_set_grace); read without a lock. */
     uint32_t grace[STORE_NS_MAX];
 
@@ -97,6 +107,13 @@ static inline enum store_miss store_dead(const struct store *st, const struct it
     }
     uint32_t ol = LOAD(&st->oldest_live);
     if (__builtin_expect(ol != 0, 0) && now >= ol && atime <= ol) return STORE_MISS_FLUSHED;
+    if (__builtin_expect(__atomic_load_n(&st->drop_pending, __ATOMIC_ACQUIRE) != 0, 0)) {
+        uint16_t s = slot_of_key(it->data, LOAD(&it->nkey));
+        uint64_t dcas = __atomic_load_n(&st->drop_cas[s], __ATOMIC_ACQUIRE);
+        uint32_t dt = LOAD(&st->drop_time[s]);
+        if (dcas != 0 && (atime < dt || (atime == dt && item_cas(it) < dcas)))
+            return STORE_MISS_DROPPED;
+    }
     uint32_t exp = LOAD(&it->exptime);
     if (exp != 0 && exp <= now) return STORE_MISS_EXPIRED;
     return STORE_HIT;
@@ -208,6 +225,7 @@ static int store_visit(struct store *st, struct item *it, enum seg_visit why, st
         } else {
             r = SEG_GONE;
             if (dead != STORE_HIT) r |= SEG_GONE_EXPIRED;
+            if (dead == STORE_MISS_DROPPED) __atomic_fetch_add(&st->dropped, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(dead != STORE_HIT ? &sh->ns[it->nsid].expired
                                                  : &sh->ns[it->nsid].evictions,
                                1, __ATOMIC_RELAXED);
@@ -294,6 +312,12 @@ static void store_tick(void *ctx)
 {
     struct store *st = ctx;
     transient_reap(ctx);
+    if (__atomic_load_n(&st->drop_pending, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&st->flush_lock);
+        if (st->drop_pending && sweeper_passes(st->sweeper) >= st->drop_until)
+            __atomic_store_n(&st->drop_pending, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&st->flush_lock);
+    }
     uint64_t tables = index_table_bytes(st->index);
     if (tables != st->trimmed_at) {
         malloc_trim(0);
@@ -378,6 +402,8 @@ void store_destroy(struct store **stp)
     index_destroy(&st->index);
     seg_destroy(&st->segs);
     pthread_mutex_destroy(&st->flush_lock);
+    free(st->drop_time);
+    free(st->drop_cas);
     free(st);
     *stp = NULL;
 }
@@ -468,6 +494,7 @@ struct item *store_find_ex(struct store *st, uint64_t hv, const char *key, size_
             /* kept for stale-while-revalidate: the caller sees it, marked by *why */
         } else if (m != STORE_HIT) {
             if (m == STORE_MISS_EXPIRED && !(it->iflags & ITEM_FETCHED)) sh->expired_unfetched++;
+            if (m == STORE_MISS_DROPPED) __atomic_fetch_add(&st->dropped, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(&sh->ns[it->nsid].expired, 1, __ATOMIC_RELAXED);
             store_unindex(st, sh, hv, it);
             seg_free(st->segs, it, false);
@@ -572,6 +599,39 @@ void store_flush(struct store *st, uint32_t when, uint32_t now)
     __atomic_store_n(&st->oldest_live, ol, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&st->flush_lock);
 }
+
+int store_drop_slots(struct store *st, const uint16_t *slots, size_t n, uint32_t now)
+{
+    if (n == 0) return 0;
+    pthread_mutex_lock(&st->flush_lock);
+    if (st->drop_cas == NULL) {
+        st->drop_time = calloc(SLOT_COUNT, sizeof *st->drop_time);
+        st->drop_cas = calloc(SLOT_COUNT, sizeof *st->drop_cas);
+        if (st->drop_time == NULL || st->drop_cas == NULL) {
+            free(st->drop_time);
+            free(st->drop_cas);
+            st->drop_time = NULL;
+            st->drop_cas = NULL;
+            pthread_mutex_unlock(&st->flush_lock);
+            return -1;
+        }
+    }
+    uint64_t cas = store_next_cas(st); /* above every cas handed out so far */
+    for (size_t i = 0; i < n; i++) {
+        uint16_t s = slots[i] % SLOT_COUNT;
+        /* time before cas: a reader that sees the new cas (acquire) sees its time */
+        __atomic_store_n(&st->drop_time[s], now, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->drop_cas[s], cas, __ATOMIC_RELEASE);
+    }
+    /* the pass under way may have walked some segments already: the next whole one counts */
+    st->drop_until = sweeper_passes(st->sweeper) + 2;
+    __atomic_store_n(&st->drop_pending, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&st->flush_lock);
+    return 0;
+}
+
+uint64_t store_dropped_items(const struct store *st) { return LOAD(&st->dropped); }
+bool store_drop_pending(const struct store *st) { return LOAD(&st->drop_pending) != 0; }
 
 /* ---- stats -------------------------------------------------------------------------------- */
 

@@ -205,6 +205,7 @@ enum store_miss {
     STORE_MISS_EXPIRED,
     STORE_MISS_FLUSHED,
     STORE_MISS_HELD, /* a delete hold-off tombstone is in place: the key reads as absent */
+    STORE_MISS_DROPPED, /* its slot was dropped after it was stored (store_drop_slots) */
 };
 
 /* Look a key up. Shard lock of `hv` held. Returns the live item or NULL; an expired or
@@ -255,6 +256,19 @@ uint64_t store_next_cas(struct store *st);
 /* flush_all: with delay 0, every item stored before now is invalid at once; with a delay, items
  * not stored or touched after `when` (store clock) are invalid from `when` on. */
 void store_flush(struct store *st, uint32_t when, uint32_t now);
+
+/* Slot drops (shoal-node --control, node/slots.h): every item whose key is in one of the `n`
+ * slots listed (common/slot.h's slot_of_key) and that was stored or touched before now is dead
+ * at once for lookups, and reclaimed by the sweeper. Flush_all's rule per slot: an item with
+ * atime before the drop's second, or in it with a smaller CAS, is dead. Lookups compute a
+ * key's slot only while a drop is pending: from the call until the sweeper has walked all
+ * memory twice since (then none of those items is left). 0, or -1 when the watermark table
+ * (192 KiB, allocated at the first drop) cannot be. Call from one thread at a time. */
+int store_drop_slots(struct store *st, const uint16_t *slots, size_t n, uint32_t now);
+/* Items removed because their slot was dropped, since start. */
+uint64_t store_dropped_items(const struct store *st);
+/* Whether a drop is still pending (lookups check slots). */
+bool store_drop_pending(const struct store *st);
 
 /* Sum the counters. Takes every shard and class lock in turn: call with no shard lock held. */
 void store_stats(struct store *st, struct store_stats *out);

@@ -29,6 +29,7 @@ struct sweeper {
     void *ctx;
     uint32_t interval_ms;
     uint32_t cursor; /* next segment to walk; the sweeper thread's own */
+    uint64_t passes; /* walks that reached the last segment (relaxed atomic) */
     bool stop; /* set under `lock`; also read without it (atomically) mid-pass */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -53,6 +54,7 @@ static void sweeper_pass(struct sweeper *sw)
         do {
             if (__atomic_load_n(&sw->stop, __ATOMIC_RELAXED)) return;
         } while (seg_walk(sw->segs, &pos, SWEEPER_BATCH, sw->fn, sw->ctx));
+        if (sw->cursor >= n) __atomic_fetch_add(&sw->passes, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -133,4 +135,9 @@ void sweeper_destroy(struct sweeper **swp)
     pthread_mutex_destroy(&sw->lock);
     free(sw);
     *swp = NULL;
+}
+
+uint64_t sweeper_passes(const struct sweeper *sw)
+{
+    return __atomic_load_n(&sw->passes, __ATOMIC_RELAXED);
 }

@@ -1,4 +1,5 @@
-/* follow.h — shoal-router --control URL: following shoal-control's topology.
+/* follow.h — shoal-router --control URL: following shoal-control's topology (the loop is
+ * src/common/follow.h, shared with shoal-node).
  *
  * A thread of its own long-polls `GET URL/v1/topology?after=V`, V being the version in use
  * (or the newest version it refused, so an invalid document is not fetched again and again),
@@ -17,13 +18,12 @@
 
 #include <stddef.h>
 
+#include "common/follow.h" /* follow_url_ok */
 #include "router/router.h"
 
 struct buf;
 struct follow;
 
-/* Whether `url` is one --control accepts (http:// or https://, something after it). */
-bool follow_url_ok(const char *url);
 
 /* At start with --control and no --config: wait up to cfg->control_wait_ms for a valid
  * document from the control plane. 0 with *out set, or -1 with the reason in err (the last

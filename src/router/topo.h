@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 
 #include "common/qsbr.h"
-#include "router/slot.h"
+#include "common/slot.h"
 
 #define TOPO_NAME_MAX 64
 #define TOPO_ADDR_MAX 128

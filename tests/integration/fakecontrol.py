@@ -4,8 +4,8 @@ HTTP server on 127.0.0.1 in a thread of the test that serves the document a test
 - GET /v1/topology: the document (503 while none is published).
 - GET /v1/topology?after=V: held until a version > V is published (then 200 with it), or for
   `hold` seconds (then 304 with no body), as the control plane's long-poll contract says.
-- POST /v1/routers: recorded in `registrations` and answered `routers_status` (201; 404 plays a
-  control plane without the call).
+- POST /v1/routers (and /v1/nodes, shoal-node's): recorded in `registrations` and answered
+  `routers_status` (201; 404 plays a control plane without the call).
 - `stop()` closes the listener and every open connection (a control plane that died);
   `start()` listens again on the same port.
 - `fail_status`: when set, every request is answered with that status (a sick control plane).
@@ -111,7 +111,7 @@ class FakeControl:
                 body = self.rfile.read(n)
                 if fake.fail_status:
                     return self._send(fake.fail_status, b'{"error": "sick"}')
-                if urlsplit(self.path).path != "/v1/routers":
+                if urlsplit(self.path).path not in ("/v1/routers", "/v1/nodes"):
                     return self._send(404, b'{"error": "no such resource"}')
                 fake.registrations.append(json.loads(body))
                 self._send(fake.routers_status, b"{}")

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "router/slot.h"
+#include "common/slot.h"
 
 static void test_crc16_check_value(void **state)
 {

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "router/request.h"
-#include "router/slot.h"
+#include "common/slot.h"
 #include "router/replyframe.h"
 #include "router/topo.h"
 

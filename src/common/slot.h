@@ -1,10 +1,11 @@
-/* slot.h — which of the 16,384 slots a key belongs to (design.md "Slots").
+/* slot.h — which of the 16,384 slots a key belongs to (design.md "Slots"); shared by the router
+ * (routing) and the node (the slots it owns, see node/slots.h).
  *
  * slot = CRC16-XMODEM(h) mod 16384, where h is the text inside the key's first {...} when that
  * is non-empty, else the whole key: the Redis Cluster rule, so `{u:42}:cart` and
  * `{u:42}:profile` share a slot and therefore a node. Anyone can compute a key's slot. */
-#ifndef SHOAL_ROUTER_SLOT_H
-#define SHOAL_ROUTER_SLOT_H
+#ifndef SHOAL_COMMON_SLOT_H
+#define SHOAL_COMMON_SLOT_H
 
 #include <stddef.h>
 #include <stdint.h>

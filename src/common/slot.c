@@ -2,7 +2,7 @@
  *
  * No Debian library ships CRC16-XMODEM under a stable API, so it is computed here with a
  * 256-entry table built once (the table is 512 bytes; the loop is one lookup per byte). */
-#include "router/slot.h"
+#include "common/slot.h"
 
 #include <pthread.h>
 #include <string.h>

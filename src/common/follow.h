@@ -1,0 +1,78 @@
+/* follow.h — following shoal-control's topology by long-poll: the loop shared by
+ * shoal-router --control and shoal-node --control.
+ *
+ * A thread of its own long-polls `GET URL/v1/topology?after=V`, V being the version in use
+ * (or the newest version refused, so an invalid document is not fetched again and again),
+ * and hands every newer document to its owner's `take` hook, which parses it whole and applies
+ * it atomically, or refuses it with the running version kept. While the control plane is down
+ * or answers errors the owner serves with the version it holds and the loop retries with a
+ * backoff of 100 ms doubling up to backoff_max_ms; one line is logged when it goes away and one
+ * when it answers again, and the first poll after that catches up.
+ *
+ * Before its first poll, and again each time the control plane comes back, the follower
+ * registers: `POST URL<register_path>` with the owner's body ({"id", "listen", "admin"}).
+ * Registration is best effort: a control plane without that call (404), or any other answer,
+ * does not stop the following. */
+#ifndef SHOAL_COMMON_FOLLOW_H
+#define SHOAL_COMMON_FOLLOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct buf;
+struct follower;
+
+/* What a `take` hook did with a document. */
+enum follow_take {
+    FOLLOW_APPLIED,  /* a newer version is in use now */
+    FOLLOW_SAME,     /* not newer than the one in use (a held poll answering the same) */
+    FOLLOW_INVALID,  /* the document is not valid: err names the field; the follower logs it
+                        through `refused` once and polls after its version */
+    FOLLOW_FAILED,   /* valid but could not be applied; the hook logged and counted it */
+};
+
+struct follow_spec {
+    const char *url;           /* the control plane's base URL (http:// or https://) */
+    const char *metric_prefix; /* "shoal_router": the figures are <prefix>_control_... */
+    const char *register_path; /* "/v1/routers" */
+    unsigned timeout_ms;       /* longest wait for one poll's answer */
+    unsigned backoff_max_ms;
+    void *ctx;
+    /* The version in use (0: none yet). Any thread but a data-path one. */
+    uint64_t (*version)(void *ctx);
+    /* The registration body, malloc'd JSON (NULL: out of memory); *id names the follower in
+     * the log (points into ctx or a static buffer). */
+    char *(*register_body)(void *ctx, const char **id);
+    /* Parse and apply one 200 answer's document (text, len bytes) if newer than in_use. */
+    enum follow_take (*take)(void *ctx, const char *text, size_t len, uint64_t in_use,
+                             char *err, size_t errlen);
+    /* Log (and count) a refused document: "topology from the control plane refused, keeping
+     * version N: <err>". */
+    void (*refused)(void *ctx, const char *err);
+};
+
+/* Whether `url` is one --control accepts (http:// or https://, something after it). */
+bool follow_url_ok(const char *url);
+/* The URL without its trailing '/' (malloc'd; NULL when out of memory). */
+char *follow_base(const char *url);
+/* The version a document names, when it is JSON with an integer version; 0 otherwise. */
+uint64_t follow_peek_version(const char *text, size_t len);
+/* Monotonic milliseconds. */
+uint64_t follow_mono_ms(void);
+
+/* A follower, not started yet: made before the admin listener, so that /metrics shows its
+ * figures from the first request. The spec is copied (its strings must outlive the follower).
+ * NULL with a message when memory ran out. */
+struct follower *follower_create(const struct follow_spec *spec, char *err, size_t errlen);
+/* Start following. -1 with a message when the thread cannot start. */
+int follower_run(struct follower *f, char *err, size_t errlen);
+/* Stop the thread if it runs (at once, even in the middle of a long poll) and free
+ * everything. */
+void follower_stop(struct follower **f);
+
+/* The follower's figures for /metrics: <prefix>_control_up, _polls, _failures, _applied,
+ * _last_success_age_seconds. */
+void follower_metrics(struct follower *f, struct buf *out);
+
+#endif
