@@ -9,7 +9,9 @@
  *
  * One struct etcd is used by one thread at a time (it owns one httpc). It knows every member's
  * client URL and sends each request to the one that last answered, moving on to the next when
- * one gives no answer or answers 5xx, so a dead member costs one failed attempt, not an outage.
+ * one gives no answer or answers 5xx, so a dead member costs one failed attempt, not an outage;
+ * it goes round the members until one answers or three attempt timeouts have passed, so a
+ * request rides out etcd electing a new raft leader.
  * A txn retried on another member is safe for the callers here: every write they make is
  * guarded by a compare that fails if the first attempt was applied after all. */
 #ifndef SHOAL_CONTROL_ETCD_H
@@ -23,14 +25,14 @@
 struct etcd;
 
 /* `endpoints`: "URL[,URL...]" (http://host:port; "host:port" gets http://). timeout_ms bounds
- * each attempt. NULL with a message when the list is empty or memory ran out. */
+ * each attempt, three times it a whole call. NULL with a message when the list is empty or memory ran out. */
 struct etcd *etcd_create(const char *endpoints, unsigned timeout_ms, char *err, size_t errlen);
 void etcd_destroy(struct etcd **e);
 /* From any thread: end the request in progress and every later one at once (shutdown). */
 void etcd_cancel(struct etcd *e);
 
 /* POST `req` to `path` ("/v3/kv/range"...) and parse the reply into *out (a new reference).
- * 0 on HTTP 200; -1 with a message when no member answered 200. */
+ * 0 on HTTP 200; -1 with a message (the last member's failure) when none answered 200 in time. */
 int etcd_call(struct etcd *e, const char *path, const json_t *req, json_t **out, char *err,
               size_t errlen);
 
