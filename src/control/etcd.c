@@ -69,6 +69,7 @@ void etcd_destroy(struct etcd **ep)
 }
 
 void etcd_cancel(struct etcd *e) { httpc_cancel(e->h); }
+void etcd_uncancel(struct etcd *e) { httpc_uncancel(e->h); }
 
 static uint64_t mono_ms(void)
 {

@@ -30,6 +30,7 @@ struct etcd *etcd_create(const char *endpoints, unsigned timeout_ms, char *err, 
 void etcd_destroy(struct etcd **e);
 /* From any thread: end the request in progress and every later one at once (shutdown). */
 void etcd_cancel(struct etcd *e);
+void etcd_uncancel(struct etcd *e);
 
 /* POST `req` to `path` ("/v3/kv/range"...) and parse the reply into *out (a new reference).
  * 0 on HTTP 200; -1 with a message (the last member's failure) when none answered 200 in time. */

@@ -101,6 +101,7 @@ static void step_down(struct ha *h, const char *why)
 {
     struct control *c = h->c;
     state_etcd_guard(c->store, 0);
+    push_pause(c->push);
     set_leader_seen(h, 0, 0, NULL);
     CTL_SET(c, leader, 0);
     CTL_INC(c, leader_losses);
@@ -188,7 +189,7 @@ static void campaign(struct ha *h)
     pthread_mutex_unlock(&c->lock);
     log_notice("now the leader (lease %llx, %u s), serving version %llu at %s",
                (unsigned long long)lease, h->ttl, (unsigned long long)v, h->self_url);
-    push_notify(c->push); /* nodes get what the state says from the leader only */
+    push_resume(c->push); /* nodes get what the state says from the leader only */
 }
 
 static void keepalive(struct ha *h, uint64_t now)
@@ -306,9 +307,7 @@ static void *ha_main(void *arg)
         }
         h->kick = false;
     }
-    bool leader = h->leader;
     pthread_mutex_unlock(&h->mu);
-    if (leader) step_down(h, "shutting down (lease revoked, another takes over now)");
     return NULL;
 }
 
@@ -354,7 +353,10 @@ void ha_destroy(struct ha **hp)
         h->stop = true;
         pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
+        etcd_cancel(h->e); /* a tick waiting on an unreachable etcd ends now */
         pthread_join(h->th, NULL);
+        etcd_uncancel(h->e);
+        if (ha_is_leader(h)) step_down(h, "shutting down (lease revoked, another takes over now)");
     }
     etcd_destroy(&h->e);
     pthread_mutex_destroy(&h->mu);
@@ -405,10 +407,8 @@ void ha_await_version(struct ha *h, uint64_t v, unsigned wait_ms)
     deadline_ts(&ts, wait_ms);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        pthread_mutex_lock(&h->c->lock);
-        uint64_t have = h->c->version;
-        pthread_mutex_unlock(&h->c->lock);
-        if (have >= v) break;
+        /* the gauge, not c->lock: a leader's admin thread may hold that through an etcd write */
+        if (__atomic_load_n(&h->c->m.topology_version, __ATOMIC_RELAXED) >= v) break;
         h->kick = true;
         pthread_cond_broadcast(&h->cv);
         if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) != 0) break;

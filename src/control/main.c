@@ -138,7 +138,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (ctl.cfg.etcd) {
-        /* with etcd only the leader pushes to nodes: it is told when it wins */
+        /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
+        push_pause(ctl.push);
         ctl.ha = ha_create(&ctl, err, sizeof err);
         ctl.fwd = ctl.ha ? forward_create(&ctl, err, sizeof err) : NULL;
         if (ctl.fwd == NULL) {

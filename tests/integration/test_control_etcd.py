@@ -234,3 +234,28 @@ def test_stopped_leader_past_its_lease_cannot_overwrite_the_new_one(group):
         wait_until(lambda: c.version() == final["version"], timeout=3,
                    message="every process at the new leader's version")
         assert "fresh" in ns_names(c)
+
+
+def test_only_the_leader_pushes_and_a_new_leader_takes_over(group, start_server):
+    from mcraw import free_port, http
+    admin_port = free_port()
+    node = start_server("--admin-port", str(admin_port))
+
+    def node_memory():
+        status, body = http(admin_port, "GET", "/v1/namespaces/catalog")
+        return json.loads(body)["memory"] if status == 200 else None
+
+    ctls = group(2)
+    leader = one_leader(ctls)
+    f = followers(ctls, leader)[0]
+    assert f.post("/v1/pools", {"name": "main", "nodes": [
+        {"node": f"127.0.0.1:{node.port}", "admin": f"127.0.0.1:{admin_port}"}]})[0] == 201
+    assert f.post("/v1/namespaces", {"name": "catalog", "pool": "main",
+                                     "memory": 8 << 20})[0] == 201
+    wait_until(lambda: node_memory() == 8 << 20, timeout=5, message="the leader's push")
+    assert f.metrics()["shoal_control_pushes_total"] == 0
+    leader.kill9()
+    wait_until(lambda: is_leader(f), timeout=10, message="the follower to lead")
+    assert f.put("/v1/namespaces/catalog", {"memory": 12 << 20})[0] == 200
+    wait_until(lambda: node_memory() == 12 << 20, timeout=5, message="the new leader's push")
+    assert f.metrics()["shoal_control_pushes_total"] >= 1
