@@ -32,6 +32,19 @@ def group(etcd_cluster, start_control):
     return start
 
 
+def queued_request(port):
+    """Is a request waiting unread on an established connection to 127.0.0.1:port (the kernel's
+    view, /proc/net/tcp: the process may be stopped)?"""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if int(local.split(":")[1], 16) == port and state == "01" and \
+                    int(queues.split(":")[1], 16) > 0:
+                return True
+    return False
+
+
 def is_leader(ctl):
     try:
         return ctl.metrics()["shoal_control_leader"] == 1
@@ -218,7 +231,8 @@ def test_stopped_leader_past_its_lease_cannot_overwrite_the_new_one(group):
 
         t = threading.Thread(target=send, daemon=True)
         t.start()
-        time.sleep(0.2)  # let the request reach the stopped process's socket: it cannot be awaited
+        wait_until(lambda: queued_request(old.port), timeout=5,
+                   message="the change to reach the stopped process's socket")
     finally:
         old.proc.send_signal(signal.SIGCONT)
     t.join(20)
@@ -259,3 +273,19 @@ def test_only_the_leader_pushes_and_a_new_leader_takes_over(group, start_server)
     assert f.put("/v1/namespaces/catalog", {"memory": 12 << 20})[0] == 200
     wait_until(lambda: node_memory() == 12 << 20, timeout=5, message="the new leader's push")
     assert f.metrics()["shoal_control_pushes_total"] >= 1
+
+
+def test_restarted_process_rejoins_as_follower_at_the_stored_version(group):
+    ctls = group(2)
+    leader = one_leader(ctls)
+    f = followers(ctls, leader)[0]
+    assert leader.post("/v1/pools", {"name": "main", "nodes": ["127.0.0.1:21001"]})[0] == 201
+    leader.kill9()
+    wait_until(lambda: is_leader(f), timeout=10, message="the follower to lead")
+    assert f.post("/v1/namespaces", {"name": "after", "pool": "main"})[0] == 201
+    again = group(1)[0]
+    assert again.version() == 2 and "after" in ns_names(again)  # read from etcd at start
+    assert not is_leader(again) and is_leader(f)
+    status, body = again.post("/v1/namespaces", {"name": "via-restarted", "pool": "main"})
+    assert status == 201 and body["version"] == 3
+    wait_until(lambda: f.version() == 3, timeout=3, message="version 3 on the leader")
