@@ -5,7 +5,8 @@
  * the leader's advertised URL; the leader's status and body are the answer. So clients may
  * send changes to any shoal-control of the group and never see a redirect. While no leader is
  * known (an election in progress) the change waits for one, up to --etcd-lease-ttl + 2
- * seconds, then is answered 503. A leader that does not answer is not asked again (the change
+ * seconds, then is answered 503; if this process itself won meanwhile, the change is sent to
+ * its own listener, whose admin thread runs it. A leader that does not answer is not asked again (the change
  * may have been applied before it died): the caller gets 503 and decides. After a forwarded
  * change is acknowledged the follower waits (briefly) until it serves that version itself, so
  * a read sent to it next shows the change. At most FORWARD_MAX changes wait at once; more get
