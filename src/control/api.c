@@ -10,6 +10,8 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "control/control.h"
+#include "control/forward.h"
+#include "control/leader.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -126,6 +128,8 @@ static int apply(struct control *c, struct change *ch, struct buf *out)
         } else if (state_save(c->store, next, err, sizeof err) < 0) {
             free(t);
             CTL_INC(c, state_write_failures);
+            if (c->ha && (state_etcd_lost(c->store) || !ha_is_leader(c->ha)))
+                CTL_INC(c, deposed_refusals);
             log_error("change refused, state not stored: %s", err);
             st = model_fail(&e, 503, "state", "stored", "the change could not be stored, so "
                             "nothing changed: %s", err);
@@ -201,11 +205,24 @@ static int ns_reply(struct control *c, const char *name, int status, int with_pu
     return status;
 }
 
+/* With --etcd, a change reaching a follower goes to the leader (forward.h): ADMIN_HELD or an
+ * error status. -1: this process is the leader (or runs alone), so it handles the change. */
+static int to_leader(struct control *c, const char *method, const char *prefix,
+                     const char *rest, const char *body, size_t len, struct buf *out)
+{
+    if (c->ha == NULL || !strcmp(method, "GET") || ha_is_leader(c->ha)) return -1;
+    char path[1100];
+    snprintf(path, sizeof path, "%s%s", prefix, rest);
+    return forward_request(c->fwd, method, path, body, len, out);
+}
+
 static int ns_route(void *ctx, const char *method, const char *rest, const char *body,
                     size_t len, struct buf *out)
 {
     struct control *c = ctx;
     CTL_INC(c, requests_namespaces);
+    int fw = to_leader(c, method, "/v1/namespaces", rest, body, len, out);
+    if (fw >= 0) return fw;
     const char *name = rest[0] == '/' ? rest + 1 : rest;
     int st = 0;
     struct change ch = {0};
@@ -321,6 +338,8 @@ static int pool_route(void *ctx, const char *method, const char *rest, const cha
 {
     struct control *c = ctx;
     CTL_INC(c, requests_pools);
+    int fw = to_leader(c, method, "/v1/pools", rest, body, len, out);
+    if (fw >= 0) return fw;
     const char *name = rest[0] == '/' ? rest + 1 : rest;
     char pool[MODEL_NAME_MAX + 2] = "";
     const char *slash = strchr(name, '/'), *sub = slash ? slash : "";
@@ -433,8 +452,9 @@ static void control_metrics(void *ctx, struct buf *out)
 struct admin *api_create(struct control *c, char *err, size_t errlen)
 {
     struct admin_route routes[] = {
-        {"/v1/namespaces", ns_route, c, 0},
-        {"/v1/pools", pool_route, c, 0},
+        /* held only on a follower, while the change goes to the leader */
+        {"/v1/namespaces", ns_route, c, ADMIN_ROUTE_HOLD},
+        {"/v1/pools", pool_route, c, ADMIN_ROUTE_HOLD},
         {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
     };
     struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,

@@ -6,7 +6,9 @@
  * (state.h) and only then acknowledged, bumps the topology version, wakes the long polls held
  * for it (poll.h) and the pusher that brings nodes' namespace settings and memory shares in
  * line (push.h). The model is changed only on the admin listener's thread; the poller and the
- * pusher read it under `lock`. */
+ * pusher read it under `lock`. With --etcd several processes share the state: one is leader
+ * and stores changes (leader.h, state_etcd.c), the others forward changes to it (forward.h)
+ * and install each newer stored state from their sync thread, also under `lock`. */
 #ifndef SHOAL_CONTROL_CONTROL_H
 #define SHOAL_CONTROL_CONTROL_H
 
@@ -36,14 +38,29 @@
       "time allowed for one push of namespace settings to a node's admin port, ms", NULL)       \
     X(push_retry_ms, 0, UINT, "5000", 10, 600000,                                                \
       "longest wait before a failed push is tried again (the wait doubles from 100 ms)", NULL)  \
+    X(etcd, 0, STR, NULL, 0, 0,                                                                  \
+      "keep the state in etcd instead of the state file, shared by several shoal-control "       \
+      "processes (one leader): the members' client URLs, URL[,URL...]", NULL)                   \
+    X(etcd_prefix, 0, STR, "/shoal/control/", 0, 0,                                             \
+      "etcd key prefix of this control plane (its keys: PREFIX state, PREFIX leader)", NULL)    \
+    X(etcd_lease_ttl, 0, UINT, "3", 2, 60,                                                       \
+      "seconds the leader's etcd lease lasts unrenewed (renewed every third of it): how soon "  \
+      "another takes over when the leader dies", NULL)                                           \
+    X(etcd_poll_ms, 0, UINT, "200", 10, 10000,                                                   \
+      "how often a follower checks etcd for a newer state or a missing leader, ms", NULL)       \
+    X(etcd_timeout_ms, 0, UINT, "1000", 50, 60000,                                               \
+      "time allowed for one etcd request to one member before the next is tried, ms", NULL)     \
+    X(advertise, 0, STR, NULL, 0, 0,                                                             \
+      "the URL other shoal-control processes forward writes to (default http://LISTEN:PORT)",   \
+      NULL)                                                                                      \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
     ADMIN_OPTIONS(X)
 
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
-        admin_conn_max, admin_header_timeout;
-    const char *listen, *data_dir, *state, *port_file;
+        admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms;
+    const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise;
 };
 
 #define CONTROL_METRICS(X)                                                                       \
@@ -62,7 +79,15 @@ struct control_config {
     X(push_pending, GAUGE, "node namespace settings not yet in place")                           \
     X(state_writes, COUNTER, "state store writes (each change is stored before it is acknowledged)") \
     X(state_write_failures, COUNTER, "state store writes that failed (the change was refused)") \
-    X(topology_version, GAUGE, "version of the topology document served")
+    X(topology_version, GAUGE, "version of the topology document served")                       \
+    X(leader, GAUGE, "1 while this process is the leader (always 1 without --etcd)")            \
+    X(leader_elections, COUNTER, "times this process won the etcd election and became leader") \
+    X(leader_losses, COUNTER, "times this process stopped being leader (lease lost or resigned)") \
+    X(writes_forwarded, COUNTER, "changes a follower forwarded to the leader and got an answer for") \
+    X(forward_failures, COUNTER, "changes a follower could not forward (no leader, or it did not answer)") \
+    X(deposed_refusals, COUNTER, "changes refused because etcd's guard showed this process had lost the lease") \
+    X(state_refreshes, COUNTER, "newer states read from etcd and installed (followers, or a new leader)") \
+    X(etcd_errors, COUNTER, "etcd requests no member answered (retried on the next tick)")
 
 struct control_metrics {
     CONTROL_METRICS(METRIC_FIELD)
@@ -71,10 +96,13 @@ struct control_metrics {
 struct state_store;
 struct poller;
 struct pusher;
+struct ha;
+struct forwarder;
 
 struct control {
     struct control_config cfg;
-    pthread_mutex_t lock; /* model, doc, version: written on the admin thread only */
+    pthread_mutex_t lock; /* model, doc, version: written on the admin thread (a follower's
+                           * sync thread too, with --etcd), read by every thread under it */
     json_t *model;        /* model.h */
     char *doc;            /* the topology document of `model`, rendered */
     size_t doclen;
@@ -83,6 +111,8 @@ struct control {
     struct state_store *store;
     struct poller *poll;
     struct pusher *push;
+    struct ha *ha;          /* --etcd: the election and the follower's sync (leader.h); else NULL */
+    struct forwarder *fwd;  /* --etcd: changes sent on to the leader (forward.h); else NULL */
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)

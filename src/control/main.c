@@ -3,8 +3,9 @@
  *
  * Start-up order: options, data directory, state (an unreadable or invalid state file stops
  * the process with a message: starting empty would throw acknowledged changes away), the
- * poller and pusher threads, the HTTP listener; SIGINT/SIGTERM stop in reverse order, every
- * held long poll answered first. */
+ * poller and pusher threads, with --etcd the forwarder, the HTTP listener, then (--etcd) the
+ * election, which needs the listener's URL; SIGINT/SIGTERM stop in reverse order, changes
+ * waiting for the leader and held long polls answered first. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include "common/options.h"
 #include "control/api.h"
 #include "control/control.h"
+#include "control/forward.h"
+#include "control/leader.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -48,8 +51,9 @@ static int load_state(struct control *c, char *err, size_t errlen)
     } else {
         struct model_err e;
         if (model_check(m, &e) != 0) {
-            snprintf(err, errlen, "state file %s is not valid (%s: %s); restore it from a copy",
-                     c->cfg.state, e.field, e.msg);
+            snprintf(err, errlen, "%s %.200s is not valid (%.60s: %.200s); restore it from a copy",
+                     c->cfg.etcd ? "the state in etcd under" : "state file",
+                     c->cfg.etcd ? c->cfg.etcd_prefix : c->cfg.state, e.field, e.msg);
             json_decref(m);
             return -1;
         }
@@ -63,7 +67,7 @@ static int load_state(struct control *c, char *err, size_t errlen)
 
 int main(int argc, char **argv)
 {
-    struct opt_def defs[32];
+    struct opt_def defs[40];
     size_t ndefs = build_options(defs, &ctl.cfg);
     struct opt_extra extra;
     char err[600];
@@ -90,7 +94,7 @@ int main(int argc, char **argv)
         return 2;
     }
     char *state_path = NULL;
-    if (ctl.cfg.state == NULL) {
+    if (ctl.cfg.etcd == NULL && ctl.cfg.state == NULL) {
         if (mkdir(ctl.cfg.data_dir, 0700) < 0 && errno != EEXIST) {
             fprintf(stderr, "shoal-control: cannot create --data-dir %s: %s\n", ctl.cfg.data_dir,
                     strerror(errno));
@@ -99,6 +103,11 @@ int main(int argc, char **argv)
         if (asprintf(&state_path, "%s/state.json", ctl.cfg.data_dir) < 0) return 2;
         ctl.cfg.state = state_path;
     }
+    if (ctl.cfg.etcd && ctl.cfg.advertise == NULL && !strcmp(ctl.cfg.listen, "0.0.0.0")) {
+        fprintf(stderr, "shoal-control: with --etcd and --listen 0.0.0.0, say with --advertise "
+                        "http://HOST:PORT where the others reach this one\n");
+        return 2;
+    }
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -106,10 +115,21 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&ctl.lock, NULL);
-    ctl.store = state_file_open(ctl.cfg.state);
-    if (ctl.store == NULL || load_state(&ctl, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-control: %s\n", ctl.store ? err : "out of memory");
-        return 2;
+    if (ctl.cfg.etcd) {
+        /* the state as etcd holds it now; etcd unreachable at start stops the process, as an
+         * unreadable state file does: serving an empty state would send followers back */
+        ctl.store = state_etcd_open(ctl.cfg.etcd, ctl.cfg.etcd_prefix,
+                                    (unsigned)ctl.cfg.etcd_timeout_ms, err, sizeof err);
+        if (ctl.store == NULL || load_state(&ctl, err, sizeof err) < 0) {
+            fprintf(stderr, "shoal-control: --etcd %s: %s\n", ctl.cfg.etcd, err);
+            return 2;
+        }
+    } else {
+        ctl.store = state_file_open(ctl.cfg.state);
+        if (ctl.store == NULL || load_state(&ctl, err, sizeof err) < 0) {
+            fprintf(stderr, "shoal-control: %s\n", ctl.store ? err : "out of memory");
+            return 2;
+        }
     }
     ctl.poll = poll_create(&ctl, err, sizeof err);
     ctl.push = ctl.poll ? push_create(&ctl, err, sizeof err) : NULL;
@@ -117,7 +137,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-control: %s\n", err);
         return 2;
     }
-    push_notify(ctl.push); /* nodes get what the stored state says, after a restart too */
+    if (ctl.cfg.etcd) {
+        /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
+        push_pause(ctl.push);
+        ctl.ha = ha_create(&ctl, err, sizeof err);
+        ctl.fwd = ctl.ha ? forward_create(&ctl, err, sizeof err) : NULL;
+        if (ctl.fwd == NULL) {
+            fprintf(stderr, "shoal-control: %s\n", err);
+            return 2;
+        }
+    } else {
+        CTL_SET(&ctl, leader, 1);
+        push_notify(ctl.push); /* nodes get what the stored state says, after a restart too */
+    }
     struct admin *admin = api_create(&ctl, err, sizeof err);
     if (admin == NULL) {
         fprintf(stderr, "shoal-control: %s\n", err);
@@ -136,15 +168,26 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    log_notice("listening on http://%s:%u, state %s, topology version %llu (%zu pools, %zu "
+    char self[600];
+    if (ctl.cfg.advertise) snprintf(self, sizeof self, "%s", ctl.cfg.advertise);
+    else snprintf(self, sizeof self, "http://%s:%u", ctl.cfg.listen, port);
+    while (strlen(self) > 0 && self[strlen(self) - 1] == '/') self[strlen(self) - 1] = 0;
+    if (ctl.ha && ha_start(ctl.ha, self, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    log_notice("listening on http://%s:%u, state %s%s, topology version %llu (%zu pools, %zu "
                "namespaces)",
-               ctl.cfg.listen, port, ctl.cfg.state, (unsigned long long)ctl.version,
+               ctl.cfg.listen, port, ctl.cfg.etcd ? "in etcd " : "",
+               ctl.cfg.etcd ? ctl.cfg.etcd : ctl.cfg.state, (unsigned long long)ctl.version,
                json_object_size(json_object_get(ctl.model, "pools")),
                json_object_size(json_object_get(ctl.model, "namespaces")));
     int sig = 0;
     while (sigwait(&sigs, &sig) != 0) {
     }
     log_notice("signal %d: shutting down", sig);
+    forward_destroy(&ctl.fwd); /* answers the changes still waiting for the leader */
+    ha_destroy(&ctl.ha);       /* a leader resigns, so another takes over at once */
     poll_stop(ctl.poll); /* held polls answered; new ones refused until the listener is gone */
     admin_destroy(&admin);
     poll_destroy(&ctl.poll);

@@ -36,6 +36,7 @@ struct pusher {
     size_t n, cap;
     json_t *index; /* "node/ns" -> position in v: a change touches every entry, so no scans */
     int stop;
+    int paused; /* --etcd: not the leader, so nothing is sent (push_pause) */
 };
 
 static uint64_t mono_ms(void)
@@ -262,6 +263,10 @@ static void *push_main(void *arg)
             else if (p->v[i].next_ms < next) next = p->v[i].next_ms;
         }
         CTL_SET(c, push_pending, pending);
+        if (p->paused) {
+            pthread_cond_wait(&p->cv, &p->mu);
+            continue;
+        }
         if (e == NULL) {
             if (next == UINT64_MAX) {
                 pthread_cond_wait(&p->cv, &p->mu);
@@ -325,6 +330,31 @@ static void *push_main(void *arg)
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
+}
+
+void push_pause(struct pusher *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->paused = 1;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void push_resume(struct pusher *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->paused = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        /* another leader may have pushed since: what this process sent proves nothing now */
+        struct push_entry *e = &p->v[i];
+        free(e->have);
+        e->have = NULL;
+        e->absent = 0;
+        e->failures = 0;
+        e->next_ms = 0;
+        e->error[0] = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    push_notify(p);
 }
 
 json_t *push_status(struct pusher *p, const char *ns)

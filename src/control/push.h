@@ -22,6 +22,11 @@ struct pusher *push_create(struct control *c, char *err, size_t errlen);
 /* The model changed: recompute what every node should hold (takes c->lock) and wake the
  * thread. Call without c->lock held. */
 void push_notify(struct pusher *p);
+/* --etcd: only the leader pushes. push_pause stops sending (this process is no longer the
+ * leader: a former leader's retries must not undo the new one's pushes); push_resume forgets
+ * what was sent before (another leader may have pushed since), recomputes and sends it all. */
+void push_pause(struct pusher *p);
+void push_resume(struct pusher *p);
 /* JSON object of one namespace's push state per node, {"host:port": {"share": B, "in_place":
  * bool, "failures": N, "error": "..."}}: a new reference, or NULL. */
 json_t *push_status(struct pusher *p, const char *ns);
