@@ -37,13 +37,16 @@
     X(push_retry_ms, 0, UINT, "5000", 10, 600000,                                                \
       "longest wait before a failed push is tried again (the wait doubles from 100 ms)", NULL)  \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
+    X(token_file, 0, STR, NULL, 0, 0,                                                            \
+      "file holding the bearer token sent with pushes to nodes' admin ports (default: the "     \
+      "SHOAL_TOKEN variable); an admin token where nodes run with --auth-file", NULL)            \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
     ADMIN_OPTIONS(X)
 
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
         admin_conn_max, admin_header_timeout;
-    const char *listen, *data_dir, *state, *port_file;
+    const char *listen, *data_dir, *state, *port_file, *auth_file, *token_file;
 };
 
 #define CONTROL_METRICS(X)                                                                       \
@@ -83,6 +86,7 @@ struct control {
     struct state_store *store;
     struct poller *poll;
     struct pusher *push;
+    char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)

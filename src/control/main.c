@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/admin.h"
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "control/api.h"
@@ -89,6 +90,11 @@ int main(int argc, char **argv)
                 (unsigned long long)ctl.cfg.poll_max, (unsigned long long)ctl.cfg.admin_conn_max);
         return 2;
     }
+    /* pushes to nodes carry this token; read now, so a bad file stops the start */
+    if (auth_client_header(ctl.cfg.token_file, &ctl.auth_header, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: --token-file: %s\n", err);
+        return 2;
+    }
     char *state_path = NULL;
     if (ctl.cfg.state == NULL) {
         if (mkdir(ctl.cfg.data_dir, 0700) < 0 && errno != EEXIST) {
@@ -153,6 +159,7 @@ int main(int argc, char **argv)
     json_decref(ctl.model);
     free(ctl.doc);
     free(state_path);
+    free(ctl.auth_header);
     options_release();
     return 0;
 }

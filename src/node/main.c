@@ -158,6 +158,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
+    if (node.cfg.auth_file && !node.cfg.admin_port) {
+        fprintf(stderr, "shoal-node: --auth-file guards the admin port, which is off: give "
+                        "--admin-port too\n");
+        return 2;
+    }
     struct admin *admin = NULL;
     if (node.cfg.admin_port) {
         admin = node_admin_create(&node, err, sizeof err);

@@ -73,7 +73,7 @@ struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
         partial_timeout_ms, admin_conn_max, admin_header_timeout;
-    const char *listen, *admin_listen, *port_file, *namespaces;
+    const char *listen, *admin_listen, *port_file, *namespaces, *auth_file;
     struct store_options store;
 };
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/buf.h"
 #include "common/httpc.h"
 #include "common/log.h"
@@ -67,6 +68,22 @@ static char *follow_base(const char *url)
     return b;
 }
 
+/* Send --token-file's token (or SHOAL_TOKEN's) with every request of `h`, for a control plane
+ * that runs with --auth-file. 0, or -1 with err. */
+static int follow_auth(struct httpc *h, const struct router_config *cfg, char *err,
+                       size_t errlen)
+{
+    char *line = NULL, msg[400];
+    if (auth_client_header(cfg->token_file, &line, msg, sizeof msg) < 0) {
+        snprintf(err, errlen, "--token-file: %s", msg);
+        return -1;
+    }
+    int rc = line && httpc_add_header(h, line) < 0 ? -1 : 0;
+    if (rc < 0) snprintf(err, errlen, "out of memory");
+    free(line);
+    return rc;
+}
+
 /* The version a document names, when it is JSON with an integer version; 0 otherwise. */
 static uint64_t follow_peek_version(const char *text, size_t len)
 {
@@ -94,6 +111,11 @@ int follow_first(const struct router_config *cfg, struct topo **out, char *err, 
         free(base);
         httpc_destroy(&h);
         snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (follow_auth(h, cfg, err, errlen) < 0) {
+        free(base);
+        httpc_destroy(&h);
         return -1;
     }
     struct httpc_reply rep;
@@ -328,6 +350,12 @@ struct follow *follow_create(struct router *r, char *err, size_t errlen)
         if (f) free(f->base);
         free(f);
         snprintf(err, errlen, "--control: out of memory");
+        return NULL;
+    }
+    if (follow_auth(f->http, &r->cfg, err, errlen) < 0) {
+        httpc_destroy(&f->http);
+        free(f->base);
+        free(f);
         return NULL;
     }
     f->r = r;
