@@ -410,3 +410,35 @@ def test_shoal_up_makes_a_token_the_cli_then_uses(tmp_path):
         assert rc == 1 and "401" in err and "SHOAL_TOKEN" in err, err
     finally:
         cli("down", *args, env=env)
+
+
+# --- admin ports on loopback by default -------------------------------------------------------
+
+def listen_address(port):
+    """The local address a socket listening on TCP `port` is bound to ("127.0.0.1", "0.0.0.0")."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if int(p, 16) == port and state == "0A":  # LISTEN
+                return ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return None
+
+
+def test_admin_ports_listen_on_loopback_by_default(start_server, start_router, start_control):
+    n = start_server("--admin-port", str(free_port()))
+    admin = int(n.args[n.args.index("--admin-port") + 1])
+    _, radmin, _ = start_router([n])
+    c = start_control()
+    for port in (admin, radmin, c.port):
+        wait_until(lambda port=port: listen_address(port), message=f"a listener on {port}")
+        assert listen_address(port) == "127.0.0.1", port
+
+
+def test_control_takes_auth_file_from_its_config_file(start_control, auth_file, tmp_path):
+    conf = tmp_path / "control.conf"
+    conf.write_text(f"auth_file = {auth_file}\n")
+    c = start_control("--config", str(conf))
+    assert call(c.port, "POST", "/v1/pools", {"name": "p", "nodes": ["127.0.0.1:1"]})[0] == 401
+    assert call(c.port, "POST", "/v1/pools", {"name": "p", "nodes": ["127.0.0.1:1"]},
+                ADMIN)[0] == 201
