@@ -2,6 +2,7 @@
  * of a node's /healthz and /metrics. A refusal is printed readably: the API's
  * {"error", "field", "rule"} body becomes the message with the field and rule after it, and an
  * unreachable control plane is named with what to do. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +16,48 @@
  * every few milliseconds, and a new connection per poll would leave a TIME_WAIT socket on an
  * ephemeral port each time, ports a node about to start may have been given. */
 static struct httpc *shared;
+static const char *token_from; /* where the token sent came from; NULL: none sent */
 
 static struct httpc *client(void)
 {
     if (shared) return shared;
     struct httpc *h = httpc_create(0);
     if (h == NULL) return NULL;
-    const char *tok = getenv("SHOAL_TOKEN");
-    if (tok && *tok) {
+    const char *tok = cli_token(&token_from);
+    if (tok == NULL) token_from = NULL;
+    if (tok) {
         char line[1024];
         snprintf(line, sizeof line, "Authorization: Bearer %s", tok);
         if (httpc_add_header(h, line) < 0) httpc_destroy(&h);
     }
     return shared = h;
+}
+
+/* What to do after a 401 or 403, naming where the token came from. */
+static const char *auth_hint(long status, json_t *j)
+{
+    static char h[PATH_MAX + 400];
+    const char *file = cli_token_path();
+    if (status == 403) {
+        const char *team = json_string_value(json_object_get(j, "team"));
+        snprintf(h, sizeof h, "the token sent (from %s) %s%s%s may change only that team's "
+                 "namespaces; use an admin token for this (SHOAL_TOKEN, or %s)", token_from,
+                 team ? "is team " : "is a team's token and", team ? team : "", team ? "'s and" : "",
+                 file);
+    } else if (token_from == NULL) {
+        snprintf(h, sizeof h, "this control plane requires a token: export SHOAL_TOKEN=<token>, "
+                 "or put it in %s (`shoal up` writes the local cluster's there)", file);
+    } else {
+        if (token_from[0] == '/')
+            snprintf(h, sizeof h, "the token in %s is not one this control plane knows: set "
+                     "SHOAL_TOKEN to one it does (a local cluster's own is in DIR/token)",
+                     token_from);
+        else
+            snprintf(h, sizeof h, "the token in SHOAL_TOKEN is not one this control plane knows: "
+                     "fix it, or unset it to send the one in %s (`shoal up` writes the local "
+                     "cluster's there)", file);
+    }
+    return h;
 }
 
 /* httpc's message without its "METHOD URL: " prefix, in plain words for the usual cases. */
@@ -103,7 +133,7 @@ json_t *cli_call(const char *control, const char *method, const char *path, json
             fprintf(stderr, "  field: %s, rule: %s\n", field ? field : "-", rule ? rule : "-");
         const char *hint = NULL;
         bool ns = !strncmp(path, "/v1/namespaces", 14);
-        if (r.status == 401 || r.status == 403) hint = "set SHOAL_TOKEN to a token allowed to do this";
+        if (r.status == 401 || r.status == 403) hint = auth_hint(r.status, j);
         else if (rule && !strcmp(rule, "default_kept")) hint = "`shoal ns update default ...` changes it";
         else if (ns && r.status == 409 && rule && !strcmp(rule, "unique"))
             hint = "`shoal ns update NAME ...` changes an existing namespace";

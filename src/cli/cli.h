@@ -4,7 +4,7 @@
  * to shoal-control over src/common/httpc, readable errors), out.c (tables, sizes, JSON),
  * layout.c (the local cluster's record under DIR), cluster.c (shoal up/down), ns.c (namespace
  * commands), pool.c (pool show, node add/remove), probe.c (a node's health and figures),
- * status.c (shoal status) and top.c (shoal top).
+ * status.c (shoal status), top.c (shoal top) and token.c (the bearer token).
  *
  * Exit status: 0 done, 1 refused or failed (the message says why and what to do), 2 usage. */
 #ifndef SHOAL_CLI_CLI_H
@@ -69,7 +69,7 @@ bool cli_json(const struct cli_cmd *cmd, const struct cli_args *a);
 /* api.c */
 /* Send METHOD url-path to the control plane and return the parsed reply on 2xx (the caller
  * json_decref's it). On anything else print what went wrong and what to do, and return NULL.
- * body may be NULL. SHOAL_TOKEN, when set, goes as `Authorization: Bearer`. */
+ * body may be NULL. The token (cli_token()) goes as `Authorization: Bearer`. */
 json_t *cli_call(const char *control, const char *method, const char *path, json_t *body);
 /* A plain GET of any URL within timeout_ms: 0 with *status and the body (NUL-terminated, caller
  * frees), or -1 with a message in err. */
@@ -77,6 +77,18 @@ int cli_http_get(const char *url, unsigned timeout_ms, long *status, char **body
                  size_t errlen);
 /* Percent-encode a path segment (node addresses keep their ':'). Caller frees. */
 char *cli_path_escape(const char *s);
+
+/* token.c */
+/* The CLI's token file: $XDG_CONFIG_HOME/shoal/token, else ~/.config/shoal/token. */
+const char *cli_token_path(void);
+/* The token to send: SHOAL_TOKEN, else the token file's; NULL when neither. *from names the
+ * source (for messages). */
+const char *cli_token(const char **from);
+/* `shoal up`: the local cluster's admin token into tok (SHOAL_TOKEN, else the token file's,
+ * made when missing), and DIR/auth.json and DIR/token written for the daemons (0600). *where
+ * says where the token is kept. 0, or -1 with err. */
+int cli_token_for_up(const char *dir, char *tok, size_t len, const char **where, char *err,
+                     size_t errlen);
 
 /* out.c */
 /* A text table: add rows of cells, then print with aligned columns. */

@@ -531,16 +531,27 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
+    /* the local cluster's admin token: every daemon requires it for changes (--auth-file) */
+    char token[300], authf[PATH_MAX + 16], tokf[PATH_MAX + 16], terr[PATH_MAX + 200];
+    const char *token_where = NULL;
+    if (cli_token_for_up(dir, token, sizeof token, &token_where, terr, sizeof terr) < 0)
+        return cli_err("shoal up: %s", terr);
+    setenv("SHOAL_TOKEN", token, 1); /* this run's own calls (pools) send it */
+    memset(token, 0, sizeof token);
+    snprintf(authf, sizeof authf, "%s/auth.json", dir);
+    snprintf(tokf, sizeof tokf, "%s/token", dir);
     printf("starting a local cluster in %s\n", dir);
     fflush(stdout);
     char err[512], cp[16], rp[16], ap_[16], dp[16], nap[16];
     bool node_follows = has_flag(m[M_NODE1].bin, "--control") &&
                         has_flag(m[M_NODE1].bin, "--advertise");
+    bool node_token = node_follows && has_flag(m[M_NODE1].bin, "--token-file");
     int rc = 1;
 
     /* 1. the control plane */
     snprintf(cp, sizeof cp, "%d", cport);
-    char *cargv[] = {m[M_CONTROL].bin, "-p", cp, "-l", "127.0.0.1", "--data-dir", cdata, NULL};
+    char *cargv[] = {m[M_CONTROL].bin, "-p", cp, "-l", "127.0.0.1", "--data-dir", cdata,
+                     "--auth-file", authf, "--token-file", tokf, NULL};
     m[M_CONTROL].pid = proc_spawn(cargv, m[M_CONTROL].log, err, sizeof err);
     if (m[M_CONTROL].pid < 0) {
         m[M_CONTROL].pid = 0;
@@ -566,11 +577,17 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         nargv[n++] = dp;
         nargv[n++] = "--admin-port";
         nargv[n++] = nap;
+        nargv[n++] = "--auth-file";
+        nargv[n++] = authf;
         if (node_follows) {
             nargv[n++] = "--control";
             nargv[n++] = control;
             nargv[n++] = "--advertise";
             nargv[n++] = m[i].addr;
+            if (node_token) {
+                nargv[n++] = "--token-file";
+                nargv[n++] = tokf;
+            }
         }
         if (cli_flag(cmd, a, "node-args"))
             snprintf(nodeargs, sizeof nodeargs, "%s", cli_flag(cmd, a, "node-args"));
@@ -624,6 +641,10 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
         rargv[n++] = ap_;
         rargv[n++] = "--control";
         rargv[n++] = control;
+        rargv[n++] = "--auth-file";
+        rargv[n++] = authf;
+        rargv[n++] = "--token-file";
+        rargv[n++] = tokf;
         for (int i = 0; i < a->nrest && n < 94; i++) rargv[n++] = a->rest[i];
         rargv[n] = NULL;
         m[M_ROUTER].pid = proc_spawn(rargv, m[M_ROUTER].log, err, sizeof err);
@@ -639,6 +660,9 @@ int cli_up(const struct cli_cmd *cmd, struct cli_args *a)
                (int)m[M_ROUTER].pid);
     }
     print_table(m, dir, control);
+    printf("  admin token: %s%s (the shoal CLI sends it; other clients: Authorization: Bearer "
+           "<token>)\n\n", token_where, strcmp(token_where, "SHOAL_TOKEN") ? "" : " (as set)");
+    fflush(stdout);
     close(lock);
     if (!fg) return 0;
     printf("Ctrl-C stops the cluster.\n");

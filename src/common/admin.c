@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/buf.h"
 #include "common/log.h"
 
@@ -19,6 +20,7 @@ struct admin {
     admin_metrics_fn metrics;
     void *ctx;
     unsigned port;
+    struct auth *auth;
     struct admin_route routes[ADMIN_ROUTES_MAX];
     size_t nroutes;
     unsigned held; /* requests held now (atomic) */
@@ -45,7 +47,10 @@ static __thread struct {
     struct MHD_Connection *conn;
     struct admin_req *rq;
     int may_hold;
+    const struct auth_caller *caller;
 } admin_cur;
+
+const struct auth_caller *admin_caller(void) { return admin_cur.caller; }
 
 struct admin_held *admin_hold(void)
 {
@@ -92,6 +97,56 @@ static enum MHD_Result admin_reply(struct MHD_Connection *conn, unsigned status,
                                                              MHD_RESPMEM_MUST_COPY);
     if (r == NULL) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* A refusal for want of a (good) token: 401 with WWW-Authenticate, or 403 for a team token on
+ * a route that takes admin tokens only. The body is JSON in the API's error shape. */
+static enum MHD_Result admin_refuse(struct MHD_Connection *conn, enum auth_result why,
+                                    const struct auth_caller *who, const char *method,
+                                    const char *url)
+{
+    char body[600];
+    unsigned status = 401;
+    const char *challenge = "Bearer realm=\"shoal\"";
+    switch (why) {
+    case AUTH_MISSING:
+        snprintf(body, sizeof body,
+                 "{\"error\": \"%s needs a token: send Authorization: Bearer <token> (this "
+                 "daemon runs with --auth-file)\", \"field\": \"authorization\", \"rule\": "
+                 "\"required\"}\n", method);
+        break;
+    case AUTH_SCHEME:
+        challenge = "Bearer realm=\"shoal\", error=\"invalid_request\"";
+        snprintf(body, sizeof body,
+                 "{\"error\": \"the Authorization header must be Bearer <token>\", \"field\": "
+                 "\"authorization\", \"rule\": \"bearer\"}\n");
+        break;
+    case AUTH_INVALID:
+        challenge = "Bearer realm=\"shoal\", error=\"invalid_token\"";
+        snprintf(body, sizeof body,
+                 "{\"error\": \"the bearer token is not one this daemon knows (not in its "
+                 "--auth-file)\", \"field\": \"authorization\", \"rule\": \"token\"}\n");
+        break;
+    case AUTH_OK:
+        status = 403;
+        snprintf(body, sizeof body,
+                 "{\"error\": \"this %s needs an admin token; the token sent is team %s's, "
+                 "which may change only that team's namespaces on shoal-control\", \"field\": "
+                 "\"authorization\", \"rule\": \"admin\", \"team\": \"%s\"}\n",
+                 method, who->team, who->team);
+        break;
+    }
+    log_info_limited("admin HTTP: %s %.200s refused %u (%s)", method, url, status,
+                     why == AUTH_MISSING ? "no token" : why == AUTH_SCHEME ? "not Bearer"
+                     : why == AUTH_INVALID ? "unknown token" : who->name);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body,
+                                                             MHD_RESPMEM_MUST_COPY);
+    if (r == NULL) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", challenge);
     enum MHD_Result ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -151,6 +206,14 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         return admin_reply(conn, 413, "application/json", msg, sizeof msg - 1);
     }
     const struct admin_route *rt = admin_match(a, url);
+    struct auth_caller who;
+    int writes = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
+    if (a->auth && writes) {
+        enum auth_result ar = auth_check(
+            a->auth, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), &who);
+        if (ar != AUTH_OK || (!who.admin && !(rt && (rt->flags & ADMIN_ROUTE_TEAM))))
+            return admin_refuse(conn, ar, &who, method, url);
+    }
     if (rt) {
         struct buf out;
         buf_init(&out);
@@ -167,10 +230,12 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         admin_cur.conn = conn;
         admin_cur.rq = rq;
         admin_cur.may_hold = (rt->flags & ADMIN_ROUTE_HOLD) != 0;
+        admin_cur.caller = a->auth && writes ? &who : NULL;
         int status = rt->fn(rt->ctx, method, buf_start(&rest), buf_start(&rq->body),
                             buf_used(&rq->body) - 1, &out);
         admin_cur.rq = NULL;
         admin_cur.may_hold = 0;
+        admin_cur.caller = NULL;
         buf_release(&rest);
         if (rq->held) { /* suspended: the answer comes through admin_answer() */
             __atomic_fetch_add(&a->held, 1, __ATOMIC_RELAXED);
@@ -239,6 +304,10 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
     a->metrics = metrics;
     a->ctx = ctx;
     a->header_timeout = lim->header_timeout;
+    if (lim->auth_file && (a->auth = auth_load(lim->auth_file, err, errlen)) == NULL) {
+        free(a);
+        return NULL;
+    }
     if (nroutes > ADMIN_ROUTES_MAX) nroutes = ADMIN_ROUTES_MAX;
     memcpy(a->routes, routes, nroutes * sizeof *routes);
     a->nroutes = nroutes;
@@ -246,6 +315,7 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
     if (inet_pton(AF_INET, host && *host ? host : "127.0.0.1", &sin.sin_addr) != 1) {
         snprintf(err, errlen, "admin listen address '%s' is not an IPv4 address; use e.g. 127.0.0.1",
                  host);
+        auth_destroy(&a->auth);
         free(a);
         return NULL;
     }
@@ -265,11 +335,15 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
                  "cannot start admin HTTP listener on %s:%u (port in use?); choose another with "
                  "--admin-port",
                  host, port);
+        auth_destroy(&a->auth);
         free(a);
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->d, MHD_DAEMON_INFO_BIND_PORT);
     a->port = info ? info->port : port;
+    if (a->auth)
+        log_notice("admin writes need a bearer token: %zu tokens from %s", auth_count(a->auth),
+                   lim->auth_file);
     return a;
 }
 
@@ -283,6 +357,7 @@ void admin_destroy(struct admin **ap)
     for (int i = 0; i < 100 && __atomic_load_n(&(*ap)->held, __ATOMIC_RELAXED) > 0; i++)
         usleep(10000);
     MHD_stop_daemon((*ap)->d);
+    auth_destroy(&(*ap)->auth);
     free(*ap);
     *ap = NULL;
 }

@@ -14,27 +14,42 @@
  * Long polls: a route flagged ADMIN_ROUTE_HOLD may hold a request (admin_hold()) and answer it
  * later from any thread (admin_answer()); a held request is suspended in libmicrohttpd, so the
  * listener goes on serving others meanwhile. It still counts against --admin-conn-max: the
- * daemon bounds how many it holds. */
+ * daemon bounds how many it holds.
+ *
+ * Access (--auth-file, common/auth.h): when the limits carry a token table, every request other
+ * than GET and HEAD needs `Authorization: Bearer <token>`: none or an unknown one is answered 401
+ * with WWW-Authenticate: Bearer, before any handler runs. An admin token may do everything; a
+ * team token is answered 403 unless the route is flagged ADMIN_ROUTE_TEAM, whose handler then
+ * judges it (admin_caller()). /healthz, /metrics and every GET stay open. */
 #ifndef SHOAL_COMMON_ADMIN_H
 #define SHOAL_COMMON_ADMIN_H
 
 #include <stddef.h>
+
+#include "common/auth.h"
 
 #define ADMIN_BODY_MAX (1 << 20)
 #define ADMIN_ROUTES_MAX 8
 #define ADMIN_BODY_TIMEOUT 10
 
 /* The admin listener's options, in each daemon's options table (its config struct has a
- * uint64_t field of each name). */
+ * uint64_t field of each number's name and `const char *auth_file`). */
 #define ADMIN_OPTIONS(X)                                                                         \
     X(admin_conn_max, 0, UINT, "1024", 1, 65536,                                                 \
       "admin HTTP connections served at once; past it new ones wait to be accepted", NULL)      \
     X(admin_header_timeout, 0, UINT, "2", 1, 3600,                                               \
       "seconds an admin HTTP connection may stay silent before its request headers are whole",  \
-      NULL)
+      NULL)                                                                                      \
+    X(auth_file, 0, STR, NULL, 0, 0,                                                             \
+      "JSON file of bearer tokens (admin or one team's); with it every admin request that "      \
+      "changes something needs one (docs/admin-api.md, Access)", NULL)
+
+struct auth_caller;
 
 struct admin_limits {
     unsigned conn_max, header_timeout; /* --admin-conn-max, --admin-header-timeout */
+    const char *auth_file;             /* --auth-file (loaded and checked by admin_create), or
+                                        * NULL: writes are open */
 };
 
 struct buf;
@@ -60,6 +75,12 @@ struct admin_route {
 #define ADMIN_ROUTE_QUERY 1u
 /* The handler may call admin_hold(). */
 #define ADMIN_ROUTE_HOLD 2u
+/* Writes with a team token reach the handler, which must check admin_caller()'s team. */
+#define ADMIN_ROUTE_TEAM 4u
+
+/* Inside a handler: who sent the request, when it is a write on a listener with tokens; NULL
+ * otherwise (a GET, or no --auth-file: anyone may). */
+const struct auth_caller *admin_caller(void);
 
 /* A handler's return value after admin_hold(): no answer yet. */
 #define ADMIN_HELD 0
@@ -76,7 +97,7 @@ void admin_answer(struct admin_held *h, int status, const char *body, size_t len
 
 /* Start listening on host:port (port 0 picks one; see admin_port()) with the given routes
  * (copied; at most ADMIN_ROUTES_MAX) and limits. Returns NULL with a message in err on
- * failure. */
+ * failure (a bad auth file among them: the message names the entry). */
 struct admin *admin_create(const char *host, unsigned port, const struct admin_limits *lim,
                            admin_metrics_fn metrics, void *ctx, const struct admin_route *routes,
                            size_t nroutes, char *err, size_t errlen);

@@ -3,6 +3,7 @@
  *
  * One thread, one keep-alive connection (src/common/httpc.h). The state the admin thread reads
  * for /metrics is kept in atomics; everything else belongs to the thread. */
+#include "common/auth.h"
 #include "common/follow.h"
 
 #include <errno.h>
@@ -234,6 +235,19 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
+int follow_auth(struct httpc *h, const char *token_file, char *err, size_t errlen)
+{
+    char *line = NULL, msg[400];
+    if (auth_client_header(token_file, &line, msg, sizeof msg) < 0) {
+        snprintf(err, errlen, "--token-file: %s", msg);
+        return -1;
+    }
+    int rc = line && httpc_add_header(h, line) < 0 ? -1 : 0;
+    if (rc < 0) snprintf(err, errlen, "out of memory");
+    free(line);
+    return rc;
+}
+
 struct follower *follower_create(const struct follow_spec *spec, char *err, size_t errlen)
 {
     struct follower *f = calloc(1, sizeof *f);
@@ -242,6 +256,12 @@ struct follower *follower_create(const struct follow_spec *spec, char *err, size
         if (f) free(f->base);
         free(f);
         snprintf(err, errlen, "--control: out of memory");
+        return NULL;
+    }
+    if (follow_auth(f->http, spec->token_file, err, errlen) < 0) {
+        httpc_destroy(&f->http);
+        free(f->base);
+        free(f);
         return NULL;
     }
     f->spec = *spec;

@@ -32,12 +32,16 @@ enum follow_take {
     FOLLOW_FAILED,   /* valid but could not be applied; the hook logged and counted it */
 };
 
+struct httpc;
+
 struct follow_spec {
     const char *url;           /* the control plane's base URL (http:// or https://) */
     const char *metric_prefix; /* "shoal_router": the figures are <prefix>_control_... */
     const char *register_path; /* "/v1/routers" */
     unsigned timeout_ms;       /* longest wait for one poll's answer */
     unsigned backoff_max_ms;
+    const char *token_file;    /* bearer token for a control plane with --auth-file (else the
+                                  SHOAL_TOKEN variable; neither: no token) */
     void *ctx;
     /* The version in use (0: none yet). Any thread but a data-path one. */
     uint64_t (*version)(void *ctx);
@@ -56,6 +60,9 @@ struct follow_spec {
 bool follow_url_ok(const char *url);
 /* The URL without its trailing '/' (malloc'd; NULL when out of memory). */
 char *follow_base(const char *url);
+/* Send token_file's token (or SHOAL_TOKEN's) with every request of `h`, for a control plane
+ * that runs with --auth-file. 0, or -1 with err. */
+int follow_auth(struct httpc *h, const char *token_file, char *err, size_t errlen);
 /* The version a document names, when it is JSON with an integer version; 0 otherwise. */
 uint64_t follow_peek_version(const char *text, size_t len);
 /* Monotonic milliseconds. */

@@ -79,15 +79,47 @@ enum op { OP_NS_CREATE, OP_NS_UPDATE, OP_NS_DELETE, OP_POOL_CREATE, OP_NODE_ADD,
 struct change {
     enum op op;
     const char *name, *node; /* from the path */
+    const char *team;        /* a team token's team (may touch only its namespaces); NULL: admin */
     json_t *body;
     uint32_t moved;
     char created[80]; /* the name a create made */
 };
 
+/* A team token may create, change and delete only its own team's namespaces: the one it
+ * touches must be its team's now (change, delete) and after (create, change). Checked on the
+ * model the change applies to, under the lock, so nothing can slip in between. */
+static int team_check(const json_t *m, const struct change *ch, struct model_err *e)
+{
+    const char *t = ch->team;
+    if (ch->op != OP_NS_CREATE && ch->op != OP_NS_UPDATE && ch->op != OP_NS_DELETE)
+        return model_fail(e, 403, "authorization", "admin",
+                          "pools and nodes need an admin token; the token sent is team %s's", t);
+    if (ch->op != OP_NS_CREATE) {
+        const json_t *ns = json_object_get(json_object_get(m, "namespaces"), ch->name);
+        const char *now = json_string_value(json_object_get(ns, "team"));
+        if (ns && strcmp(now ? now : "", t))
+            return model_fail(e, 403, "team", "own_team",
+                              "namespace %s is %s%s%s; the token sent is team %s's and may "
+                              "change only that team's namespaces", ch->name,
+                              now && *now ? "team " : "of no team", now && *now ? now : "",
+                              now && *now ? "'s" : "", t);
+    }
+    if (ch->op != OP_NS_DELETE && json_is_object(ch->body)) {
+        const json_t *v = json_object_get(ch->body, "team");
+        const char *want = json_string_value(v);
+        if ((ch->op == OP_NS_CREATE || v) && (want == NULL || strcmp(want, t)))
+            return model_fail(e, 403, "team", "own_team",
+                              "the token sent is team %s's: the namespace's team must be "
+                              "\"%s\"%s", t, t, v ? "" : " (give \"team\" in the body)");
+    }
+    return 0;
+}
+
 static int run_op(json_t *m, struct change *ch, struct model_err *e)
 {
     const char *made = NULL;
     int st = 0;
+    if (ch->team && (st = team_check(m, ch, e)) != 0) return st;
     switch (ch->op) {
     case OP_NS_CREATE: st = model_ns_create(m, ch->body, &made, e); break;
     case OP_NS_UPDATE: st = model_ns_update(m, ch->name, ch->body, e); break;
@@ -257,6 +289,8 @@ static int ns_route(void *ctx, const char *method, const char *rest, const char 
         return fail(out, 405, "method", "method", "methods here: GET, PUT, DELETE");
     }
     ch.name = *name ? name : NULL;
+    const struct auth_caller *who = admin_caller();
+    ch.team = who && !who->admin ? who->team : NULL;
     if (ch.op != OP_NS_DELETE && (ch.body = parse_body(body, len, out, &st)) == NULL) return st;
     st = apply(c, &ch, out);
     json_decref(ch.body);
@@ -453,12 +487,12 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
 {
     struct admin_route routes[] = {
         /* held only on a follower, while the change goes to the leader */
-        {"/v1/namespaces", ns_route, c, ADMIN_ROUTE_HOLD},
+        {"/v1/namespaces", ns_route, c, ADMIN_ROUTE_HOLD | ADMIN_ROUTE_TEAM},
         {"/v1/pools", pool_route, c, ADMIN_ROUTE_HOLD},
         {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
     };
     struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
-                               (unsigned)c->cfg.admin_header_timeout};
+                               (unsigned)c->cfg.admin_header_timeout, c->cfg.auth_file};
     return admin_create(c->cfg.listen, (unsigned)c->cfg.port, &lim, control_metrics, c, routes,
                         sizeof routes / sizeof routes[0], err, errlen);
 }

@@ -54,13 +54,17 @@
       "the URL other shoal-control processes forward writes to (default http://LISTEN:PORT)",   \
       NULL)                                                                                      \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
+    X(token_file, 0, STR, NULL, 0, 0,                                                            \
+      "file holding the bearer token sent with pushes to nodes' admin ports (default: the "     \
+      "SHOAL_TOKEN variable); an admin token where nodes run with --auth-file", NULL)            \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
     ADMIN_OPTIONS(X)
 
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
         admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms;
-    const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise;
+    const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise,
+        *auth_file, *token_file;
 };
 
 #define CONTROL_METRICS(X)                                                                       \
@@ -113,6 +117,7 @@ struct control {
     struct pusher *push;
     struct ha *ha;          /* --etcd: the election and the follower's sync (leader.h); else NULL */
     struct forwarder *fwd;  /* --etcd: changes sent on to the leader (forward.h); else NULL */
+    char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/admin.h"
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "control/api.h"
@@ -91,6 +92,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-control: --poll-max %llu must be below --admin-conn-max %llu, so "
                         "health checks and changes get through while polls are held\n",
                 (unsigned long long)ctl.cfg.poll_max, (unsigned long long)ctl.cfg.admin_conn_max);
+        return 2;
+    }
+    /* pushes to nodes carry this token; read now, so a bad file stops the start */
+    if (auth_client_header(ctl.cfg.token_file, &ctl.auth_header, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: --token-file: %s\n", err);
         return 2;
     }
     char *state_path = NULL;
@@ -196,6 +202,7 @@ int main(int argc, char **argv)
     json_decref(ctl.model);
     free(ctl.doc);
     free(state_path);
+    free(ctl.auth_header);
     options_release();
     return 0;
 }

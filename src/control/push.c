@@ -211,11 +211,12 @@ static size_t reply_sink(char *data, size_t size, size_t n, void *arg)
 
 /* One HTTP request; 0 when the node answered 2xx (404 too for a DELETE), else -1 with why. */
 static int http_call(const char *method, const char *url, const char *body, long timeout_ms,
-                     char *err, size_t errlen)
+                     const char *auth, char *err, size_t errlen)
 {
     CURL *h = curl_easy_init();
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    if (h == NULL || hdr == NULL) {
+    struct curl_slist *more = hdr && auth ? curl_slist_append(hdr, auth) : hdr;
+    if (h == NULL || hdr == NULL || more == NULL) {
         if (h) curl_easy_cleanup(h);
         curl_slist_free_all(hdr);
         snprintf(err, errlen, "out of memory");
@@ -285,7 +286,7 @@ static void *push_main(void *arg)
         if (node && admin && ns && (del || body)) {
             snprintf(url, sizeof url, "http://%s/v1/namespaces/%s", admin, ns);
             rc = http_call(del ? "DELETE" : "PUT", url, body,
-                           (long)c->cfg.push_timeout_ms, err, sizeof err);
+                           (long)c->cfg.push_timeout_ms, c->auth_header, err, sizeof err);
         }
         pthread_mutex_lock(&p->mu);
         e = node && ns ? find(p, node, ns) : NULL;

@@ -280,6 +280,7 @@ struct node_control *node_control_create(struct node *n, char *err, size_t errle
         .register_path = "/v1/nodes",
         .timeout_ms = (unsigned)n->cfg.control_timeout_ms,
         .backoff_max_ms = (unsigned)n->cfg.control_backoff_max_ms,
+        .token_file = n->cfg.token_file,
         .ctx = c,
         .version = nc_version,
         .register_body = nc_register_body,

@@ -159,6 +159,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
+    if (node.cfg.auth_file && !node.cfg.admin_port) {
+        fprintf(stderr, "shoal-node: --auth-file guards the admin port, which is off: give "
+                        "--admin-port too\n");
+        return 2;
+    }
     if (node.cfg.control && (node.control = node_control_create(&node, err, sizeof err)) == NULL) {
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;

@@ -76,6 +76,9 @@
       "longest wait for one answer from the control plane; above its hold time", NULL)          \
     X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
       "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
+    X(token_file, 0, STR, NULL, 0, 0,                                                            \
+      "file holding the bearer token sent to --control (default: the SHOAL_TOKEN variable)",    \
+      NULL)                                                                                      \
     ADMIN_OPTIONS(X)
 
 struct node_config {
@@ -83,7 +86,8 @@ struct node_config {
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
         partial_timeout_ms, admin_conn_max, admin_header_timeout, control_timeout_ms,
         control_backoff_max_ms;
-    const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise;
+    const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
+        *auth_file, *token_file;
     struct store_options store;
 };
 

@@ -46,6 +46,11 @@ int follow_first(const struct router_config *cfg, struct topo **out, char *err, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (follow_auth(h, cfg->token_file, err, errlen) < 0) {
+        free(base);
+        httpc_destroy(&h);
+        return -1;
+    }
     struct httpc_reply rep;
     httpc_reply_init(&rep);
     uint64_t deadline = mono_ms() + cfg->control_wait_ms, after = 0, backoff = 0;
@@ -165,6 +170,7 @@ struct follow *follow_create(struct router *r, char *err, size_t errlen)
         .register_path = "/v1/routers",
         .timeout_ms = (unsigned)r->cfg.control_timeout_ms,
         .backoff_max_ms = (unsigned)r->cfg.control_backoff_max_ms,
+        .token_file = r->cfg.token_file,
         .ctx = f,
         .version = rf_version,
         .register_body = rf_register_body,

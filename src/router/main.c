@@ -199,6 +199,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;
     }
+    if (router.cfg.auth_file && !router.cfg.admin_port) {
+        fprintf(stderr, "shoal-router: --auth-file guards the admin port, which is off: give "
+                        "--admin-port too\n");
+        return 2;
+    }
     struct admin *admin = NULL;
     if (router.cfg.admin_port) {
         admin = router_admin_create(&router, err, sizeof err);

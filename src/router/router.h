@@ -90,6 +90,9 @@
       "above the control plane's hold time", NULL)                                                \
     X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
       "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
+    X(token_file, 0, STR, NULL, 0, 0,                                                            \
+      "file holding the bearer token sent to --control (default: the SHOAL_TOKEN variable)",    \
+      NULL)                                                                                      \
     ADMIN_OPTIONS(X)
 
 struct router_config {
@@ -97,7 +100,7 @@ struct router_config {
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
         admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms;
-    const char *listen, *admin_listen, *port_file, *client_id, *control;
+    const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */
 };
 

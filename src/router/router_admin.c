@@ -113,7 +113,7 @@ struct admin *router_admin_create(struct router *r, char *err, size_t errlen)
 {
     struct admin_route routes[] = {{"/v1/topology", topology_route, r, 0}};
     struct admin_limits lim = {(unsigned)r->cfg.admin_conn_max,
-                               (unsigned)r->cfg.admin_header_timeout};
+                               (unsigned)r->cfg.admin_header_timeout, r->cfg.auth_file};
     return admin_create(r->cfg.admin_listen, (unsigned)r->cfg.admin_port, &lim, router_metrics, r,
                         routes, 1, err, errlen);
 }

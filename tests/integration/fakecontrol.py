@@ -30,6 +30,7 @@ class FakeControl:
         self.cond = threading.Condition()
         self.text, self.version = None, 0
         self.registrations, self.gets = [], []
+        self.auths = []  # each request's Authorization header (None when absent)
         self.routers_status = 201
         self.fail_status = None
         self.port = 0
@@ -81,6 +82,7 @@ class FakeControl:
                     self.wfile.write(body)
 
             def do_GET(self):
+                fake.auths.append(self.headers.get("Authorization"))
                 parts = urlsplit(self.path)
                 if fake.fail_status:
                     return self._send(fake.fail_status, b'{"error": "sick"}')
@@ -107,6 +109,7 @@ class FakeControl:
                 return self._send(200, body)
 
             def do_POST(self):
+                fake.auths.append(self.headers.get("Authorization"))
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
                 if fake.fail_status:

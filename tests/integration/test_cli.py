@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -24,9 +25,15 @@ SHOAL = REPO_ROOT / os.environ.get("SHOAL_CLI_BIN", "build/bin/shoal")
 UP_TIMEOUT = 120  # the sanitizer build starts slowly on a shared machine
 
 
+# `shoal up` keeps the local cluster's admin token under XDG_CONFIG_HOME: one for these tests,
+# not the user's
+CONFIG_HOME = tempfile.mkdtemp(prefix="shoal-cli-config-")
+
+
 def run(*args, cwd_dir=None, check=None, timeout=UP_TIMEOUT, env=None):
     """Run shoal with args; (returncode, stdout, stderr). check=0 asserts success."""
     e = dict(os.environ)
+    e["XDG_CONFIG_HOME"] = CONFIG_HOME
     e.update(env or {})
     p = subprocess.run([str(SHOAL), *map(str, args)], capture_output=True, text=True,
                        timeout=timeout, env=e, stdin=subprocess.DEVNULL)
@@ -273,6 +280,7 @@ def test_foreground_up_is_stopped_by_down(tmp_path):
     # started by a relative path, as scripts/run.sh does
     proc = subprocess.Popen([os.path.relpath(SHOAL, REPO_ROOT), *map(str, c.up_args()),
                              "--foreground"], cwd=REPO_ROOT, stdout=log,
+                            env=dict(os.environ, XDG_CONFIG_HOME=CONFIG_HOME),
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: "cluster is up" in (tmp_path / "fg.log").read_text()
@@ -328,7 +336,7 @@ def test_shoal_token_is_sent_as_a_bearer_token(tmp_path):
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         run("ns", "list", "--control", url, "--dir", tmp_path, env={"SHOAL_TOKEN": "s3cret"},
             check=0)
-        env = dict(os.environ)
+        env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "no-config"))
         env.pop("SHOAL_TOKEN", None)
         subprocess.run([str(SHOAL), "ns", "list", "--control", url, "--dir", str(tmp_path)],
                        env=env, capture_output=True, timeout=30, check=True)

@@ -47,7 +47,8 @@ def cluster(tmp_path):
     env = dict(os.environ, SHOAL_NO_BUILD="1", SHOAL_BASE_PORT=str(base), SHOAL_PORT=str(port),
                SHOAL_ADMIN_PORT=str(admin), SHOAL_CONTROL_PORT=str(control),
                SHOAL_RUN_DIR=str(tmp_path / "run"),
-               SHOAL_NODE_ARGS="-m 64")
+               SHOAL_NODE_ARGS="-m 64",
+               XDG_CONFIG_HOME=str(tmp_path / "config"))  # shoal up's token, not the user's
     log = open(tmp_path / "run.log", "w+")
     proc = subprocess.Popen([str(REPO_ROOT / "scripts/run.sh")], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
