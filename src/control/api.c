@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "control/control.h"
+#include "control/dash.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -436,6 +437,9 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         {"/v1/namespaces", ns_route, c, 0},
         {"/v1/pools", pool_route, c, 0},
         {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
+        {"/v1/stats", dash_stats_route, c, ADMIN_ROUTE_QUERY},
+        {"/static", dash_static_route, c, 0},
+        {"/", dash_page_route, c, 0},
     };
     struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
                                (unsigned)c->cfg.admin_header_timeout};

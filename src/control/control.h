@@ -36,6 +36,19 @@
       "time allowed for one push of namespace settings to a node's admin port, ms", NULL)       \
     X(push_retry_ms, 0, UINT, "5000", 10, 600000,                                                \
       "longest wait before a failed push is tried again (the wait doubles from 100 ms)", NULL)  \
+    X(stats_interval_ms, 0, UINT, "1000", 100, 60000,                                           \
+      "time between two samples of every node's /metrics for the dashboard and /v1/stats, ms",  \
+      NULL)                                                                                      \
+    X(stats_window, 0, UINT, "600", 10, 86400,                                                   \
+      "seconds of samples kept for the dashboard and /v1/stats", NULL)                           \
+    X(stats_timeout_ms, 0, UINT, "800", 50, 60000,                                               \
+      "time allowed for one node's /metrics when sampling, ms", NULL)                            \
+    X(stats_workers, 0, UINT, "8", 1, 256,                                                       \
+      "nodes sampled at once (a slow node holds one of them up to --stats-timeout-ms)", NULL)   \
+    X(stats_namespaces, 0, UINT, "512", 1, 16384,                                                \
+      "most namespaces whose series are kept (each costs 12 bytes per sample)", NULL)           \
+    X(chart_js, 0, STR, "/usr/share/javascript/chart.js/chart.min.js", 0, 0,                     \
+      "Chart.js served to the dashboard as /static/chart.js (Debian's libjs-chart.js)", NULL)   \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
     ADMIN_OPTIONS(X)
@@ -43,7 +56,8 @@
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
         admin_conn_max, admin_header_timeout;
-    const char *listen, *data_dir, *state, *port_file;
+    uint64_t stats_interval_ms, stats_window, stats_timeout_ms, stats_workers, stats_namespaces;
+    const char *listen, *data_dir, *state, *port_file, *chart_js;
 };
 
 #define CONTROL_METRICS(X)                                                                       \
@@ -62,7 +76,10 @@ struct control_config {
     X(push_pending, GAUGE, "node namespace settings not yet in place")                           \
     X(state_writes, COUNTER, "state store writes (each change is stored before it is acknowledged)") \
     X(state_write_failures, COUNTER, "state store writes that failed (the change was refused)") \
-    X(topology_version, GAUGE, "version of the topology document served")
+    X(topology_version, GAUGE, "version of the topology document served")                       \
+    X(stats_samples, COUNTER, "dashboard samples taken (every node's /metrics read once)")      \
+    X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
+    X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked")
 
 struct control_metrics {
     CONTROL_METRICS(METRIC_FIELD)
@@ -71,6 +88,7 @@ struct control_metrics {
 struct state_store;
 struct poller;
 struct pusher;
+struct sampler;
 
 struct control {
     struct control_config cfg;
@@ -83,6 +101,7 @@ struct control {
     struct state_store *store;
     struct poller *poll;
     struct pusher *push;
+    struct sampler *stats; /* the dashboard's samples (sampler.h) */
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)

@@ -22,6 +22,8 @@
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
+#include "control/dash.h"
+#include "control/sampler.h"
 #include "control/state.h"
 
 static struct control ctl;
@@ -117,6 +119,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-control: %s\n", err);
         return 2;
     }
+    ctl.stats = sampler_create(&ctl, err, sizeof err);
+    if (ctl.stats == NULL) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    dash_setup(ctl.cfg.chart_js);
     push_notify(ctl.push); /* nodes get what the stored state says, after a restart too */
     struct admin *admin = api_create(&ctl, err, sizeof err);
     if (admin == NULL) {
@@ -149,6 +157,8 @@ int main(int argc, char **argv)
     admin_destroy(&admin);
     poll_destroy(&ctl.poll);
     push_destroy(&ctl.push);
+    sampler_destroy(&ctl.stats);
+    dash_teardown();
     state_close(&ctl.store);
     json_decref(ctl.model);
     free(ctl.doc);
