@@ -39,7 +39,7 @@
     X(stats_interval_ms, 0, UINT, "1000", 100, 60000,                                           \
       "time between two samples of every node's /metrics for the dashboard and /v1/stats, ms",  \
       NULL)                                                                                      \
-    X(stats_window, 0, UINT, "600", 10, 86400,                                                   \
+    X(stats_window, 0, UINT, "600", 1, 86400,                                                    \
       "seconds of samples kept for the dashboard and /v1/stats", NULL)                           \
     X(stats_timeout_ms, 0, UINT, "800", 50, 60000,                                               \
       "time allowed for one node's /metrics when sampling, ms", NULL)                            \
