@@ -31,7 +31,7 @@ struct prev_ns {
 struct snode {
     char node[MODEL_ADDR_MAX + 1], admin[MODEL_ADDR_MAX + 1];
     int health; /* 1 answered, -1 did not, 0 not read yet */
-    char error[160];
+    char error[200]; /* as long as a worker's message */
     double items, bytes, limit, version;
     uint64_t checked_ms; /* wall clock of the last read */
     struct prev_ns *prev;
