@@ -15,7 +15,7 @@
   ];
   const COLORS = ['#0969da', '#cf222e', '#1a7f37', '#8250df', '#bf8700', '#0a7ea4', '#e16f24',
                   '#6e7781', '#bf3989', '#116329'];
-  const state = { seq: 0, times: [], ns: {}, cap: 601, interval: 1000, charts: {}, fails: 0 };
+  const state = { seq: 0, times: [], ns: {}, cap: 601, interval: 1000, charts: {}, colors: {}, fails: 0 };
 
   function fmtOps(v) { return v == null ? '–' : v >= 100 ? v.toFixed(0) : v.toFixed(1); }
   function fmtRatio(v) { return v == null ? '–' : (100 * v).toFixed(1) + '%'; }
@@ -130,10 +130,11 @@
     body.replaceChildren(...rows);
   }
 
+  // each namespace keeps the colour it first got, in the order they were first seen
   function color(name) {
-    let x = 0;
-    for (const ch of name) x = (x * 31 + ch.charCodeAt(0)) >>> 0;
-    return COLORS[x % COLORS.length];
+    if (!(name in state.colors))
+      state.colors[name] = COLORS[Object.keys(state.colors).length % COLORS.length];
+    return state.colors[name];
   }
 
   function renderCharts() {
