@@ -73,6 +73,9 @@ $(BUILD)/bin/shoal: $(BUILD)/obj/src/cli/main.o $(call part_obj,cli) $(SHARED)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# the dashboard's page and script are built into shoal-control (.incbin in dash.c)
+$(BUILD)/obj/src/control/dash.o: $(wildcard src/control/www/*)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)

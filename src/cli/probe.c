@@ -1,5 +1,6 @@
 /* probe.c — the checks `shoal up` waits on and the figures `shoal status` and `shoal top` show:
- * a port accepting, a memcached get answered, /healthz, and shoal-node's /metrics. */
+ * a port accepting, a memcached get answered, /healthz, and shoal-node's /metrics (read by
+ * common/nodefigs, which shoal-control's dashboard shares). */
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -95,54 +96,7 @@ bool probe_healthz(const char *addr, unsigned timeout_ms)
     return rc == 0 && status == 200;
 }
 
-double probe_metric(const char *text, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (!strncmp(p, name, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
-    }
-    return -1;
-}
-
-static struct probe_ns *ns_slot(struct probe_node *o, const char *name, size_t len)
-{
-    for (int i = 0; i < o->nns; i++)
-        if (strlen(o->ns[i].name) == len && !strncmp(o->ns[i].name, name, len)) return &o->ns[i];
-    if (o->nns == PROBE_NS_MAX || len >= sizeof o->ns[0].name) return NULL;
-    struct probe_ns *s = &o->ns[o->nns++];
-    memset(s, 0, sizeof *s);
-    memcpy(s->name, name, len);
-    s->name[len] = 0;
-    return s;
-}
-
-/* Lines shoal_node_ns_<field>{namespace="x"} value. */
-static void parse_ns(const char *text, struct probe_node *o)
-{
-    static const char pre[] = "shoal_node_ns_";
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, pre, sizeof pre - 1)) continue;
-        const char *f = p + sizeof pre - 1, *lb = strstr(f, "{namespace=\"");
-        const char *eol = strchr(p, '\n');
-        if (lb == NULL || (eol && lb > eol)) continue;
-        const char *nm = lb + 12, *q = strchr(nm, '"');
-        if (q == NULL || (eol && q > eol) || q[1] != '}') continue;
-        struct probe_ns *s = ns_slot(o, nm, (size_t)(q - nm));
-        if (s == NULL) continue;
-        double v = strtod(q + 3, NULL);
-        size_t fl = (size_t)(lb - f);
-#define FIELD(lit, dst) if (fl == sizeof lit - 1 && !strncmp(f, lit, fl)) s->dst = v
-        FIELD("get_hits_total", hits);
-        FIELD("get_misses_total", misses);
-        FIELD("sets_total", sets);
-        FIELD("deletes_total", deletes);
-        FIELD("memory_bytes", memory);
-        FIELD("quota_bytes", quota);
-        FIELD("items", items);
-        FIELD("bytes", bytes);
-#undef FIELD
-    }
-}
+double probe_metric(const char *text, const char *name) { return nodefigs_metric(text, name); }
 
 void probe_node(const char *admin, struct probe_node *o)
 {
@@ -162,12 +116,18 @@ void probe_node(const char *admin, struct probe_node *o)
         free(body);
         return;
     }
-    o->items = probe_metric(body, "shoal_node_curr_items");
-    o->bytes = probe_metric(body, "shoal_node_bytes");
-    o->limit = probe_metric(body, "shoal_node_limit_maxbytes");
-    o->hits = probe_metric(body, "shoal_node_get_hits_total");
-    o->misses = probe_metric(body, "shoal_node_get_misses_total");
-    o->version = probe_metric(body, "shoal_node_topology_version");
-    parse_ns(body, o);
+    struct nodefigs *st = malloc(sizeof *st);
+    if (st) {
+        nodefigs_parse(body, st);
+        o->items = st->items;
+        o->bytes = st->bytes;
+        o->limit = st->limit;
+        o->hits = st->hits;
+        o->misses = st->misses;
+        o->version = st->version;
+        o->nns = st->nns;
+        memcpy(o->ns, st->ns, (size_t)st->nns * sizeof st->ns[0]);
+        free(st);
+    }
     free(body);
 }

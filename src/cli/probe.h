@@ -6,12 +6,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define PROBE_NS_MAX 300
+#include "common/nodefigs.h"
 
-struct probe_ns {
-    char name[72];
-    double hits, misses, sets, deletes, memory, quota, items, bytes;
-};
+#define PROBE_NS_MAX NODEFIGS_NS_MAX
 
 /* What one node's admin port told (fields left at -1 when absent). */
 struct probe_node {
@@ -20,7 +17,7 @@ struct probe_node {
     char error[160];     /* why not, when not */
     double items, bytes, limit, hits, misses, version;
     int nns;
-    struct probe_ns ns[PROBE_NS_MAX];
+    struct nodefigs_ns ns[PROBE_NS_MAX];
 };
 
 /* "host:port" -> host (NUL-terminated, at most hostlen) and port; -1 when malformed. */

@@ -80,7 +80,7 @@ static int take(const char *control, struct sample *s, struct probe_node *pn)
             if (admin == NULL || !*admin) continue;
             probe_node(admin, pn);
             for (int k = 0; k < pn->nns; k++) {
-                struct probe_ns *p = &pn->ns[k];
+                struct nodefigs_ns *p = &pn->ns[k];
                 struct ns_sum *x = find(s, p->name);
                 if (x == NULL) continue;
                 x->ops += p->hits + p->misses + p->sets + p->deletes;

@@ -48,9 +48,11 @@ static __thread struct {
     struct admin_req *rq;
     int may_hold;
     const struct auth_caller *caller;
+    const char *type; /* admin_set_type()'s, for the answer given now */
 } admin_cur;
 
 const struct auth_caller *admin_caller(void) { return admin_cur.caller; }
+void admin_set_type(const char *content_type) { admin_cur.type = content_type; }
 
 struct admin_held *admin_hold(void)
 {
@@ -231,6 +233,7 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         admin_cur.rq = rq;
         admin_cur.may_hold = (rt->flags & ADMIN_ROUTE_HOLD) != 0;
         admin_cur.caller = a->auth && writes ? &who : NULL;
+        admin_cur.type = NULL;
         int status = rt->fn(rt->ctx, method, buf_start(&rest), buf_start(&rq->body),
                             buf_used(&rq->body) - 1, &out);
         admin_cur.rq = NULL;
@@ -243,7 +246,8 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
             return MHD_YES;
         }
         if (status == ADMIN_HELD) status = 500; /* a handler that meant to hold but could not */
-        enum MHD_Result r = admin_reply(conn, (unsigned)status, "application/json",
+        enum MHD_Result r = admin_reply(conn, (unsigned)status,
+                                        admin_cur.type ? admin_cur.type : "application/json",
                                         out.data ? buf_start(&out) : "", buf_used(&out));
         buf_release(&out);
         return r;

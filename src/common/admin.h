@@ -91,6 +91,10 @@ struct admin_held;
  * thread, even before the handler returns); until then the connection is suspended (a client
  * that goes away is noticed only when the answer is sent). NULL (out of memory): answer now. */
 struct admin_held *admin_hold(void);
+/* Called inside a handler: answer with this Content-Type (a string that outlives the call)
+ * instead of application/json. Not for held requests. */
+void admin_set_type(const char *content_type);
+
 /* Answer a held request with `status` and a JSON body (copied; len 0: none). The handle is
  * gone once this returns. */
 void admin_answer(struct admin_held *h, int status, const char *body, size_t len);

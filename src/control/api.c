@@ -12,6 +12,7 @@
 #include "control/control.h"
 #include "control/forward.h"
 #include "control/leader.h"
+#include "control/dash.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -490,6 +491,9 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         {"/v1/namespaces", ns_route, c, ADMIN_ROUTE_HOLD | ADMIN_ROUTE_TEAM},
         {"/v1/pools", pool_route, c, ADMIN_ROUTE_HOLD},
         {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
+        {"/v1/stats", dash_stats_route, c, ADMIN_ROUTE_QUERY},
+        {"/static", dash_static_route, c, 0},
+        {"/", dash_page_route, c, 0},
     };
     struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
                                (unsigned)c->cfg.admin_header_timeout, c->cfg.auth_file};

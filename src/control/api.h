@@ -9,6 +9,7 @@
  *   DELETE /v1/pools/<name>/nodes/<host:port>    remove a node: its slots go to the others
  *   GET    /v1/topology[?after=V]                the topology document; with after=, held
  *                                                until a newer version or --poll-timeout (304)
+ *   GET    /v1/stats[?since=N], /, /static/...   the dashboard and its figures (dash.h)
  *   GET    /healthz, /metrics                    (common/admin.c)
  *
  * A change is applied to a copy of the model, checked whole, stored, and only then made

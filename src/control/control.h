@@ -53,6 +53,19 @@
     X(advertise, 0, STR, NULL, 0, 0,                                                             \
       "the URL other shoal-control processes forward writes to (default http://LISTEN:PORT)",   \
       NULL)                                                                                      \
+    X(stats_interval_ms, 0, UINT, "1000", 100, 60000,                                           \
+      "time between two samples of every node's /metrics for the dashboard and /v1/stats, ms",  \
+      NULL)                                                                                      \
+    X(stats_window, 0, UINT, "600", 1, 86400,                                                    \
+      "seconds of samples kept for the dashboard and /v1/stats", NULL)                           \
+    X(stats_timeout_ms, 0, UINT, "800", 50, 60000,                                               \
+      "time allowed for one node's /metrics when sampling, ms", NULL)                            \
+    X(stats_workers, 0, UINT, "8", 1, 256,                                                       \
+      "nodes sampled at once (a slow node holds one of them up to --stats-timeout-ms)", NULL)   \
+    X(stats_namespaces, 0, UINT, "512", 1, 16384,                                                \
+      "most namespaces whose series are kept (each costs 12 bytes per sample)", NULL)           \
+    X(chart_js, 0, STR, "/usr/share/javascript/chart.js/chart.min.js", 0, 0,                     \
+      "Chart.js served to the dashboard as /static/chart.js (Debian's libjs-chart.js)", NULL)   \
     X(port_file, 0, STR, NULL, 0, 0, "write the bound port to this file (for tests)", NULL)      \
     X(token_file, 0, STR, NULL, 0, 0,                                                            \
       "file holding the bearer token sent with pushes to nodes' admin ports (default: the "     \
@@ -63,8 +76,9 @@
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
         admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms;
+    uint64_t stats_interval_ms, stats_window, stats_timeout_ms, stats_workers, stats_namespaces;
     const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise,
-        *auth_file, *token_file;
+        *auth_file, *token_file, *chart_js;
 };
 
 #define CONTROL_METRICS(X)                                                                       \
@@ -91,7 +105,10 @@ struct control_config {
     X(forward_failures, COUNTER, "changes a follower could not forward (no leader, or it did not answer)") \
     X(deposed_refusals, COUNTER, "changes refused because etcd's guard showed this process had lost the lease") \
     X(state_refreshes, COUNTER, "newer states read from etcd and installed (followers, or a new leader)") \
-    X(etcd_errors, COUNTER, "etcd requests no member answered (retried on the next tick)")
+    X(etcd_errors, COUNTER, "etcd requests no member answered (retried on the next tick)") \
+    X(stats_samples, COUNTER, "dashboard samples taken (every node's /metrics read once)")      \
+    X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
+    X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked")
 
 struct control_metrics {
     CONTROL_METRICS(METRIC_FIELD)
@@ -102,6 +119,7 @@ struct poller;
 struct pusher;
 struct ha;
 struct forwarder;
+struct sampler;
 
 struct control {
     struct control_config cfg;
@@ -118,6 +136,7 @@ struct control {
     struct ha *ha;          /* --etcd: the election and the follower's sync (leader.h); else NULL */
     struct forwarder *fwd;  /* --etcd: changes sent on to the leader (forward.h); else NULL */
     char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
+    struct sampler *stats; /* the dashboard's samples (sampler.h) */
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)

@@ -26,6 +26,8 @@
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
+#include "control/dash.h"
+#include "control/sampler.h"
 #include "control/state.h"
 
 static struct control ctl;
@@ -143,6 +145,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-control: %s\n", err);
         return 2;
     }
+    ctl.stats = sampler_create(&ctl, err, sizeof err);
+    if (ctl.stats == NULL) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
+    dash_setup(ctl.cfg.chart_js);
     if (ctl.cfg.etcd) {
         /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
         push_pause(ctl.push);
@@ -198,6 +206,8 @@ int main(int argc, char **argv)
     admin_destroy(&admin);
     poll_destroy(&ctl.poll);
     push_destroy(&ctl.push);
+    sampler_destroy(&ctl.stats);
+    dash_teardown();
     state_close(&ctl.store);
     json_decref(ctl.model);
     free(ctl.doc);
