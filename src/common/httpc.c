@@ -208,6 +208,13 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
                   size_t len, unsigned timeout_ms, struct httpc_reply *reply, char *err,
                   size_t errlen)
 {
+    return httpc_request_hdr(h, method, url, NULL, body, len, timeout_ms, reply, err, errlen);
+}
+
+int httpc_request_hdr(struct httpc *h, const char *method, const char *url, const char *line,
+                      const char *body, size_t len, unsigned timeout_ms,
+                      struct httpc_reply *reply, char *err, size_t errlen)
+{
     CURL *e = h->easy;
     char *cerr = h->cerr;
     struct curl_slist *hdrs = NULL;
@@ -220,6 +227,14 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
     bool ok;
     hdrs = httpc_headers(h, &ok);
     if (!ok) return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+    if (line) {
+        struct curl_slist *more = curl_slist_append(hdrs, line);
+        if (more == NULL) {
+            curl_slist_free_all(hdrs);
+            return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+        }
+        hdrs = more;
+    }
 
     /* reset keeps the live connection, so a follower's polls reuse one TCP connection */
     curl_easy_reset(e);

@@ -47,6 +47,10 @@ int httpc_add_header(struct httpc *h, const char *line);
 int httpc_request(struct httpc *h, const char *method, const char *url, const char *body,
                   size_t len, unsigned timeout_ms, struct httpc_reply *reply, char *err,
                   size_t errlen);
+/* httpc_request with one more header line ("Name: value"; NULL: none) for this request only. */
+int httpc_request_hdr(struct httpc *h, const char *method, const char *url, const char *line,
+                      const char *body, size_t len, unsigned timeout_ms,
+                      struct httpc_reply *reply, char *err, size_t errlen);
 static inline int httpc_get(struct httpc *h, const char *url, unsigned timeout_ms,
                             struct httpc_reply *reply, char *err, size_t errlen)
 {
