@@ -241,6 +241,9 @@ int httpc_request_hdr(struct httpc *h, const char *method, const char *url, cons
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    /* control traffic is between shoal's own processes: never through a proxy named in the
+     * environment (http_proxy, ALL_PROXY, ...); "" disables libcurl's use of those */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 5000 ? timeout_ms : 5000));
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, httpc_write);

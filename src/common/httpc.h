@@ -7,6 +7,8 @@
  * ended at once from another thread (httpc_cancel), so a thread held in a long poll can be
  * stopped without waiting for the server. Replies are read into a struct buf, capped at a size
  * the caller chooses, so a misbehaving server cannot make the process grow without bound.
+ * No proxy is ever used, whatever http_proxy, HTTPS_PROXY or ALL_PROXY say: this traffic is
+ * between shoal's own processes.
  *
  * Never on a data-path thread: a request blocks its caller (name resolution included). */
 #ifndef SHOAL_COMMON_HTTPC_H
