@@ -89,6 +89,7 @@ struct httpc {
     CURLM *multi;
     CURL *easy;
     size_t body_max;
+    unsigned connect_ms; /* httpc_set_connect_timeout's, or 0 */
     int cancelled;      /* atomic: set by httpc_cancel from any thread */
     struct buf *sink;   /* the reply body being read */
     bool over;          /* the reply was longer than body_max */
@@ -157,6 +158,8 @@ static struct curl_slist *httpc_headers(const struct httpc *h, bool *ok)
     }
     return out;
 }
+
+void httpc_set_connect_timeout(struct httpc *h, unsigned ms) { h->connect_ms = ms; }
 
 void httpc_cancel(struct httpc *h)
 {
@@ -245,7 +248,9 @@ int httpc_request_hdr(struct httpc *h, const char *method, const char *url, cons
      * environment (http_proxy, ALL_PROXY, ...); "" disables libcurl's use of those */
     curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 5000 ? timeout_ms : 5000));
+    unsigned connect_ms = h->connect_ms ? h->connect_ms : 5000;
+    if (connect_ms > timeout_ms) connect_ms = timeout_ms;
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, httpc_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);

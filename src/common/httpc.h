@@ -40,6 +40,11 @@ void httpc_destroy(struct httpc **h);
  * of this client. 0, or -1 when memory ran out. */
 int httpc_add_header(struct httpc *h, const char *line);
 
+/* Give up connecting after ms (0: the default, the request's deadline up to 5 s), for every
+ * later request of this client: a caller that moves on to other hosts when one is down (e.g.
+ * shoal-control's pushes) sets it short. */
+void httpc_set_connect_timeout(struct httpc *h, unsigned ms);
+
 /* Send one request and wait for the whole reply, at most timeout_ms (connection included).
  * `method` is "GET", "PUT", "POST" or "DELETE"; `body` (len bytes, may be NULL) is sent with
  * Content-Type: application/json. Returns 0 when a reply came, whatever its status (the caller
