@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
 #include "control/control.h"
@@ -371,11 +372,7 @@ struct pusher *push_create(struct control *c, char *err, size_t errlen)
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&p->cv);
     if (pthread_create(&p->th, NULL, push_main, p) != 0) {
         snprintf(err, errlen, "cannot start the push thread");
         json_decref(p->index);
