@@ -13,10 +13,11 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -lcurl -luring -lpthread -lm
-# A library is recorded only if the binary uses it: src/common/httpc.c opens libcurl with dlopen
-# when a client is first made, so libcurl and its TLS stack are not loaded into a node that does
-# not follow a control plane (resident memory is issue 11's measure).
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpthread -lm
+# libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
+# client is first made, so libcurl and its TLS stack are not loaded into a node that does not
+# follow a control plane (resident memory is issue 11's measure). Nothing calls curl_* directly.
+# A library is recorded only if the binary uses it.
 LDFLAGS += -Wl,--as-needed
 
 ifeq ($(SAN),1)

@@ -369,6 +369,7 @@ static void print_table(const struct member *m, const char *dir, const char *con
     cli_table_free(&t);
     int rp = addr_port(m[M_ROUTER].addr);
     printf("\n  control plane: %s   (state in %s/control)\n", control, dir);
+    printf("  dashboard:     %s/   (open it in a browser)\n", control);
     printf("  try:   printf 'set greeting 0 0 2\\r\\nhi\\r\\nget greeting\\r\\n' | nc -q1 127.0.0.1 %d\n", rp);
     printf("         python3 -c \"from pymemcache.client.base import Client; c = Client(('127.0.0.1', "
            "%d)); c.set('k', 'hi'); print(c.get('k'))\"\n", rp);

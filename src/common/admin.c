@@ -48,10 +48,12 @@ static __thread struct {
     struct admin_req *rq;
     int may_hold;
     const struct auth_caller *caller;
+    const char *authorization; /* the request's Authorization header, or NULL */
     const char *type; /* admin_set_type()'s, for the answer given now */
 } admin_cur;
 
 const struct auth_caller *admin_caller(void) { return admin_cur.caller; }
+const char *admin_authorization(void) { return admin_cur.authorization; }
 void admin_set_type(const char *content_type) { admin_cur.type = content_type; }
 
 struct admin_held *admin_hold(void)
@@ -233,12 +235,15 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
         admin_cur.rq = rq;
         admin_cur.may_hold = (rt->flags & ADMIN_ROUTE_HOLD) != 0;
         admin_cur.caller = a->auth && writes ? &who : NULL;
+        admin_cur.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "Authorization");
         admin_cur.type = NULL;
         int status = rt->fn(rt->ctx, method, buf_start(&rest), buf_start(&rq->body),
                             buf_used(&rq->body) - 1, &out);
         admin_cur.rq = NULL;
         admin_cur.may_hold = 0;
         admin_cur.caller = NULL;
+        admin_cur.authorization = NULL;
         buf_release(&rest);
         if (rq->held) { /* suspended: the answer comes through admin_answer() */
             __atomic_fetch_add(&a->held, 1, __ATOMIC_RELAXED);

@@ -81,6 +81,10 @@ struct admin_route {
 /* Inside a handler: who sent the request, when it is a write on a listener with tokens; NULL
  * otherwise (a GET, or no --auth-file: anyone may). */
 const struct auth_caller *admin_caller(void);
+/* Inside a handler: the request's Authorization header value as it came (NULL: none), valid
+ * until the handler returns; a handler that passes the request on to another daemon (a
+ * shoal-control follower to its leader) copies it so the other judges the same caller. */
+const char *admin_authorization(void);
 
 /* A handler's return value after admin_hold(): no answer yet. */
 #define ADMIN_HELD 0

@@ -25,6 +25,17 @@ uint64_t clock_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+int clock_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (rc) return rc;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
 time_t clock_epoch(void) { return clock_unix_start; }
 
 uint32_t clock_exptime(int64_t exptime, uint32_t now)

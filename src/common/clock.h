@@ -6,6 +6,7 @@
 #ifndef SHOAL_COMMON_CLOCK_H
 #define SHOAL_COMMON_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -17,6 +18,10 @@ void clock_setup(void);
 uint32_t clock_now(void);
 /* A monotonic clock in milliseconds, coarse (a few ms) and cheap: for timeouts and pacing. */
 uint64_t clock_now_ms(void);
+/* pthread_cond_init with CLOCK_MONOTONIC as the clock of pthread_cond_timedwait's deadline,
+ * so a wall-clock step neither stalls nor rushes a timed wait: deadlines are then
+ * clock_gettime(CLOCK_MONOTONIC) + the wait. 0, or pthread_cond_init's error. */
+int clock_cond_init_monotonic(pthread_cond_t *cv);
 /* Unix time at which the clock read 0. */
 time_t clock_epoch(void);
 /* Convert a client's exptime to the store clock: 0 stays 0 (never), negative is already

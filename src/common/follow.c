@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
 
@@ -267,11 +268,7 @@ struct follower *follower_create(const struct follow_spec *spec, char *err, size
     f->spec = *spec;
     f->up = -1;
     pthread_mutex_init(&f->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&f->cond);
     return f;
 }
 

@@ -89,6 +89,7 @@ struct httpc {
     CURLM *multi;
     CURL *easy;
     size_t body_max;
+    unsigned connect_ms; /* httpc_set_connect_timeout's, or 0 */
     int cancelled;      /* atomic: set by httpc_cancel from any thread */
     struct buf *sink;   /* the reply body being read */
     bool over;          /* the reply was longer than body_max */
@@ -158,6 +159,8 @@ static struct curl_slist *httpc_headers(const struct httpc *h, bool *ok)
     return out;
 }
 
+void httpc_set_connect_timeout(struct httpc *h, unsigned ms) { h->connect_ms = ms; }
+
 void httpc_cancel(struct httpc *h)
 {
     __atomic_store_n(&h->cancelled, 1, __ATOMIC_SEQ_CST);
@@ -208,6 +211,13 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
                   size_t len, unsigned timeout_ms, struct httpc_reply *reply, char *err,
                   size_t errlen)
 {
+    return httpc_request_hdr(h, method, url, NULL, body, len, timeout_ms, reply, err, errlen);
+}
+
+int httpc_request_hdr(struct httpc *h, const char *method, const char *url, const char *line,
+                      const char *body, size_t len, unsigned timeout_ms,
+                      struct httpc_reply *reply, char *err, size_t errlen)
+{
     CURL *e = h->easy;
     char *cerr = h->cerr;
     struct curl_slist *hdrs = NULL;
@@ -220,14 +230,27 @@ int httpc_request(struct httpc *h, const char *method, const char *url, const ch
     bool ok;
     hdrs = httpc_headers(h, &ok);
     if (!ok) return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+    if (line) {
+        struct curl_slist *more = curl_slist_append(hdrs, line);
+        if (more == NULL) {
+            curl_slist_free_all(hdrs);
+            return httpc_fail(err, errlen, "%s %s: out of memory", method, url);
+        }
+        hdrs = more;
+    }
 
     /* reset keeps the live connection, so a follower's polls reuse one TCP connection */
     curl_easy_reset(e);
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    /* control traffic is between shoal's own processes: never through a proxy named in the
+     * environment (http_proxy, ALL_PROXY, ...); "" disables libcurl's use of those */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 5000 ? timeout_ms : 5000));
+    unsigned connect_ms = h->connect_ms ? h->connect_ms : 5000;
+    if (connect_ms > timeout_ms) connect_ms = timeout_ms;
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, httpc_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);

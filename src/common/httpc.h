@@ -7,6 +7,8 @@
  * ended at once from another thread (httpc_cancel), so a thread held in a long poll can be
  * stopped without waiting for the server. Replies are read into a struct buf, capped at a size
  * the caller chooses, so a misbehaving server cannot make the process grow without bound.
+ * No proxy is ever used, whatever http_proxy, HTTPS_PROXY or ALL_PROXY say: this traffic is
+ * between shoal's own processes.
  *
  * Never on a data-path thread: a request blocks its caller (name resolution included). */
 #ifndef SHOAL_COMMON_HTTPC_H
@@ -38,6 +40,11 @@ void httpc_destroy(struct httpc **h);
  * of this client. 0, or -1 when memory ran out. */
 int httpc_add_header(struct httpc *h, const char *line);
 
+/* Give up connecting after ms (0: the default, the request's deadline up to 5 s), for every
+ * later request of this client: a caller that moves on to other hosts when one is down (e.g.
+ * shoal-control's pushes) sets it short. */
+void httpc_set_connect_timeout(struct httpc *h, unsigned ms);
+
 /* Send one request and wait for the whole reply, at most timeout_ms (connection included).
  * `method` is "GET", "PUT", "POST" or "DELETE"; `body` (len bytes, may be NULL) is sent with
  * Content-Type: application/json. Returns 0 when a reply came, whatever its status (the caller
@@ -47,6 +54,10 @@ int httpc_add_header(struct httpc *h, const char *line);
 int httpc_request(struct httpc *h, const char *method, const char *url, const char *body,
                   size_t len, unsigned timeout_ms, struct httpc_reply *reply, char *err,
                   size_t errlen);
+/* httpc_request with one more header line ("Name: value"; NULL: none) for this request only. */
+int httpc_request_hdr(struct httpc *h, const char *method, const char *url, const char *line,
+                      const char *body, size_t len, unsigned timeout_ms,
+                      struct httpc_reply *reply, char *err, size_t errlen);
 static inline int httpc_get(struct httpc *h, const char *url, unsigned timeout_ms,
                             struct httpc_reply *reply, char *err, size_t errlen)
 {

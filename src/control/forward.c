@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ struct fwd_item {
     struct admin_held *h;
     char method[8];
     char *path, *body;
+    char *auth; /* "Authorization: <as the client sent it>", or NULL */
     size_t len;
 };
 
@@ -53,6 +55,7 @@ static void item_free(struct fwd_item *it)
 {
     free(it->path);
     free(it->body);
+    free(it->auth);
     memset(it, 0, sizeof *it);
 }
 
@@ -80,8 +83,11 @@ static void forward_one(struct forwarder *f, struct fwd_item *it)
     snprintf(url + ul, sizeof url - ul, "%s", it->path);
     struct httpc_reply r;
     httpc_reply_init(&r);
-    if (httpc_request(f->http, it->method, url, it->len ? it->body : NULL, it->len,
-                      (unsigned)c->cfg.etcd_timeout_ms * 3 + 5000, &r, err, sizeof err) < 0) {
+    /* the client's own token goes along: the leader judges the caller (and a team token's
+     * team) itself, as if the change had been sent to it */
+    if (httpc_request_hdr(f->http, it->method, url, it->auth, it->len ? it->body : NULL, it->len,
+                          (unsigned)c->cfg.etcd_timeout_ms * 3 + 5000, &r, err,
+                          sizeof err) < 0) {
         CTL_INC(c, forward_failures);
         log_warn_limited("forwarding a change to the leader failed: %s", err);
         snprintf(msg, sizeof msg, "the leader did not answer (%.300s): the change may or may "
@@ -162,7 +168,10 @@ int forward_request(struct forwarder *f, const char *method, const char *path,
     snprintf(it.method, sizeof it.method, "%s", method);
     it.path = strdup(path);
     it.body = malloc(len + 1);
-    if (it.path == NULL || it.body == NULL) {
+    const char *auth = admin_authorization();
+    bool auth_ok = auth == NULL || asprintf(&it.auth, "Authorization: %s", auth) >= 0;
+    if (!auth_ok) it.auth = NULL;
+    if (it.path == NULL || it.body == NULL || !auth_ok) {
         item_free(&it);
         buf_append_str(out, nomem);
         return 507;

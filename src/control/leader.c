@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "control/control.h"
 #include "control/etcd.h"
@@ -319,11 +320,7 @@ struct ha *ha_create(struct control *c, char *err, size_t errlen)
     h->ttl = (unsigned)c->cfg.etcd_lease_ttl;
     h->poll_ms = (unsigned)c->cfg.etcd_poll_ms;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&h->cv);
     if (asprintf(&h->leader_key, "%sleader", c->cfg.etcd_prefix) < 0) h->leader_key = NULL;
     if (asprintf(&h->state_key, "%sstate", c->cfg.etcd_prefix) < 0) h->state_key = NULL;
     if (h->leader_key && h->state_key &&

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "control/control.h"
 
 struct held_poll {
@@ -113,11 +114,7 @@ struct poller *poll_create(struct control *c, char *err, size_t errlen)
     p->max = c->cfg.poll_max;
     p->version = c->version;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&p->cv);
     if (pthread_create(&p->th, NULL, poll_main, p) != 0) {
         snprintf(err, errlen, "cannot start the long-poll thread");
         free(p->v);

@@ -1,16 +1,17 @@
-/* push.c — namespace settings pushed to nodes' admin ports (see push.h).
- *
- * libcurl is called directly here; a shared HTTP client for every daemon (src/common/httpc)
- * can take its place once it exists. */
+/* push.c — namespace settings pushed to nodes' admin ports (see push.h), over the shared
+ * HTTP client (common/httpc: one client for the push thread, which keeps a connection to the
+ * node it last pushed to, never goes through a proxy, and sends --token-file's token). */
 #include "control/push.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/httpc.h"
 #include "common/log.h"
 #include "control/control.h"
 #include "control/model.h"
@@ -32,6 +33,7 @@ struct pusher {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t th;
+    struct httpc *http; /* the push thread's */
     struct push_entry *v;
     size_t n, cap;
     json_t *index; /* "node/ns" -> position in v: a change touches every entry, so no scans */
@@ -194,57 +196,28 @@ void push_notify(struct pusher *p)
     pthread_mutex_unlock(&c->lock);
 }
 
-struct reply {
-    char text[200];
-    size_t len;
-};
-
-static size_t reply_sink(char *data, size_t size, size_t n, void *arg)
+/* One request on the push thread's client; 0 when the node answered 2xx (404 too for a
+ * DELETE), else -1 with why. */
+static int http_call(struct httpc *http, const char *method, const char *url, const char *body,
+                     unsigned timeout_ms, char *err, size_t errlen)
 {
-    struct reply *r = arg;
-    size_t len = size * n, room = sizeof r->text - 1 - r->len;
-    memcpy(r->text + r->len, data, len < room ? len : room);
-    r->len += len < room ? len : room;
-    r->text[r->len] = 0;
-    return len;
-}
-
-/* One HTTP request; 0 when the node answered 2xx (404 too for a DELETE), else -1 with why. */
-static int http_call(const char *method, const char *url, const char *body, long timeout_ms,
-                     const char *auth, char *err, size_t errlen)
-{
-    CURL *h = curl_easy_init();
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-    struct curl_slist *more = hdr && auth ? curl_slist_append(hdr, auth) : hdr;
-    if (h == NULL || hdr == NULL || more == NULL) {
-        if (h) curl_easy_cleanup(h);
-        curl_slist_free_all(hdr);
-        snprintf(err, errlen, "out of memory");
+    struct httpc_reply r;
+    httpc_reply_init(&r);
+    if (httpc_request(http, method, url, body, body ? strlen(body) : 0, timeout_ms, &r, err,
+                      errlen) < 0) {
+        httpc_reply_release(&r);
         return -1;
     }
-    struct reply r = {{0}, 0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 1000 ? timeout_ms : 1000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, reply_sink);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    if (rc != CURLE_OK) {
-        snprintf(err, errlen, "%s", curl_easy_strerror(rc));
-        return -1;
+    long status = r.status;
+    if ((status >= 200 && status < 300) || (status == 404 && !strcmp(method, "DELETE"))) {
+        httpc_reply_release(&r);
+        return 0;
     }
-    if ((status >= 200 && status < 300) || (status == 404 && !strcmp(method, "DELETE"))) return 0;
-    while (r.len && (r.text[r.len - 1] == '\n' || r.text[r.len - 1] == '\r')) r.text[--r.len] = 0;
-    snprintf(err, errlen, "HTTP %ld %.150s", status, r.text);
+    size_t n = buf_used(&r.body);
+    const char *text = n ? buf_start(&r.body) : "";
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
+    snprintf(err, errlen, "HTTP %ld %.*s", status, (int)(n < 150 ? n : 150), text);
+    httpc_reply_release(&r);
     return -1;
 }
 
@@ -285,15 +258,15 @@ static void *push_main(void *arg)
         int rc = -1;
         if (node && admin && ns && (del || body)) {
             snprintf(url, sizeof url, "http://%s/v1/namespaces/%s", admin, ns);
-            rc = http_call(del ? "DELETE" : "PUT", url, body,
-                           (long)c->cfg.push_timeout_ms, c->auth_header, err, sizeof err);
+            rc = http_call(p->http, del ? "DELETE" : "PUT", url, body,
+                           (unsigned)c->cfg.push_timeout_ms, err, sizeof err);
         }
         pthread_mutex_lock(&p->mu);
         e = node && ns ? find(p, node, ns) : NULL;
         if (rc == 0) {
             CTL_INC(c, pushes);
             log_info("namespace %s %s on node %s", ns, del ? "removed" : "settings in place", node);
-        } else {
+        } else if (!p->stop) { /* a push ended by push_destroy is no failure */
             CTL_INC(c, push_failures);
             log_warn_limited("push of namespace %s to node %s (admin %s) failed, will retry: %s",
                              ns ? ns : "?", node ? node : "?", admin ? admin : "?", err);
@@ -376,29 +349,34 @@ json_t *push_status(struct pusher *p, const char *ns)
 
 struct pusher *push_create(struct control *c, char *err, size_t errlen)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-        snprintf(err, errlen, "cannot initialise libcurl");
-        return NULL;
-    }
     struct pusher *p = calloc(1, sizeof *p);
     if (p == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     p->c = c;
-    if ((p->index = json_object()) == NULL) {
+    /* node replies are a namespace's settings: small */
+    if ((p->http = httpc_create(64 << 10)) == NULL) {
+        free(p);
+        snprintf(err, errlen, "cannot start the HTTP client for pushes (libcurl missing?)");
+        return NULL;
+    }
+    /* a node that is down is noticed within a second, so the others' pushes are not held */
+    httpc_set_connect_timeout(p->http, 1000);
+    if ((p->index = json_object()) == NULL ||
+        (c->auth_header && httpc_add_header(p->http, c->auth_header) < 0)) {
+        json_decref(p->index);
+        httpc_destroy(&p->http);
         free(p);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&p->cv);
     if (pthread_create(&p->th, NULL, push_main, p) != 0) {
         snprintf(err, errlen, "cannot start the push thread");
+        json_decref(p->index);
+        httpc_destroy(&p->http);
         free(p);
         return NULL;
     }
@@ -413,13 +391,14 @@ void push_destroy(struct pusher **pp)
     p->stop = 1;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    httpc_cancel(p->http); /* a push in progress ends now, not at its timeout */
     pthread_join(p->th, NULL);
+    httpc_destroy(&p->http);
     for (size_t i = 0; i < p->n; i++) entry_free(&p->v[i]);
     free(p->v);
     json_decref(p->index);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
-    curl_global_cleanup();
     *pp = NULL;
 }

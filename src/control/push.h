@@ -4,7 +4,7 @@
  * and removed (DELETE) from nodes that no longer hold it. The memory share is the namespace's
  * quota divided evenly over its pool's nodes (model_ns_share).
  *
- * One background thread does the HTTP (libcurl, directly: see push.c), so a slow or dead node
+ * One background thread does the HTTP (common/httpc), so a slow or dead node
  * never blocks the API. A failed push is logged (a few lines per 10 s), counted in /metrics and
  * tried again after a wait that doubles from 100 ms up to --push-retry-ms. What each node was
  * last sent successfully is remembered in memory only: after a restart everything is pushed

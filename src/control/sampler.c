@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/log.h"
 #include "common/nodefigs.h"
@@ -354,11 +355,7 @@ struct sampler *sampler_create(struct control *c, char *err, size_t errlen)
     for (unsigned i = 0; i < s->nworkers; i++)
         if ((s->clients[i] = httpc_create(METRICS_BODY_MAX)) == NULL) goto oom;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&s->cv);
     for (; s->started < s->nworkers; s->started++) {
         struct worker_arg *wa = malloc(sizeof *wa);
         if (wa == NULL) break;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "node/seg.h"
 
 #define SWEEPER_BATCH 128 /* records visited per pool-lock hold */
@@ -103,12 +104,8 @@ int sweeper_create(struct sweeper **out, struct segs *s, seg_visit_fn fn, void (
     sw->tick = tick;
     sw->ctx = ctx;
     sw->interval_ms = interval_ms;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
     /* Monotonic: a wall-clock step must not stall or rush the sweeper. */
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sw->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init_monotonic(&sw->cond);
     pthread_mutex_init(&sw->lock, NULL);
     int rc = pthread_create(&sw->thread, NULL, sweeper_main, sw);
     if (rc) {

@@ -76,6 +76,15 @@ def node(start_server, auth_file):
     admin = free_port()
     n = start_server("--admin-port", str(admin), "--auth-file", str(auth_file))
     n.admin_port, n.addr, n.admin = admin, f"127.0.0.1:{n.port}", f"127.0.0.1:{admin}"
+
+    def admin_up():
+        try:
+            return call(admin, "GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    # the data port answers first: the admin listener starts just after it
+    wait_until(admin_up, timeout=10, interval=0.02, message="the node's admin port")
     return n
 
 

@@ -120,6 +120,10 @@ def test_up_prints_what_runs_where_and_serves_through_the_router(local):
         assert any(line.strip().startswith(name + " ") for line in local.up_output.splitlines()), \
             f"the table lists {name}:\n{local.up_output}"
     assert local.control in local.up_output, "the control plane's URL is printed"
+    line = next((l for l in local.up_output.splitlines() if "dashboard" in l), "")
+    assert f"{local.control}/ " in line + " ", f"the dashboard's URL is printed:\n{local.up_output}"
+    status, page = http(local.control_port, "GET", "/")
+    assert status == 200 and "<html" in page.lower(), "the printed dashboard URL serves the page"
     assert f"127.0.0.1:{local.port}" in local.up_output
     c = local.client()
     for i in range(50):

@@ -5,6 +5,7 @@ follower is applied and seen everywhere; when the leader is killed another takes
 5 s with every acknowledged change kept and versions never going back; a dead etcd member
 changes nothing; a deposed leader cannot write."""
 
+import http.client
 import json
 import signal
 import threading
@@ -165,6 +166,111 @@ def test_leader_kill9_under_changes_loses_no_acknowledged_one(group):
     assert errors == []
     for c in survivors:
         assert seen[id(c)] == sorted(seen[id(c)]), "a long poll returned an older version"
+
+
+ADMIN = "admin-token-0123456789abcdef"
+SHOP = "shop-token-0123456789abcdef"
+OTHER = "other-token-0123456789abcdef"
+
+
+def call(ctl, method, path, body=None, token=None):
+    """(status, parsed JSON body) of one request to `ctl`, with a bearer token when given."""
+    conn = http.client.HTTPConnection("127.0.0.1", ctl.port, timeout=15)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = json.dumps(body) if body is not None else None
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        r = conn.getresponse()
+        text = r.read().decode()
+    finally:
+        conn.close()
+    return r.status, json.loads(text) if text else None
+
+
+@pytest.fixture
+def auth_group(group, tmp_path):
+    """(leader, follower, every process) of two processes with the same --auth-file, pool
+    `main` and namespaces `shopns` (team shop) and `otherns` (team other), made by an admin
+    through the follower."""
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps({"tokens": [
+        {"token": ADMIN, "role": "admin", "name": "ops"},
+        {"token": SHOP, "team": "shop"},
+        {"token": OTHER, "team": "other"},
+    ]}))
+    path.chmod(0o600)
+    ctls = group(2, "--auth-file", str(path))
+    leader = one_leader(ctls)
+    f = followers(ctls, leader)[0]
+    for p, body in (("/v1/pools", {"name": "main", "nodes": ["127.0.0.1:21001"]}),
+                    ("/v1/namespaces", {"name": "shopns", "pool": "main", "team": "shop"}),
+                    ("/v1/namespaces", {"name": "otherns", "pool": "main", "team": "other"})):
+        status, reply = call(f, "POST", p, body, ADMIN)
+        assert status == 201, reply
+    for c in ctls:
+        wait_until(lambda: c.version() == 3, timeout=3, message="version 3 everywhere")
+    return leader, f, ctls
+
+
+def group_state(ctls):
+    return [json.dumps(c.topology(), sort_keys=True) for c in ctls]
+
+
+def test_admin_token_write_through_follower_reaches_the_leader(auth_group):
+    leader, f, ctls = auth_group
+    status, reply = call(f, "PUT", "/v1/namespaces/otherns", {"memory": 4 << 20}, ADMIN)
+    assert status == 200, reply
+    assert reply["namespace"]["memory"] == 4 << 20
+    wait_until(lambda: leader.get("/v1/namespaces/otherns")[1]["namespace"]["memory"] == 4 << 20,
+               timeout=3, message="the change on the leader")
+    assert f.metrics()["shoal_control_writes_forwarded_total"] == 4
+
+
+def test_team_token_changes_its_own_namespace_through_follower(auth_group):
+    leader, f, ctls = auth_group
+    status, reply = call(f, "POST", "/v1/namespaces",
+                         {"name": "cart", "pool": "main", "team": "shop"}, SHOP)
+    assert status == 201, reply
+    status, reply = call(f, "PUT", "/v1/namespaces/shopns", {"memory": 2 << 20}, SHOP)
+    assert status == 200 and reply["namespace"]["memory"] == 2 << 20, reply
+    status, reply = call(f, "DELETE", "/v1/namespaces/cart", None, SHOP)
+    assert status == 200, reply
+    for c in ctls:
+        wait_until(lambda: c.version() == 6, timeout=3, message="version 6 everywhere")
+        assert "cart" not in ns_names(c)
+
+
+def test_team_token_on_another_teams_namespace_through_follower_is_403(auth_group):
+    leader, f, ctls = auth_group
+    before = group_state(ctls)
+    status, reply = call(f, "PUT", "/v1/namespaces/otherns", {"memory": 2 << 20}, SHOP)
+    assert status == 403 and "shop" in reply["error"] and "other" in reply["error"], reply
+    status, reply = call(f, "DELETE", "/v1/namespaces/otherns", None, SHOP)
+    assert status == 403, reply
+    status, reply = call(f, "POST", "/v1/namespaces",
+                         {"name": "x", "pool": "main", "team": "other"}, SHOP)
+    assert status == 403, reply
+    status, reply = call(f, "POST", "/v1/pools", {"name": "p2", "nodes": ["127.0.0.1:1"]}, SHOP)
+    assert status == 403, reply
+    assert group_state(ctls) == before
+    assert leader.metrics()["shoal_control_changes_applied_total"] == 3
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-0123456789abcdef"])
+def test_write_through_follower_without_a_good_token_is_401(auth_group, token):
+    leader, f, ctls = auth_group
+    before = group_state(ctls)
+    forwarded = f.metrics()["shoal_control_writes_forwarded_total"]
+    for method, path, body in (("POST", "/v1/namespaces", {"name": "x", "pool": "main"}),
+                               ("PUT", "/v1/namespaces/shopns", {"memory": 2 << 20}),
+                               ("DELETE", "/v1/namespaces/otherns", None),
+                               ("POST", "/v1/pools", {"name": "p2", "nodes": ["127.0.0.1:1"]})):
+        status, reply = call(f, method, path, body, token)
+        assert status == 401 and reply["field"] == "authorization", (method, path, reply)
+    assert group_state(ctls) == before
+    assert f.metrics()["shoal_control_writes_forwarded_total"] == forwarded
 
 
 def test_etcd_member_kill9_changes_nothing(group, etcd_cluster):

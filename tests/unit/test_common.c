@@ -186,6 +186,35 @@ static void test_clock_exptime_rules(void **state)
 
 /* Sends and recvs queued on the ring complete in one uring_run, each with its own pointer;
  * a recv with nothing to read completes at once with -EAGAIN instead of waiting. */
+/* A deadline on CLOCK_MONOTONIC is honoured: with a wall-clock condvar it would be decades in
+ * the past and the wait would end at once. */
+static void test_clock_cond_waits_until_a_monotonic_deadline(void **state)
+{
+    pthread_cond_t cv;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    assert_int_equal(clock_cond_init_monotonic(&cv), 0);
+    struct timespec start, dl, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    dl = start;
+    dl.tv_nsec += 60 * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&mu);
+    int rc;
+    while ((rc = pthread_cond_timedwait(&cv, &mu, &dl)) == 0) {
+    }
+    pthread_mutex_unlock(&mu);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    assert_int_equal(rc, ETIMEDOUT);
+    int64_t waited_ms = (int64_t)(end.tv_sec - start.tv_sec) * 1000 +
+                        (end.tv_nsec - start.tv_nsec) / 1000000;
+    assert_true(waited_ms >= 55);
+    assert_true(waited_ms < 5000);
+    pthread_cond_destroy(&cv);
+}
+
 static void test_uring_send_recv_batch(void **state)
 {
     struct uring r;
@@ -420,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_options_config_file_and_precedence),
         cmocka_unit_test(test_options_write_stats),
         cmocka_unit_test(test_clock_exptime_rules),
+        cmocka_unit_test(test_clock_cond_waits_until_a_monotonic_deadline),
         cmocka_unit_test(test_uring_send_recv_batch),
         cmocka_unit_test(test_log_limited_keeps_a_repeating_peer_quiet),
         cmocka_unit_test(test_membudget_thresholds),

@@ -3,7 +3,8 @@
  * body, a PUT's JSON body arriving whole, an error status returned as a reply, a refused
  * connection and a silent server reported as errors within the deadline, an oversized reply
  * refused, a request held by the server ended at once by httpc_cancel from another thread,
- * and header lines added to a client sent with its requests. */
+ * header lines added to a client sent with its requests (and a request's own line with that
+ * request only), and a proxy named in the environment never used. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -238,6 +239,61 @@ static void test_added_headers_go_with_every_request(void **state)
     httpc_destroy(&h);
 }
 
+static void test_request_header_goes_with_that_request_only(void **state)
+{
+    char url[128], err[256] = "";
+    unsigned port;
+    int fd = silent_listener(&port);
+    struct httpc *h = httpc_create(0);
+    struct httpc_reply r;
+    httpc_reply_init(&r);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/v1/x", port);
+    for (int i = 0; i < 2; i++) {
+        pthread_t th;
+        pthread_create(&th, NULL, mirror_once, &fd);
+        assert_int_equal(httpc_request_hdr(h, "PUT", url, i ? NULL : "Authorization: Bearer c1",
+                                           "{}", 2, 2000, &r, err, sizeof err), 0);
+        pthread_join(th, NULL);
+        assert_int_equal(r.status, 200);
+        buf_append(&r.body, "", 1);
+        assert_non_null(strstr(buf_start(&r.body), "PUT /v1/x HTTP/1.1\r\n"));
+        assert_true((strstr(buf_start(&r.body), "\r\nAuthorization: Bearer c1\r\n") != NULL) ==
+                    (i == 0));
+    }
+    close(fd);
+    httpc_reply_release(&r);
+    httpc_destroy(&h);
+}
+
+/* Control traffic is between shoal's own processes: a proxy from the environment (here one
+ * that refuses every connection) must not be used. */
+static void test_environment_proxy_is_not_used(void **state)
+{
+    char base[64], url[128], err[256] = "";
+    struct admin *a = start(base, sizeof base);
+    unsigned dead;
+    int fd = silent_listener(&dead);
+    close(fd); /* nothing listens there now: a proxy at that address refuses */
+    char proxy[64];
+    snprintf(proxy, sizeof proxy, "http://127.0.0.1:%u", dead);
+    static const char *const vars[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "ALL_PROXY",
+                                       "all_proxy"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) setenv(vars[i], proxy, 1);
+    unsetenv("no_proxy");
+    unsetenv("NO_PROXY");
+    struct httpc *h = httpc_create(0);
+    struct httpc_reply r;
+    httpc_reply_init(&r);
+    snprintf(url, sizeof url, "%s/t/echo", base);
+    int rc = httpc_request(h, "PUT", url, "{}", 2, 2000, &r, err, sizeof err);
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r.status, 201);
+    httpc_reply_release(&r);
+    httpc_destroy(&h);
+    admin_destroy(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +302,8 @@ int main(void)
         cmocka_unit_test(test_refused_and_silent_servers_fail_in_time),
         cmocka_unit_test(test_cancel_ends_a_held_request_at_once),
         cmocka_unit_test(test_added_headers_go_with_every_request),
+        cmocka_unit_test(test_request_header_goes_with_that_request_only),
+        cmocka_unit_test(test_environment_proxy_is_not_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
