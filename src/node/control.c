@@ -104,7 +104,7 @@ static bool nc_ns_settings(json_t *ns, uint64_t nnodes, struct ns_config *cfg, c
     json_t *v;
     json_int_t mem = json_integer_value(json_object_get(ns, "memory"));
     cfg->memory = mem > 0 && nnodes ? (uint64_t)mem / nnodes : 0;
-#define X(name, lo, hi, help)                                                                    \
+#define X(name, lo, hi, def, help)                                                               \
     if (strcmp(#name, "memory") && (v = json_object_get(ns, #name)) != NULL) {                  \
         if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)(lo) ||                   \
             (uint64_t)json_integer_value(v) > (uint64_t)(hi)) {                                  \
