@@ -299,7 +299,7 @@ static int node_index(const json_t *nodes, const char *addr)
 /* The pool's slot ranges as an owner per slot (indexes into its nodes). */
 static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, struct model_err *e)
 {
-    static __thread uint8_t seen[SLOTMAP_SLOTS];
+    static __thread uint8_t seen[SLOT_COUNT];
     memset(seen, 0, sizeof seen);
     const json_t *nodes = json_object_get(pool, "nodes"), *slots = json_object_get(pool, "slots");
     char f[200];
@@ -312,7 +312,7 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
         const json_t *from = json_object_get(r, "from"), *to = json_object_get(r, "to");
         const char *node = json_string_value(json_object_get(r, "node"));
         int idx = node ? node_index(nodes, node) : -1;
-        if (!int_in(from, 0, SLOTMAP_SLOTS - 1) || !int_in(to, 0, SLOTMAP_SLOTS - 1) ||
+        if (!int_in(from, 0, SLOT_COUNT - 1) || !int_in(to, 0, SLOT_COUNT - 1) ||
             json_integer_value(from) > json_integer_value(to) || idx < 0)
             return model_fail(e, 500, f, "slot_map",
                               "%s[%zu]: needs from <= to within 0-16383 and a node of the pool",
@@ -323,14 +323,14 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
             owner[s] = (uint16_t)idx;
         }
     }
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++)
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (!seen[s]) return model_fail(e, 500, f, "slot_map", "%s: slot %u has no node", f, s);
     return 0;
 }
 
 static json_t *ranges_json(const uint16_t *owner, const json_t *nodes)
 {
-    static __thread struct slot_range r[SLOTMAP_SLOTS];
+    static __thread struct slot_range r[SLOT_COUNT];
     size_t n = slotmap_to_ranges(owner, r);
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++)
@@ -444,7 +444,7 @@ int model_pool_create(json_t *m, json_t *body, const char **name, struct model_e
         }
         json_array_append_new(list, o);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     slotmap_even(owner, (uint32_t)json_array_size(list));
     json_t *pool = json_pack("{s:o,s:o}", "nodes", list, "slots", ranges_json(owner, list));
     if (pool == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
@@ -484,7 +484,7 @@ int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
         return model_fail(e, 409, "node", "limit", "at most %d nodes in a pool",
                           SLOTMAP_NODES_MAX);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, pool, owner, e);
     if (st) {
         json_decref(o);
@@ -511,7 +511,7 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
         return model_fail(e, 409, "node", "last_node",
                           "node %s is the last of pool %s: a pool keeps at least one node", node,
                           pool);
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, pool, owner, e);
     if (st) return st;
     *moved = slotmap_remove(owner, n, (uint32_t)idx);
@@ -539,7 +539,7 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
         if (!addr_ok(a) || (adm && !addr_ok(json_string_value(adm))) || node_index(nodes, a) != (int)i)
             return model_fail(e, 500, path, "host_port", "%s.nodes[%zu]: bad or repeated", path, i);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, path, owner, e);
     if (st) return st;
     if (slotmap_check_even(owner, (uint32_t)n) < 0)

@@ -65,8 +65,8 @@ static int nc_pool_slots(struct node_control *c, const char *pname, json_t *p, s
         return 0;
     }
     if (slots == NULL || json_is_null(slots)) { /* the default map (docs/router.md) */
-        uint64_t lo = (uint64_t)idx * SLOT_COUNT / nnodes, hi = (uint64_t)(idx + 1) * SLOT_COUNT / nnodes;
-        for (uint64_t s = lo; s < hi; s++) own[s] = 1;
+        for (uint32_t s = 0; s < SLOT_COUNT; s++)
+            if (slot_default_owner(s, (uint32_t)nnodes) == idx) own[s] = 1;
         return 0;
     }
     if (!json_is_array(slots)) {
