@@ -632,6 +632,5 @@ uint64_t model_ns_share(const json_t *m, const char *name)
     const json_t *p = json_object_get(json_object_get(m, "pools"),
                                       json_string_value(json_object_get(ns, "pool")) ?: "");
     size_t n = json_array_size(json_object_get(p, "nodes"));
-    uint64_t mem = (uint64_t)json_integer_value(json_object_get(ns, "memory"));
-    return n ? mem / n : 0;
+    return nsf_share((uint64_t)json_integer_value(json_object_get(ns, "memory")), n);
 }

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/follow.h"
 #include "common/log.h"
+#include "common/nsfields.h"
 #include "common/slot.h"
 #include "node/node.h"
 
@@ -104,7 +105,7 @@ static bool nc_ns_settings(json_t *ns, uint64_t nnodes, struct ns_config *cfg, c
     cfg->eviction = NS_EVICT_DEFAULT;
     if (ns_config_from_json(cfg, ns, NS_JSON_DOC, why, whylen) < 0) return false;
     json_int_t mem = json_integer_value(json_object_get(ns, "memory"));
-    cfg->memory = mem > 0 && nnodes ? (uint64_t)mem / nnodes : 0;
+    cfg->memory = nsf_share(mem > 0 ? (uint64_t)mem : 0, nnodes);
     return true;
 }
 
