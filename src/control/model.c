@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/nsfields.h"
 #include "control/slotmap.h"
 
 int model_fail(struct model_err *e, int status, const char *field, const char *rule,
@@ -22,26 +23,9 @@ int model_fail(struct model_err *e, int status, const char *field, const char *r
     return status;
 }
 
-/* Integer settings of a namespace: the API's and the topology document's names. */
-static const struct ns_int {
-    const char *name;
-    uint64_t lo, hi, def;
-    const char *what;
-} ns_ints[] = {
-    {"memory", 0, 1ull << 50, 0, "total quota in bytes, split evenly over the pool's nodes (0: none)"},
-    {"copies", 1, 2, 1, "copies of each key"},
-    {"default_ttl", 0, 2592000, 0, "seconds applied when a client sends TTL 0 (0: none)"},
-    {"max_ttl", 0, 2592000, 0, "longest TTL in seconds (0: no limit)"},
-    {"lease_ttl", 0, 3600, 0, "longest life of an unfilled lease, seconds (0: the client's)"},
-    {"stale_ttl", 0, 86400, 0, "seconds an invalidated or expired item is served stale (0: none)"},
-    {"lease_period", 0, 3600, 0, "at most one lease win per key per this many seconds (0: off)"},
-    {"max_value_bytes", 0, 1ull << 30, 0, "largest value in bytes (0: no limit)"},
-    {"ops_per_sec", 0, 1000000000, 0, "requests per second on each router (0: no limit)"},
-    {"bytes_per_sec", 0, 1ull << 40, 0, "value bytes written per second on each router (0: no limit)"},
-};
-#define NS_NINTS (sizeof ns_ints / sizeof ns_ints[0])
-static const char *const evictions[] = {"lru", "lfu", "s3fifo"};
-#define NS_EVICTION_DEFAULT "s3fifo"
+/* A namespace's settings, their bounds and defaults: common/nsfields.h, shared with the
+ * routers and nodes that check and enforce them. */
+#define NS_EVICTION_DEFAULT (nsf_evictions[NSF_EVICTION_DEFAULT])
 
 /* Names of pools, namespaces and teams: 1-64 letters, digits, '_', '-' or '.' (so they fit in
  * a URL path and in a node's namespace table). */
@@ -113,19 +97,16 @@ static int ns_field_check(const char *field, const json_t *v, const char *path,
 {
     char f[160];
 #define FIELD_PATH() snprintf(f, sizeof f, "%s%s", path, field) /* only on failure: hot on load */
-    for (size_t i = 0; i < NS_NINTS; i++) {
-        if (strcmp(field, ns_ints[i].name)) continue;
-        if (!int_in(v, ns_ints[i].lo, ns_ints[i].hi))
+    const struct nsf_int *fi = nsf_int_find(field);
+    if (fi) {
+        if (!nsf_int_ok(fi, v, NULL))
             return FIELD_PATH(),
                    model_fail(e, 400, f, "range", "%s must be an integer from %llu to %llu: %s",
-                              f, (unsigned long long)ns_ints[i].lo,
-                              (unsigned long long)ns_ints[i].hi, ns_ints[i].what);
+                              f, (unsigned long long)fi->lo, (unsigned long long)fi->hi, fi->help);
         return 0;
     }
     if (!strcmp(field, "eviction")) {
-        const char *s = json_string_value(v);
-        for (size_t i = 0; s && i < 3; i++)
-            if (!strcmp(s, evictions[i])) return 0;
+        if (nsf_eviction_of(v) >= 0) return 0;
         return FIELD_PATH(), model_fail(e, 400, f, "one_of",
                                         "%s must be \"lru\", \"lfu\" or \"s3fifo\" (the default)",
                                         f);
@@ -168,7 +149,7 @@ static int ns_rules(const json_t *m, const char *name, const json_t *ns, const c
     }
     uint64_t def = (uint64_t)json_integer_value(json_object_get(ns, "default_ttl")),
              max = (uint64_t)json_integer_value(json_object_get(ns, "max_ttl"));
-    if (max && def > max) {
+    if (!nsf_ttls_ok(def, max)) {
         snprintf(f, sizeof f, "%sdefault_ttl", path);
         return model_fail(e, 400, f, "at_most_max_ttl",
                           "%s (%llu) is longer than max_ttl (%llu): lower it or raise max_ttl", f,
@@ -194,8 +175,8 @@ static json_t *ns_default(const char *pool)
     json_object_set_new(ns, "team", json_string(""));
     json_object_set_new(ns, "pool", json_string(pool));
     json_object_set_new(ns, "eviction", json_string(NS_EVICTION_DEFAULT));
-    for (size_t i = 0; i < NS_NINTS; i++)
-        json_object_set_new(ns, ns_ints[i].name, json_integer((json_int_t)ns_ints[i].def));
+    for (size_t i = 0; i < nsf_nints; i++)
+        json_object_set_new(ns, nsf_ints[i].name, json_integer((json_int_t)nsf_ints[i].def));
     return ns;
 }
 
@@ -318,7 +299,7 @@ static int node_index(const json_t *nodes, const char *addr)
 /* The pool's slot ranges as an owner per slot (indexes into its nodes). */
 static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, struct model_err *e)
 {
-    static __thread uint8_t seen[SLOTMAP_SLOTS];
+    static __thread uint8_t seen[SLOT_COUNT];
     memset(seen, 0, sizeof seen);
     const json_t *nodes = json_object_get(pool, "nodes"), *slots = json_object_get(pool, "slots");
     char f[200];
@@ -331,7 +312,7 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
         const json_t *from = json_object_get(r, "from"), *to = json_object_get(r, "to");
         const char *node = json_string_value(json_object_get(r, "node"));
         int idx = node ? node_index(nodes, node) : -1;
-        if (!int_in(from, 0, SLOTMAP_SLOTS - 1) || !int_in(to, 0, SLOTMAP_SLOTS - 1) ||
+        if (!int_in(from, 0, SLOT_COUNT - 1) || !int_in(to, 0, SLOT_COUNT - 1) ||
             json_integer_value(from) > json_integer_value(to) || idx < 0)
             return model_fail(e, 500, f, "slot_map",
                               "%s[%zu]: needs from <= to within 0-16383 and a node of the pool",
@@ -342,14 +323,14 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
             owner[s] = (uint16_t)idx;
         }
     }
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++)
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (!seen[s]) return model_fail(e, 500, f, "slot_map", "%s: slot %u has no node", f, s);
     return 0;
 }
 
 static json_t *ranges_json(const uint16_t *owner, const json_t *nodes)
 {
-    static __thread struct slot_range r[SLOTMAP_SLOTS];
+    static __thread struct slot_range r[SLOT_COUNT];
     size_t n = slotmap_to_ranges(owner, r);
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++)
@@ -463,7 +444,7 @@ int model_pool_create(json_t *m, json_t *body, const char **name, struct model_e
         }
         json_array_append_new(list, o);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     slotmap_even(owner, (uint32_t)json_array_size(list));
     json_t *pool = json_pack("{s:o,s:o}", "nodes", list, "slots", ranges_json(owner, list));
     if (pool == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
@@ -503,7 +484,7 @@ int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
         return model_fail(e, 409, "node", "limit", "at most %d nodes in a pool",
                           SLOTMAP_NODES_MAX);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, pool, owner, e);
     if (st) {
         json_decref(o);
@@ -530,7 +511,7 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
         return model_fail(e, 409, "node", "last_node",
                           "node %s is the last of pool %s: a pool keeps at least one node", node,
                           pool);
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, pool, owner, e);
     if (st) return st;
     *moved = slotmap_remove(owner, n, (uint32_t)idx);
@@ -558,7 +539,7 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
         if (!addr_ok(a) || (adm && !addr_ok(json_string_value(adm))) || node_index(nodes, a) != (int)i)
             return model_fail(e, 500, path, "host_port", "%s.nodes[%zu]: bad or repeated", path, i);
     }
-    static __thread uint16_t owner[SLOTMAP_SLOTS];
+    static __thread uint16_t owner[SLOT_COUNT];
     int st = pool_owner(p, path, owner, e);
     if (st) return st;
     if (slotmap_check_even(owner, (uint32_t)n) < 0)
@@ -600,7 +581,7 @@ int model_check(const json_t *m, struct model_err *e)
             int st = ns_field_check(f, x, path, e);
             if (st) return st;
         }
-        if (json_object_size(v) != NS_NINTS + 3)
+        if (json_object_size(v) != nsf_nints + 3)
             return model_fail(e, 500, path, "fields", "%s: every field must be present", path);
         int st = ns_rules(m, k, v, path, e);
         if (st) return st;
@@ -651,6 +632,5 @@ uint64_t model_ns_share(const json_t *m, const char *name)
     const json_t *p = json_object_get(json_object_get(m, "pools"),
                                       json_string_value(json_object_get(ns, "pool")) ?: "");
     size_t n = json_array_size(json_object_get(p, "nodes"));
-    uint64_t mem = (uint64_t)json_integer_value(json_object_get(ns, "memory"));
-    return n ? mem / n : 0;
+    return nsf_share((uint64_t)json_integer_value(json_object_get(ns, "memory")), n);
 }

@@ -5,17 +5,13 @@
 
 void slotmap_even(uint16_t *owner, uint32_t n)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t from = (uint32_t)((uint64_t)i * SLOTMAP_SLOTS / n),
-                 to = (uint32_t)((uint64_t)(i + 1) * SLOTMAP_SLOTS / n);
-        for (uint32_t s = from; s < to; s++) owner[s] = (uint16_t)i;
-    }
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) owner[s] = (uint16_t)slot_default_owner(s, n);
 }
 
 void slotmap_counts(const uint16_t *owner, uint32_t n, uint32_t *counts)
 {
     memset(counts, 0, n * sizeof *counts);
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++)
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (owner[s] < n) counts[owner[s]]++;
 }
 
@@ -24,7 +20,7 @@ uint32_t slotmap_add(uint16_t *owner, uint32_t n)
     static __thread uint32_t counts[SLOTMAP_NODES_MAX], give[SLOTMAP_NODES_MAX];
     slotmap_counts(owner, n, counts);
     memset(give, 0, n * sizeof *give);
-    uint32_t take = SLOTMAP_SLOTS / (n + 1);
+    uint32_t take = SLOT_COUNT / (n + 1);
     /* One slot at a time from whoever holds most after what it already gives: the old nodes
      * end within one of each other, and the new node at the floor of even, so nothing more
      * than its share moves. */
@@ -36,7 +32,7 @@ uint32_t slotmap_add(uint16_t *owner, uint32_t n)
     }
     /* Each giver gives its highest-numbered slots: one run off the end of its range. */
     uint32_t moved = 0;
-    for (int s = SLOTMAP_SLOTS - 1; s >= 0 && moved < take; s--) {
+    for (int s = SLOT_COUNT - 1; s >= 0 && moved < take; s--) {
         uint16_t o = owner[s];
         if (o < n && give[o] > 0) {
             give[o]--;
@@ -61,7 +57,7 @@ uint32_t slotmap_remove(uint16_t *owner, uint32_t n, uint32_t gone)
     }
     /* Hand them out in ascending runs, one receiver after another. */
     uint32_t moved = 0, r = 0;
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++) {
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (owner[s] != gone) continue;
         while (r < n && (r == gone || recv[r] == 0)) r++;
         if (r == n) break; /* cannot happen: the receipts add up to the leaver's slots */
@@ -69,7 +65,7 @@ uint32_t slotmap_remove(uint16_t *owner, uint32_t n, uint32_t gone)
         owner[s] = (uint16_t)r;
         moved++;
     }
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++)
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (owner[s] > gone) owner[s]--;
     return moved;
 }
@@ -77,11 +73,11 @@ uint32_t slotmap_remove(uint16_t *owner, uint32_t n, uint32_t gone)
 int slotmap_check_even(const uint16_t *owner, uint32_t n)
 {
     if (n == 0 || n > SLOTMAP_NODES_MAX) return -1;
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++)
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (owner[s] >= n) return -1;
     uint32_t counts[SLOTMAP_NODES_MAX];
     slotmap_counts(owner, n, counts);
-    uint32_t lo = SLOTMAP_SLOTS / n, hi = lo + (SLOTMAP_SLOTS % n ? 1 : 0);
+    uint32_t lo = SLOT_COUNT / n, hi = lo + (SLOT_COUNT % n ? 1 : 0);
     for (uint32_t i = 0; i < n; i++)
         if (counts[i] < lo || counts[i] > hi) return -1;
     return 0;
@@ -90,7 +86,7 @@ int slotmap_check_even(const uint16_t *owner, uint32_t n)
 size_t slotmap_to_ranges(const uint16_t *owner, struct slot_range *out)
 {
     size_t k = 0;
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++) {
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (k > 0 && out[k - 1].node == owner[s] && out[k - 1].to + 1u == s) {
             out[k - 1].to = (uint16_t)s;
             continue;

@@ -1,7 +1,7 @@
 /* slotmap.h — a pool's slot map and how it changes when nodes join or leave (issue 13.3).
  *
  * A map is an owner per slot: owner[s] is the index, in the pool's node list, of the node that
- * owns slot s (0 .. SLOTMAP_SLOTS-1). Pure functions, no allocation beyond what the caller
+ * owns slot s (0 .. SLOT_COUNT-1). Pure functions, no allocation beyond what the caller
  * passes, so they are easy to test exhaustively.
  *
  * Invariants kept by every function here, for a pool of n nodes: every slot has an owner
@@ -16,7 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SLOTMAP_SLOTS 16384
+#include "common/slot.h"
+
 #define SLOTMAP_NODES_MAX 1024 /* nodes in one pool */
 
 /* One inclusive range of the map, as in the topology document's "slots". */
@@ -25,8 +26,7 @@ struct slot_range {
     uint16_t node; /* index in the node list */
 };
 
-/* The default map of design.md for n nodes (1..SLOTMAP_NODES_MAX): node i owns
- * floor(i*16384/n) .. floor((i+1)*16384/n)-1. */
+/* The default map of design.md for n nodes (1..SLOTMAP_NODES_MAX): slot_default_owner's. */
 void slotmap_even(uint16_t *owner, uint32_t n);
 /* Give node n (a new last node) its share of a map of n nodes (n >= 1, n < SLOTMAP_NODES_MAX).
  * Returns how many slots moved. */
@@ -40,7 +40,7 @@ void slotmap_counts(const uint16_t *owner, uint32_t n, uint32_t *counts);
 /* 0 when every slot has an owner below n and every node is within one of even; else -1. */
 int slotmap_check_even(const uint16_t *owner, uint32_t n);
 /* The map as ranges of consecutive slots with one owner, ascending. `out` has room for
- * SLOTMAP_SLOTS entries; returns how many were written. */
+ * SLOT_COUNT entries; returns how many were written. */
 size_t slotmap_to_ranges(const uint16_t *owner, struct slot_range *out);
 
 #endif

@@ -229,7 +229,7 @@ static void stats_namespaces(struct conn *c)
         node_ns_figures(c->node, ns, &m);
         const char *nm = ns->name;
         buf_printf(&c->wbuf, "STAT ns:%s:quota %llu\r\n", nm, (unsigned long long)ns->cfg.memory);
-#define X(name, lo, hi, help)                                                                    \
+#define X(name, lo, hi, def, help)                                                               \
     if (strcmp(#name, "memory") != 0)                                                            \
         buf_printf(&c->wbuf, "STAT ns:%s:%s %llu\r\n", nm, #name,                                 \
                    (unsigned long long)ns->cfg.name);

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/follow.h"
 #include "common/log.h"
+#include "common/nsfields.h"
 #include "common/slot.h"
 #include "node/node.h"
 
@@ -65,8 +66,8 @@ static int nc_pool_slots(struct node_control *c, const char *pname, json_t *p, s
         return 0;
     }
     if (slots == NULL || json_is_null(slots)) { /* the default map (docs/router.md) */
-        uint64_t lo = (uint64_t)idx * SLOT_COUNT / nnodes, hi = (uint64_t)(idx + 1) * SLOT_COUNT / nnodes;
-        for (uint64_t s = lo; s < hi; s++) own[s] = 1;
+        for (uint32_t s = 0; s < SLOT_COUNT; s++)
+            if (slot_default_owner(s, (uint32_t)nnodes) == idx) own[s] = 1;
         return 0;
     }
     if (!json_is_array(slots)) {
@@ -94,42 +95,17 @@ static int nc_pool_slots(struct node_control *c, const char *pname, json_t *p, s
     return 0;
 }
 
-/* A namespace's node-side settings from the document; false with `why` when one is out of
- * the node's range (the namespace is then left as it is). */
+/* A namespace's node-side settings from the document (ns_config_from_json, as the admin API
+ * parses them); false with `why` when one is out of the node's range (the namespace is then
+ * left as it is). */
 static bool nc_ns_settings(json_t *ns, uint64_t nnodes, struct ns_config *cfg, char *why,
                            size_t whylen)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->eviction = NS_EVICT_DEFAULT;
-    json_t *v;
+    if (ns_config_from_json(cfg, ns, NS_JSON_DOC, why, whylen) < 0) return false;
     json_int_t mem = json_integer_value(json_object_get(ns, "memory"));
-    cfg->memory = mem > 0 && nnodes ? (uint64_t)mem / nnodes : 0;
-#define X(name, lo, hi, help)                                                                    \
-    if (strcmp(#name, "memory") && (v = json_object_get(ns, #name)) != NULL) {                  \
-        if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)(lo) ||                   \
-            (uint64_t)json_integer_value(v) > (uint64_t)(hi)) {                                  \
-            snprintf(why, whylen, "field '%s' must be an integer from %llu to %llu on a node",   \
-                     #name, (unsigned long long)(lo), (unsigned long long)(hi));                  \
-            return false;                                                                        \
-        }                                                                                        \
-        cfg->name = (uint64_t)json_integer_value(v);                                             \
-    }
-    NS_SETTINGS(X)
-#undef X
-    const char *ev = json_string_value(json_object_get(ns, "eviction"));
-    if (ev) {
-        if (!strcmp(ev, "lru")) cfg->eviction = NS_EVICT_LRU;
-        else if (!strcmp(ev, "lfu")) cfg->eviction = NS_EVICT_LFU;
-        else if (!strcmp(ev, "s3fifo")) cfg->eviction = NS_EVICT_S3FIFO;
-        else {
-            snprintf(why, whylen, "field 'eviction' must be lru, lfu or s3fifo");
-            return false;
-        }
-    }
-    if (cfg->max_ttl && cfg->default_ttl > cfg->max_ttl) {
-        snprintf(why, whylen, "field 'default_ttl' is longer than 'max_ttl'");
-        return false;
-    }
+    cfg->memory = nsf_share(mem > 0 ? (uint64_t)mem : 0, nnodes);
     return true;
 }
 

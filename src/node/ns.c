@@ -70,13 +70,12 @@ static void ns_index_rebuild(struct ns_table *t)
     }
 }
 
-static const char *const ns_eviction_names[] = {"lru", "lfu", "s3fifo"};
+_Static_assert(NS_EVICT_LRU == 0 && NS_EVICT_LFU == 1 && NS_EVICT_S3FIFO == 2,
+               "enum ns_eviction follows NSF_EVICTIONS");
 
 const char *ns_eviction_name(enum ns_eviction e)
 {
-    return (unsigned)e < sizeof ns_eviction_names / sizeof ns_eviction_names[0]
-               ? ns_eviction_names[e]
-               : "lru";
+    return (unsigned)e < nsf_nevictions ? nsf_evictions[e] : "lru";
 }
 
 static void ns_config_default(struct ns_config *c)
@@ -191,63 +190,69 @@ static int ns_error(struct buf *out, int status, const char *fmt, ...)
     return status;
 }
 
-/* A JSON integer within lo..hi, stored in *out. */
-static bool ns_int_field(json_t *v, uint64_t lo, uint64_t hi, uint64_t *out)
+int ns_config_from_json(struct ns_config *cfg, const json_t *obj, unsigned flags, char *why,
+                        size_t whylen)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
-    uint64_t x = (uint64_t)json_integer_value(v);
-    if (x < lo || x > hi) return false;
-    *out = x;
-    return true;
+    if (!json_is_object(obj)) {
+        snprintf(why, whylen, "the body must be a JSON object of settings, e.g. "
+                              "{\"memory\": 67108864, \"default_ttl\": 600}");
+        return -1;
+    }
+    const char *field;
+    json_t *v;
+    json_object_foreach((json_t *)obj, field, v) {
+        const struct nsf_int *f = nsf_int_find(field);
+        if (f && (f->node || (flags & NS_JSON_DOC))) {
+            uint64_t x;
+            if (!nsf_int_ok(f, v, &x)) {
+                snprintf(why, whylen, "field '%s' must be an integer from %llu to %llu: %s", field,
+                         (unsigned long long)f->lo, (unsigned long long)f->hi, f->help);
+                return -1;
+            }
+            /* a document's memory is the pool's total; its plane settings are only checked */
+            if (!f->node || ((flags & NS_JSON_DOC) && !strcmp(field, "memory"))) continue;
+#define X(name, lo, hi, def, help)                                                               \
+    if (!strcmp(field, #name)) cfg->name = x;
+            NS_SETTINGS(X)
+#undef X
+        } else if (!strcmp(field, "eviction")) {
+            int k = nsf_eviction_of(v);
+            if (k < 0) {
+                snprintf(why, whylen,
+                         "field 'eviction' must be \"lru\" (CLOCK), \"lfu\" (frequency with "
+                         "decay) or \"s3fifo\" (small FIFO, main CLOCK and ghost)");
+                return -1;
+            }
+            cfg->eviction = (enum ns_eviction)k;
+        } else if (!(flags & NS_JSON_DOC)) {
+            snprintf(why, whylen,
+                     "unknown field '%s'; fields are memory, default_ttl, max_ttl, eviction, "
+                     "lease_ttl, lease_period, stale_ttl",
+                     field);
+            return -1;
+        }
+    }
+    if (!nsf_ttls_ok(cfg->default_ttl, cfg->max_ttl)) {
+        snprintf(why, whylen, "field 'default_ttl' (%llu) is longer than 'max_ttl' (%llu)",
+                 (unsigned long long)cfg->default_ttl, (unsigned long long)cfg->max_ttl);
+        return -1;
+    }
+    return 0;
 }
 
 /* Apply a JSON object's fields onto `cfg`. Unknown fields and bad values are errors naming the
  * field. Returns 0 or an HTTP status with the message written. */
 static int ns_apply_json(struct ns_config *cfg, json_t *obj, struct buf *out)
 {
-    if (!json_is_object(obj))
-        return ns_error(out, 400, "the body must be a JSON object of settings, e.g. "
-                                  "{\"memory\": 67108864, \"default_ttl\": 600}");
-    const char *field;
-    json_t *v;
-    json_object_foreach(obj, field, v) {
-        bool known = false;
-#define X(name, lo, hi, help)                                                                    \
-    if (!strcmp(field, #name)) {                                                                 \
-        known = true;                                                                            \
-        if (!ns_int_field(v, lo, hi, &cfg->name))                                                \
-            return ns_error(out, 400, "field '%s' must be an integer from %llu to %llu: %s",     \
-                            #name, (unsigned long long)(lo), (unsigned long long)(hi), help);    \
-    }
-        NS_SETTINGS(X)
-#undef X
-        if (!strcmp(field, "eviction")) {
-            known = true;
-            const char *s = json_string_value(v);
-            size_t k = 0, n = sizeof ns_eviction_names / sizeof ns_eviction_names[0];
-            while (s && k < n && strcmp(s, ns_eviction_names[k]) != 0) k++;
-            if (s == NULL || k == n)
-                return ns_error(out, 400,
-                                "field 'eviction' must be \"lru\" (CLOCK), \"lfu\" (frequency "
-                                "with decay) or \"s3fifo\" (small FIFO, main CLOCK and ghost)");
-            cfg->eviction = (enum ns_eviction)k;
-        }
-        if (!known)
-            return ns_error(out, 400,
-                            "unknown field '%s'; fields are memory, default_ttl, max_ttl, "
-                            "eviction, lease_ttl, lease_period, stale_ttl",
-                            field);
-    }
-    if (cfg->max_ttl && cfg->default_ttl > cfg->max_ttl)
-        return ns_error(out, 400, "field 'default_ttl' (%llu) is longer than 'max_ttl' (%llu)",
-                        (unsigned long long)cfg->default_ttl, (unsigned long long)cfg->max_ttl);
+    char why[300];
+    if (ns_config_from_json(cfg, obj, 0, why, sizeof why) < 0) return ns_error(out, 400, "%s", why);
     return 0;
 }
 
 static json_t *ns_to_json(const struct ns *ns)
 {
     json_t *o = json_object();
-#define X(name, lo, hi, help) json_object_set_new(o, #name, json_integer((json_int_t)ns->cfg.name));
+#define X(name, lo, hi, def, help) json_object_set_new(o, #name, json_integer((json_int_t)ns->cfg.name));
     NS_SETTINGS(X)
 #undef X
     json_object_set_new(o, "eviction", json_string(ns_eviction_name(ns->cfg.eviction)));

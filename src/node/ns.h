@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "common/nsfields.h"
 #include "common/qsbr.h"
 #include "node/store.h"
 
@@ -28,22 +29,17 @@ _Static_assert(NS_MAX <= STORE_NS_MAX, "the engine keeps figures for every names
 
 struct buf;
 
-/* Eviction policies, as named in JSON ("lru", "lfu", "s3fifo"); same values as store_policy. */
+/* Eviction policies, as named in JSON (common/nsfields.h); same values as store_policy. */
 enum ns_eviction { NS_EVICT_LRU, NS_EVICT_LFU, NS_EVICT_S3FIFO };
-#define NS_EVICT_DEFAULT NS_EVICT_S3FIFO /* it wins scripts/bench-hitratio.sh (docs/benchmarks.md) */
+#define NS_EVICT_DEFAULT ((enum ns_eviction)NSF_EVICTION_DEFAULT)
 
-/* Numeric settings: X(name, lo, hi, help). One table drives JSON parsing, validation, defaults
- * (all 0) and rendering. */
-#define NS_SETTINGS(X)                                                                           \
-    X(memory, 0, 1ull << 50, "quota in bytes (0: none; shares what the quotas leave of -m)")    \
-    X(default_ttl, 0, 2592000, "TTL applied when a client sends 0, seconds (0: none)")           \
-    X(max_ttl, 0, 2592000, "longest TTL, seconds; longer ones are clamped (0: no limit)")        \
-    X(lease_ttl, 0, 3600, "longest life of a lease placeholder whose holder never fills, s (0: N)") \
-    X(lease_period, 0, 3600, "at most one lease win per key per this many seconds (0: off)")     \
-    X(stale_ttl, 0, 86400, "seconds an invalidated (md I) or expired item is served stale")
+/* Numeric settings a node enforces: X(name, lo, hi, def, help), from the table shared with
+ * shoal-control and shoal-router (common/nsfields.h). It drives JSON parsing, validation,
+ * defaults (all 0) and rendering. */
+#define NS_SETTINGS(X) NSF_NODE_INTS(X)
 
 struct ns_config {
-#define X(name, lo, hi, help) uint64_t name;
+#define X(name, lo, hi, def, help) uint64_t name;
     NS_SETTINGS(X)
 #undef X
     enum ns_eviction eviction;
@@ -111,6 +107,15 @@ int ns_registry_set_apply(struct ns_registry *r,
                           void *ctx, char *err, size_t errlen);
 /* "lru", "lfu" or "s3fifo". */
 const char *ns_eviction_name(enum ns_eviction e);
+/* Apply the settings in the JSON object `obj` onto `cfg` (checked against common/nsfields.h;
+ * default_ttl at most max_ttl). With NS_JSON_DOC, `obj` is a namespace of a topology document:
+ * the settings a node does not act on (copies, ops_per_sec, ...) and memory (the pool's
+ * total; the caller sets the node's share) are checked but not stored, other fields (pool,
+ * team) are skipped. Without it those are errors. Returns 0, or -1 with `why` naming the
+ * field. */
+#define NS_JSON_DOC 1u
+int ns_config_from_json(struct ns_config *cfg, const json_t *obj, unsigned flags, char *why,
+                        size_t whylen);
 void ns_registry_teardown(struct ns_registry *r);
 
 static inline const struct ns_table *ns_current(struct ns_registry *r)

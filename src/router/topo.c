@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/nsfields.h"
 
 #define TOPO_FILE_MAX (16 << 20)
 
@@ -301,38 +302,43 @@ static int topo_parse_warm(struct topo *t, json_t *pools, char *err, size_t errl
     return 0;
 }
 
-/* The namespace settings the control plane writes for the nodes (issue 13): checked so that
- * a document the router holds is one every follower can use, and kept in the document (GET
- * /v1/topology returns them), but the router itself does not act on them. */
-static int topo_parse_ns_control(json_t *nv, const char *path, char *err, size_t errlen)
+/* A namespace's settings (common/nsfields.h, shared with shoal-control and shoal-node): all
+ * are checked with the node's bounds, so a document the router holds is one every follower can
+ * use, and kept in the document (GET /v1/topology returns them); the router acts on those in
+ * struct topo_ns. */
+static int topo_parse_ns_settings(struct topo_ns *ns, json_t *nv, const char *path, char *err,
+                                  size_t errlen)
 {
+    static const struct {
+        const char *name;
+        size_t off;
+    } kept[] = {
+        {"default_ttl", offsetof(struct topo_ns, default_ttl)},
+        {"max_ttl", offsetof(struct topo_ns, max_ttl)},
+        {"max_value_bytes", offsetof(struct topo_ns, max_value_bytes)},
+        {"ops_per_sec", offsetof(struct topo_ns, ops.rate)},
+        {"bytes_per_sec", offsetof(struct topo_ns, bytes.rate)},
+    };
     char sub[300];
     json_t *v;
-    uint64_t n;
+    for (size_t i = 0; i < nsf_nints; i++) {
+        const struct nsf_int *f = &nsf_ints[i];
+        if ((v = json_object_get(nv, f->name)) == NULL) continue;
+        snprintf(sub, sizeof sub, "%.200s.%s", path, f->name);
+        uint64_t n;
+        if (topo_uint(v, sub, f->lo, f->hi, &n, err, errlen) < 0) return -1;
+        for (size_t k = 0; k < sizeof kept / sizeof kept[0]; k++)
+            if (!strcmp(kept[k].name, f->name)) *(uint64_t *)((char *)ns + kept[k].off) = n;
+    }
+    if (!nsf_ttls_ok(ns->default_ttl, ns->max_ttl))
+        return topo_err(err, errlen, "%s.default_ttl: %llu is longer than max_ttl (%llu)", path,
+                        (unsigned long long)ns->default_ttl, (unsigned long long)ns->max_ttl);
     if ((v = json_object_get(nv, "team")) != NULL &&
         (!json_is_string(v) || json_string_length(v) > TOPO_NAME_MAX))
         return topo_err(err, errlen, "%s.team: must be a string of 0-%d bytes (\"\": no team)", path,
                         TOPO_NAME_MAX);
-    snprintf(sub, sizeof sub, "%.200s.memory", path);
-    if ((v = json_object_get(nv, "memory")) != NULL &&
-        topo_uint(v, sub, 0, INT64_MAX, &n, err, errlen) < 0)
-        return -1;
-    snprintf(sub, sizeof sub, "%.200s.copies", path);
-    if ((v = json_object_get(nv, "copies")) != NULL && topo_uint(v, sub, 1, 2, &n, err, errlen) < 0)
-        return -1;
-    if ((v = json_object_get(nv, "eviction")) != NULL) {
-        const char *e = json_string_value(v);
-        if (e == NULL || (strcmp(e, "lru") && strcmp(e, "lfu") && strcmp(e, "s3fifo")))
-            return topo_err(err, errlen, "%s.eviction: must be \"lru\", \"lfu\" or \"s3fifo\"",
-                            path);
-    }
-    static const char *const secs[] = {"lease_ttl", "stale_ttl", "lease_period"};
-    for (size_t k = 0; k < sizeof secs / sizeof secs[0]; k++) {
-        snprintf(sub, sizeof sub, "%.200s.%s", path, secs[k]);
-        if ((v = json_object_get(nv, secs[k])) != NULL &&
-            topo_uint(v, sub, 0, 2592000, &n, err, errlen) < 0)
-            return -1;
-    }
+    if ((v = json_object_get(nv, "eviction")) != NULL && nsf_eviction_of(v) < 0)
+        return topo_err(err, errlen, "%s.eviction: must be \"lru\", \"lfu\" or \"s3fifo\"", path);
     return 0;
 }
 
@@ -344,7 +350,7 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
     if (t->ns == NULL) return topo_err(err, errlen, "namespaces: out of memory");
     const char *name;
     json_t *nv;
-    char path[256], sub[300];
+    char path[256];
     bool have_default = false;
     json_object_foreach(nss, name, nv) {
         snprintf(path, sizeof path, "namespaces.%.64s", name);
@@ -353,11 +359,11 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
                             "%s: namespace names are 1-%d bytes without spaces or ':'", path,
                             TOPO_NAME_MAX);
         if (!json_is_object(nv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"pool",        "default_ttl",   "max_ttl",
-                                           "max_value_bytes", "ops_per_sec", "bytes_per_sec",
-                                           "team",        "memory",        "copies",
-                                           "eviction",    "lease_ttl",     "stale_ttl",
-                                           "lease_period", NULL};
+        static const char *const keys[] = {"pool", "team", "eviction",
+#define X(name, lo, hi, def, help) #name,
+                                           NSF_INTS(X)
+#undef X
+                                           NULL};
         if (topo_check_keys(nv, path, keys, err, errlen) < 0) return -1;
         struct topo_ns *ns = &t->ns[t->nns];
         snprintf(ns->name, sizeof ns->name, "%s", name);
@@ -368,32 +374,7 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
         int pi = topo_pool_index(t, pool);
         if (pi < 0) return topo_err(err, errlen, "%s.pool: no pool named '%.64s'", path, pool);
         ns->pool = (uint32_t)pi;
-        json_t *v;
-        snprintf(sub, sizeof sub, "%.200s.default_ttl", path);
-        if ((v = json_object_get(nv, "default_ttl")) &&
-            topo_uint(v, sub, 0, 2592000, &ns->default_ttl, err, errlen) < 0)
-            return -1;
-        snprintf(sub, sizeof sub, "%.200s.max_ttl", path);
-        if ((v = json_object_get(nv, "max_ttl")) &&
-            topo_uint(v, sub, 0, 2592000, &ns->max_ttl, err, errlen) < 0)
-            return -1;
-        static const struct {
-            const char *name;
-            uint64_t hi;
-            size_t off;
-        } limits[] = {
-            {"max_value_bytes", 1ull << 30, offsetof(struct topo_ns, max_value_bytes)},
-            {"ops_per_sec", 1000000000, offsetof(struct topo_ns, ops.rate)},
-            {"bytes_per_sec", 1ull << 40, offsetof(struct topo_ns, bytes.rate)},
-        };
-        for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
-            snprintf(sub, sizeof sub, "%.200s.%s", path, limits[k].name);
-            if ((v = json_object_get(nv, limits[k].name)) &&
-                topo_uint(v, sub, 0, limits[k].hi, (uint64_t *)((char *)ns + limits[k].off), err,
-                          errlen) < 0)
-                return -1;
-        }
-        if (topo_parse_ns_control(nv, path, err, errlen) < 0) return -1;
+        if (topo_parse_ns_settings(ns, nv, path, err, errlen) < 0) return -1;
         ns->ops.milli = (int64_t)ns->ops.rate * 1000; /* start full */
         ns->bytes.milli = (int64_t)ns->bytes.rate * 1000;
         if (!strcmp(name, "default")) {

@@ -197,7 +197,7 @@ def test_new_namespace_fields_are_accepted_and_echoed(start_server, control, sta
     doc = doc_for([a], 2)
     doc["namespaces"]["catalog"] = {"pool": "main", "team": "shop", "memory": 64 << 20,
                                     "copies": 2, "eviction": "s3fifo", "lease_ttl": 10,
-                                    "stale_ttl": 30, "lease_period": 2592000, "max_ttl": 600}
+                                    "stale_ttl": 30, "lease_period": 3600, "max_ttl": 600}
     doc["namespaces"]["default"].update(team="core", memory=0, copies=1, eviction="lru")
     control.publish(doc)
     wait_until(lambda: version_of(admin) == 2, message="version 2")
@@ -208,7 +208,7 @@ def test_new_namespace_fields_are_accepted_and_echoed(start_server, control, sta
 @pytest.mark.parametrize("field,value", [
     ("team", 7), ("team", "x" * 65), ("memory", -1), ("memory", "64m"),
     ("copies", 3), ("copies", "2"), ("eviction", "fifo"), ("eviction", 1), ("lease_ttl", "10"),
-    ("stale_ttl", 2592001), ("lease_period", 1.5), ("lease_period", True),
+    ("stale_ttl", 86401), ("lease_ttl", 3601), ("lease_period", 1.5), ("lease_period", True),
 ])
 def test_wrong_typed_new_fields_are_refused_naming_the_field(cluster, field, value):
     doc = topology(cluster.nodes, version=2)

@@ -13,7 +13,7 @@
 
 #include "control/slotmap.h"
 
-static uint16_t map[SLOTMAP_SLOTS], before[SLOTMAP_SLOTS];
+static uint16_t map[SLOT_COUNT], before[SLOT_COUNT];
 
 static void test_even_map_is_design_default(void **state)
 {
@@ -21,10 +21,10 @@ static void test_even_map_is_design_default(void **state)
         slotmap_even(map, n);
         assert_int_equal(slotmap_check_even(map, n), 0);
         /* the exact rule: slot s belongs to the largest i with floor(i*16384/n) <= s */
-        for (uint32_t s = 0; s < SLOTMAP_SLOTS; s += 31) {
+        for (uint32_t s = 0; s < SLOT_COUNT; s += 31) {
             uint32_t i = map[s];
-            assert_true((uint64_t)i * SLOTMAP_SLOTS / n <= s);
-            assert_true((uint64_t)(i + 1) * SLOTMAP_SLOTS / n > s);
+            assert_true((uint64_t)i * SLOT_COUNT / n <= s);
+            assert_true((uint64_t)(i + 1) * SLOT_COUNT / n > s);
         }
     }
 }
@@ -35,17 +35,17 @@ static void check_add(uint32_t n)
 {
     memcpy(before, map, sizeof map);
     uint32_t moved = slotmap_add(map, n);
-    assert_int_equal(moved, SLOTMAP_SLOTS / (n + 1));
+    assert_int_equal(moved, SLOT_COUNT / (n + 1));
     uint32_t changed = 0;
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++) {
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (map[s] == before[s]) continue;
         changed++;
         assert_int_equal(map[s], n); /* nothing moves between old nodes */
     }
     assert_int_equal(changed, moved);
     assert_int_equal(slotmap_check_even(map, n + 1), 0);
-    double frac = (double)moved / SLOTMAP_SLOTS, ideal = 1.0 / (n + 1);
-    assert_true(frac >= ideal * 0.99 - 1.0 / SLOTMAP_SLOTS && frac <= ideal * 1.01);
+    double frac = (double)moved / SLOT_COUNT, ideal = 1.0 / (n + 1);
+    assert_true(frac >= ideal * 0.99 - 1.0 / SLOT_COUNT && frac <= ideal * 1.01);
 }
 
 static void test_add_moves_only_the_new_nodes_share(void **state)
@@ -71,7 +71,7 @@ static void check_remove(uint32_t n, uint32_t g)
     slotmap_counts(before, n, counts);
     uint32_t moved = slotmap_remove(map, n, g);
     assert_int_equal(moved, counts[g]);
-    for (uint32_t s = 0; s < SLOTMAP_SLOTS; s++) {
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (before[s] == g) {
             assert_true(map[s] < n - 1);
             continue;
@@ -109,7 +109,7 @@ static void test_joins_and_leaves_in_any_order_stay_even(void **state)
 
 static void test_ranges_cover_every_slot_once(void **state)
 {
-    static struct slot_range r[SLOTMAP_SLOTS];
+    static struct slot_range r[SLOT_COUNT];
     slotmap_even(map, 3);
     slotmap_add(map, 3);
     slotmap_remove(map, 4, 1);
@@ -122,7 +122,7 @@ static void test_ranges_cover_every_slot_once(void **state)
         for (uint32_t s = r[i].from; s <= r[i].to; s++) assert_int_equal(map[s], r[i].node);
         next = r[i].to + 1u;
     }
-    assert_int_equal(next, SLOTMAP_SLOTS);
+    assert_int_equal(next, SLOT_COUNT);
 }
 
 static void test_check_even_refuses_uneven_and_unowned(void **state)

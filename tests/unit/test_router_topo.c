@@ -106,7 +106,7 @@ static void test_control_plane_namespace_fields(void **state)
     char doc[1024];
     ns_doc(doc, sizeof doc, ", \"team\": \"shop\", \"memory\": 67108864, \"copies\": 2, "
            "\"eviction\": \"s3fifo\", \"lease_ttl\": 10, \"stale_ttl\": 0, "
-           "\"lease_period\": 2592000");
+           "\"lease_period\": 3600");
     struct topo *t = parse_ok(doc);
     assert_non_null(strstr(t->doc, "\"s3fifo\""));
     assert_non_null(strstr(t->doc, "67108864"));
@@ -123,7 +123,7 @@ static void test_control_plane_namespace_fields(void **state)
         {", \"copies\": 0", "namespaces.cat.copies"},
         {", \"eviction\": \"fifo\"", "namespaces.cat.eviction"},
         {", \"eviction\": 1", "namespaces.cat.eviction"},
-        {", \"lease_ttl\": 2592001", "namespaces.cat.lease_ttl"},
+        {", \"lease_ttl\": 3601", "namespaces.cat.lease_ttl"},
         {", \"stale_ttl\": 1.5", "namespaces.cat.stale_ttl"},
         {", \"lease_period\": true", "namespaces.cat.lease_period"},
         {", \"leases\": 1", "namespaces.cat.leases: unknown field"},
