@@ -23,6 +23,9 @@
 /* Polls that bring nothing new are paced to at most one per this many ms, in case a control
  * plane answers `after=V` at once instead of holding it. */
 #define FOLLOW_IDLE_PACE_MS 100
+/* A version that could not be applied (FOLLOW_FAILED: out of memory, say) is polled past, not
+ * fetched again at once; after this long it is tried again, in case the cause has gone. */
+#define FOLLOW_FAILED_RETRY_MS 30000
 
 struct follower {
     struct follow_spec spec;
@@ -39,6 +42,8 @@ struct follower {
     int up;               /* 1 answering, 0 not, -1 not asked yet */
     /* the thread's own */
     uint64_t refused;     /* newest version refused: poll after it, not fetch it again */
+    uint64_t failed;      /* newest version that failed to apply: polled past until ... */
+    uint64_t failed_until_ms; /* ... this monotonic time, then tried again */
     bool registered;
     char last_err[512];   /* the last refusal logged, so a repeated one is logged once */
 };
@@ -173,8 +178,15 @@ static bool follow_take(struct follower *f, const struct httpc_reply *rep, uint6
         return true;
     case FOLLOW_SAME:
         return false;
-    case FOLLOW_FAILED:
-        return true;
+    case FOLLOW_FAILED: {
+        /* the hook logged it; poll past it (paced) rather than fetch it again at once */
+        uint64_t v = follow_peek_version(text, len);
+        if (v > in_use) {
+            f->failed = v;
+            f->failed_until_ms = follow_mono_ms() + FOLLOW_FAILED_RETRY_MS;
+        }
+        return false;
+    }
     case FOLLOW_INVALID:
     default: {
         uint64_t v = follow_peek_version(text, len);
@@ -197,6 +209,7 @@ static void *follow_main(void *arg)
     while (!follow_stopping(f)) {
         uint64_t t0 = follow_mono_ms(), in_use = f->spec.version(f->spec.ctx);
         uint64_t after = in_use > f->refused ? in_use : f->refused;
+        if (f->failed > after && t0 < f->failed_until_ms) after = f->failed;
         int rc = 0;
         bool progress = false, lost = false;
         if (!f->registered) {

@@ -208,6 +208,11 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
         }
         want[nwant++].name = name;
     }
+    if (nwant > NS_MAX) { /* a fault of the document for this node: no retry can apply it */
+        snprintf(err, errlen, "namespaces: %zu are in pools that list this node, which holds at "
+                 "most %d (default included)", nwant, NS_MAX);
+        goto out;
+    }
     bool changed;
     int bad = ns_replace_all(&c->n->ns, want, nwant, &changed, refused, sizeof refused);
     if (bad < 0) {
