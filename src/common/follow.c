@@ -299,9 +299,8 @@ int follower_run(struct follower *f, char *err, size_t errlen)
     return 0;
 }
 
-void follower_stop(struct follower **fp)
+void follower_stop(struct follower *f)
 {
-    struct follower *f = *fp;
     if (f == NULL) return;
     pthread_mutex_lock(&f->lock);
     f->stopping = true;
@@ -309,6 +308,14 @@ void follower_stop(struct follower **fp)
     pthread_mutex_unlock(&f->lock);
     httpc_cancel(f->http);
     if (f->running) pthread_join(f->thread, NULL);
+    f->running = false;
+}
+
+void follower_free(struct follower **fp)
+{
+    struct follower *f = *fp;
+    if (f == NULL) return;
+    follower_stop(f);
     httpc_destroy(&f->http);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);

@@ -322,11 +322,16 @@ int node_control_run(struct node_control *c, char *err, size_t errlen)
     return follower_run(c->f, err, errlen);
 }
 
-void node_control_stop(struct node_control **cp)
+void node_control_stop(struct node_control *c)
+{
+    if (c) follower_stop(c->f);
+}
+
+void node_control_free(struct node_control **cp)
 {
     struct node_control *c = *cp;
     if (c == NULL) return;
-    follower_stop(&c->f);
+    follower_free(&c->f);
     free(c->owned);
     free(c);
     *cp = NULL;

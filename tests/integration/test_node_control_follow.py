@@ -367,3 +367,19 @@ def test_document_the_node_cannot_hold_is_fetched_a_bounded_number_of_times(fake
                           {"default": {"pool": "main"}, "catalog": {"pool": "main"}}))
     wait_until(lambda: node_version(a) == 3, message="the next valid version applied")
     assert node_ns(a, "catalog") is not None
+
+
+def test_shutdown_while_metrics_are_scraped_exits_cleanly(fake, tmp_path):
+    from conftest import launch
+    from mcraw import scrape_while_stopping
+
+    def start_server(*extra):  # not the fixture's: these nodes are meant to exit
+        return launch(*extra, tmp_dir=tmp_path)
+
+    for _ in range(5):
+        a = start_node(start_server, fake)
+        fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+        wait_until(lambda: node_version(a) == 1, message="version 1")
+        status = scrape_while_stopping(a.proc, a.admin_port)
+        err = a.stderr_text()
+        assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err
