@@ -45,6 +45,7 @@ struct follower {
     uint64_t failed;      /* newest version that failed to apply: polled past until ... */
     uint64_t failed_until_ms; /* ... this monotonic time, then tried again */
     bool registered;
+    bool auth_noted;      /* a registration refused for want of a token was logged */
     char last_err[512];   /* the last refusal logged, so a repeated one is logged once */
 };
 
@@ -135,7 +136,12 @@ static int follow_register(struct follower *f, struct httpc_reply *rep, char *er
     else if (rep->status == 404 || rep->status == 405) /* no such call (yet) */
         log_info("the control plane %s has no %s: following without registering", f->base,
                  f->spec.register_path);
-    else
+    else if (rep->status == 401 || rep->status == 403) { /* --auth-file there: expected */
+        if (!f->auth_noted)
+            log_info("the control plane %s takes registrations with an admin token only (HTTP "
+                     "%ld): following without registering", f->base, rep->status);
+        f->auth_noted = true; /* once: it answers the same each time it comes back */
+    } else
         log_warn("the control plane %s refused the registration (HTTP %ld): following anyway",
                  f->base, rep->status);
     return 0;

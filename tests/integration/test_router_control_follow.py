@@ -379,3 +379,22 @@ def test_shutdown_while_metrics_are_scraped_exits_cleanly(start_server, control,
         status = scrape_while_stopping(r.proc, admin)
         err = r.stderr_text()
         assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err
+
+
+def test_registration_refused_for_want_of_a_token_is_logged_once_at_info(start_server, control,
+                                                                          start_follower):
+    a = start_server()
+    control.routers_status = 401  # a control plane with --auth-file, the router without a token
+    control.publish(doc_for([a], 1))
+    router, admin = start_follower(control.url, "-v")
+    wait_until(lambda: control.registrations, message="a registration")
+    wait_until(lambda: version_of(admin) == 1, message="version 1 followed all the same")
+    control.stop()
+    wait_until(lambda: metric(admin, "shoal_router_control_up") == 0, message="control away")
+    control.start()
+    wait_until(lambda: len(control.registrations) >= 2, message="registration when it is back")
+    wait_until(lambda: metric(admin, "shoal_router_control_up") == 1, message="control back")
+    err = router.stderr_text()
+    lines = [l for l in err.splitlines() if "admin token only" in l]
+    assert len(lines) == 1 and " info:" in lines[0], err
+    assert "refused the registration" not in err
