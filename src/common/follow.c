@@ -24,6 +24,9 @@
 /* Polls that bring nothing new are paced to at most one per this many ms, in case a control
  * plane answers `after=V` at once instead of holding it. */
 #define FOLLOW_IDLE_PACE_MS 100
+/* A version that could not be applied (FOLLOW_FAILED: out of memory, say) is polled past, not
+ * fetched again at once; after this long it is tried again, in case the cause has gone. */
+#define FOLLOW_FAILED_RETRY_MS 30000
 
 struct follower {
     struct follow_spec spec;
@@ -40,7 +43,10 @@ struct follower {
     int up;               /* 1 answering, 0 not, -1 not asked yet */
     /* the thread's own */
     uint64_t refused;     /* newest version refused: poll after it, not fetch it again */
+    uint64_t failed;      /* newest version that failed to apply: polled past until ... */
+    uint64_t failed_until_ms; /* ... this monotonic time, then tried again */
     bool registered;
+    bool auth_noted;      /* a registration refused for want of a token was logged */
     char last_err[512];   /* the last refusal logged, so a repeated one is logged once */
 };
 
@@ -131,7 +137,12 @@ static int follow_register(struct follower *f, struct httpc_reply *rep, char *er
     else if (rep->status == 404 || rep->status == 405) /* no such call (yet) */
         log_info("the control plane %s has no %s: following without registering", f->base,
                  f->spec.register_path);
-    else
+    else if (rep->status == 401 || rep->status == 403) { /* --auth-file there: expected */
+        if (!f->auth_noted)
+            log_info("the control plane %s takes registrations with an admin token only (HTTP "
+                     "%ld): following without registering", f->base, rep->status);
+        f->auth_noted = true; /* once: it answers the same each time it comes back */
+    } else
         log_warn("the control plane %s refused the registration (HTTP %ld): following anyway",
                  f->base, rep->status);
     return 0;
@@ -174,8 +185,15 @@ static bool follow_take(struct follower *f, const struct httpc_reply *rep, uint6
         return true;
     case FOLLOW_SAME:
         return false;
-    case FOLLOW_FAILED:
-        return true;
+    case FOLLOW_FAILED: {
+        /* the hook logged it; poll past it (paced) rather than fetch it again at once */
+        uint64_t v = follow_peek_version(text, len);
+        if (v > in_use) {
+            f->failed = v;
+            f->failed_until_ms = follow_mono_ms() + FOLLOW_FAILED_RETRY_MS;
+        }
+        return false;
+    }
     case FOLLOW_INVALID:
     default: {
         uint64_t v = follow_peek_version(text, len);
@@ -198,6 +216,7 @@ static void *follow_main(void *arg)
     while (!follow_stopping(f)) {
         uint64_t t0 = follow_mono_ms(), in_use = f->spec.version(f->spec.ctx);
         uint64_t after = in_use > f->refused ? in_use : f->refused;
+        if (f->failed > after && t0 < f->failed_until_ms) after = f->failed;
         int rc = 0;
         bool progress = false, lost = false;
         if (!f->registered) {
@@ -283,9 +302,8 @@ int follower_run(struct follower *f, char *err, size_t errlen)
     return 0;
 }
 
-void follower_stop(struct follower **fp)
+void follower_stop(struct follower *f)
 {
-    struct follower *f = *fp;
     if (f == NULL) return;
     pthread_mutex_lock(&f->lock);
     f->stopping = true;
@@ -293,6 +311,14 @@ void follower_stop(struct follower **fp)
     pthread_mutex_unlock(&f->lock);
     httpc_cancel(f->http);
     if (f->running) pthread_join(f->thread, NULL);
+    f->running = false;
+}
+
+void follower_free(struct follower **fp)
+{
+    struct follower *f = *fp;
+    if (f == NULL) return;
+    follower_stop(f);
     httpc_destroy(&f->http);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);

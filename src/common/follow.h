@@ -74,9 +74,11 @@ uint64_t follow_mono_ms(void);
 struct follower *follower_create(const struct follow_spec *spec, char *err, size_t errlen);
 /* Start following. -1 with a message when the thread cannot start. */
 int follower_run(struct follower *f, char *err, size_t errlen);
-/* Stop the thread if it runs (at once, even in the middle of a long poll) and free
- * everything. */
-void follower_stop(struct follower **f);
+/* Stop the thread if it runs (at once, even in the middle of a long poll) and wait for it.
+ * The follower stays readable (follower_metrics) until follower_free; idempotent. */
+void follower_stop(struct follower *f);
+/* Stop it if it was not, and free everything. Sets *f to NULL. */
+void follower_free(struct follower **f);
 
 /* The follower's figures for /metrics: <prefix>_control_up, _polls, _failures, _applied,
  * _last_success_age_seconds. */

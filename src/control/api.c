@@ -239,20 +239,79 @@ static int ns_reply(struct control *c, const char *name, int status, int with_pu
 }
 
 /* With --etcd, a change reaching a follower goes to the leader (forward.h): ADMIN_HELD or an
- * error status. -1: this process is the leader (or runs alone), so it handles the change. */
+ * error status. -1: this process is the leader (or runs alone), so it handles the change.
+ * A write calls it only between write_enter and write_leave. */
 static int to_leader(struct control *c, const char *method, const char *prefix,
                      const char *rest, const char *body, size_t len, struct buf *out)
 {
-    if (c->ha == NULL || !strcmp(method, "GET") || ha_is_leader(c->ha)) return -1;
+    if (!strcmp(method, "GET") || c->ha == NULL || ha_is_leader(c->ha)) return -1;
     char path[1100];
     snprintf(path, sizeof path, "%s%s", prefix, rest);
     return forward_request(c->fwd, method, path, body, len, out);
 }
 
+/* A write (any method but GET) enters before it touches ha, fwd or the state, and leaves when
+ * its handler returns (a forwarded one is held by the forwarder by then, which answers it
+ * itself). Returns false with 503 written when shutting down. */
+static bool write_enter(struct control *c, const char *method, struct buf *out, int *st)
+{
+    if (!strcmp(method, "GET")) return true;
+    pthread_mutex_lock(&c->lock);
+    bool closing = c->closing;
+    if (!closing) c->writers++;
+    pthread_mutex_unlock(&c->lock);
+    if (closing)
+        *st = fail(out, 503, "state", "open", "shutting down: send the change to another "
+                   "shoal-control, or again once this one is back");
+    return !closing;
+}
+
+static void write_leave(struct control *c, const char *method)
+{
+    if (!strcmp(method, "GET")) return;
+    pthread_mutex_lock(&c->lock);
+    if (--c->writers == 0 && c->closing) pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void control_close_writes(struct control *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->closing = true;
+    while (c->writers > 0) pthread_cond_wait(&c->idle, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static int ns_route_in(struct control *c, const char *method, const char *rest,
+                       const char *body, size_t len, struct buf *out);
+static int pool_route_in(struct control *c, const char *method, const char *rest,
+                         const char *body, size_t len, struct buf *out);
+
 static int ns_route(void *ctx, const char *method, const char *rest, const char *body,
                     size_t len, struct buf *out)
 {
     struct control *c = ctx;
+    int st = 0;
+    if (!write_enter(c, method, out, &st)) return st;
+    st = ns_route_in(c, method, rest, body, len, out);
+    write_leave(c, method);
+    return st;
+}
+
+static int pool_route(void *ctx, const char *method, const char *rest, const char *body,
+                      size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    int st = 0;
+    if (!write_enter(c, method, out, &st)) return st;
+    st = pool_route_in(c, method, rest, body, len, out);
+    write_leave(c, method);
+    return st;
+}
+
+static int ns_route_in(struct control *c, const char *method, const char *rest,
+                       const char *body, size_t len, struct buf *out)
+{
     CTL_INC(c, requests_namespaces);
     int fw = to_leader(c, method, "/v1/namespaces", rest, body, len, out);
     if (fw >= 0) return fw;
@@ -368,10 +427,9 @@ static int pool_reply(struct control *c, const char *name, int status, long move
     return status;
 }
 
-static int pool_route(void *ctx, const char *method, const char *rest, const char *body,
-                      size_t len, struct buf *out)
+static int pool_route_in(struct control *c, const char *method, const char *rest,
+                         const char *body, size_t len, struct buf *out)
 {
-    struct control *c = ctx;
     CTL_INC(c, requests_pools);
     int fw = to_leader(c, method, "/v1/pools", rest, body, len, out);
     if (fw >= 0) return fw;

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/admin.h"
@@ -137,10 +138,20 @@ struct control {
     struct forwarder *fwd;  /* --etcd: changes sent on to the leader (forward.h); else NULL */
     char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
     struct sampler *stats; /* the dashboard's samples (sampler.h) */
+    /* Shutdown (control_close_writes): under `lock`. Once `closing` is set every write is
+     * answered 503 "shutting down"; `writers` counts the writes still inside a handler (they
+     * may use ha and fwd), and `idle` is signalled when the last one leaves. */
+    bool closing;
+    unsigned writers;
+    pthread_cond_t idle;
 };
 
 #define CTL_INC(c, f) __atomic_fetch_add(&(c)->m.f, 1, __ATOMIC_RELAXED)
 #define CTL_SET(c, f, v) __atomic_store_n(&(c)->m.f, (v), __ATOMIC_RELAXED)
+
+/* Refuse writes from now on (503 "shutting down") and wait for those under way to leave their
+ * handlers, so that ha and fwd can go while the listener still answers. Main thread, once. */
+void control_close_writes(struct control *c);
 
 /* Make `model` the current state (it is consumed): render its topology document, set the
  * version. Caller holds c->lock or runs before any other thread starts. 0 or -1 (memory). */

@@ -123,6 +123,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&ctl.lock, NULL);
+    pthread_cond_init(&ctl.idle, NULL);
     if (ctl.cfg.etcd) {
         /* the state as etcd holds it now; etcd unreachable at start stops the process, as an
          * unreadable state file does: serving an empty state would send followers back */
@@ -200,6 +201,7 @@ int main(int argc, char **argv)
     while (sigwait(&sigs, &sig) != 0) {
     }
     log_notice("signal %d: shutting down", sig);
+    control_close_writes(&ctl); /* no write uses ha or fwd once this returns */
     forward_destroy(&ctl.fwd); /* answers the changes still waiting for the leader */
     ha_destroy(&ctl.ha);       /* a leader resigns, so another takes over at once */
     poll_stop(ctl.poll); /* held polls answered; new ones refused until the listener is gone */

@@ -184,6 +184,11 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
         }
         want[nwant++].name = name;
     }
+    if (nwant > NS_MAX) { /* a fault of the document for this node: no retry can apply it */
+        snprintf(err, errlen, "namespaces: %zu are in pools that list this node, which holds at "
+                 "most %d (default included)", nwant, NS_MAX);
+        goto out;
+    }
     bool changed;
     int bad = ns_replace_all(&c->n->ns, want, nwant, &changed, refused, sizeof refused);
     if (bad < 0) {
@@ -293,11 +298,16 @@ int node_control_run(struct node_control *c, char *err, size_t errlen)
     return follower_run(c->f, err, errlen);
 }
 
-void node_control_stop(struct node_control **cp)
+void node_control_stop(struct node_control *c)
+{
+    if (c) follower_stop(c->f);
+}
+
+void node_control_free(struct node_control **cp)
 {
     struct node_control *c = *cp;
     if (c == NULL) return;
-    follower_stop(&c->f);
+    follower_free(&c->f);
     free(c->owned);
     free(c);
     *cp = NULL;

@@ -32,8 +32,11 @@ struct node_control;
 struct node_control *node_control_create(struct node *n, char *err, size_t errlen);
 /* Start following once the node listens (its advertise address needs the bound port). */
 int node_control_run(struct node_control *c, char *err, size_t errlen);
-/* Stop the follower (at once, even mid-poll) and free everything. */
-void node_control_stop(struct node_control **c);
+/* Stop the follower (at once, even mid-poll) and wait for it; /metrics may still read it
+ * (node_control_metrics) until node_control_free. */
+void node_control_stop(struct node_control *c);
+/* Stop it if it was not and free everything; after the admin listener is gone. */
+void node_control_free(struct node_control **c);
 /* The topology version in use (0: none yet, or no --control). */
 uint64_t node_control_version(struct node_control *c);
 /* /metrics: shoal_node_control_* (the follower's figures), shoal_node_slots_owned,

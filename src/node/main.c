@@ -203,9 +203,12 @@ int main(int argc, char **argv)
     sigwait(&stop, &sig);
     log_msg(LOG_NOTICE, "signal %d: shutting down", sig);
     /* it publishes namespace tables, which waits for the workers: before they go */
-    node_control_stop(&node.control);
-    worker_teardown(&node);
+    node_control_stop(node.control);
+    /* /metrics reads the workers' counters and the follower's figures, and an admin write
+     * publishes tables (waiting for the workers): the admin thread goes before either */
     admin_destroy(&admin);
+    worker_teardown(&node);
+    node_control_free(&node.control);
     close(node.listen_fd);
     ns_registry_teardown(&node.ns);
     store_destroy(&node.store);

@@ -61,6 +61,8 @@ enum {
     SEG_GONE_UNFETCHED = 16, /* with SEG_GONE: it was never read */
     SEG_DEAD = 32,           /* PEEK: expired or flushed (a guess, re-checked when taken) */
     SEG_MOVED = 64,          /* MOVE: it now lives at dst, the index points there */
+    SEG_MISSED = 128,        /* SWEEP, with SEG_BUSY: an item that had to go was skipped, so
+                                this pass does not count as a clean one (sweeper_clean_passes) */
 };
 
 /* Called with the record's pool lock held, for a record whose ITEM_LINKED bit was seen set
@@ -172,9 +174,11 @@ struct seg_pos {
     uint32_t seg, off, gen;
 };
 /* Visit up to `max` records of segment pos->seg from pos->off, calling fn (SEG_VISIT_SWEEP) on
- * linked ones. Returns true while the segment has more; false when it is done, not owned, or
- * was compacted or reused since the last step. */
-bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx);
+ * linked ones; sets *missed if a visit said SEG_MISSED (left alone otherwise). Returns true while
+ * the segment has more; false when it is done, not owned, or was compacted or reused since the
+ * last step. */
+bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx,
+              bool *missed);
 /* Read-only walk for key dumps: as seg_walk, calling fn on linked records (of bucket `clsid`,
  * 0: any) with the pool lock held, so the item's key and size stay put while fn reads them. */
 bool seg_peek(struct segs *s, struct seg_pos *pos, uint32_t max, int clsid,
@@ -194,7 +198,10 @@ int sweeper_create(struct sweeper **out, struct segs *s, seg_visit_fn fn, void (
                    void *ctx, uint32_t interval_ms, char *err, size_t errlen);
 /* Stop the thread (promptly, even mid-pass) and free it. Sets *swp to NULL. */
 void sweeper_destroy(struct sweeper **swp);
-/* Full walks over every segment finished so far (the store's slot drops wait for one). */
+/* Full walks over every segment finished so far. */
 uint64_t sweeper_passes(const struct sweeper *sw);
+/* Full walks finished in which no visit said SEG_MISSED (the store's slot drops wait for these:
+ * a pass that skipped a dropped item must not end the drop). */
+uint64_t sweeper_clean_passes(const struct sweeper *sw);
 
 #endif

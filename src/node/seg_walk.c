@@ -68,6 +68,7 @@ static bool walk_batch(struct segs *s, struct seg_pos *pos, uint32_t max,
 struct sweep_arg {
     seg_visit_fn fn;
     void *ctx;
+    bool *missed;
 };
 
 static void sweep_one(struct segs *s, struct seg_pool *pl, struct item *it, uint32_t len,
@@ -75,14 +76,16 @@ static void sweep_one(struct segs *s, struct seg_pool *pl, struct item *it, uint
 {
     const struct sweep_arg *a = arg;
     int r = a->fn(a->ctx, it, SEG_VISIT_SWEEP, NULL);
+    if (r & SEG_MISSED) *a->missed = true;
     if (!(r & SEG_GONE)) return;
     seg_count_gone(pl, it, SEG_VISIT_SWEEP, r);
     seg_kill(s, it, len);
 }
 
-bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx)
+bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx,
+              bool *missed)
 {
-    struct sweep_arg a = {fn, ctx};
+    struct sweep_arg a = {fn, ctx, missed};
     return walk_batch(s, pos, max, sweep_one, &a);
 }
 

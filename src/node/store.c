@@ -74,7 +74,8 @@ struct store {
 
     /* Slot drops (store_drop_slots), written under flush_lock: per slot, items with atime <
      * drop_time[s], or == and cas < drop_cas[s], are dead, but only while drop_pending (read
-     * on every lookup); it clears once the sweeper has passed drop_until times. */
+     * on every lookup); it clears once the sweeper's clean passes (ones that skipped no dropped
+     * item) reach drop_until. */
     uint32_t *drop_time;
     uint64_t *drop_cas;
     uint32_t drop_pending;
@@ -210,6 +211,8 @@ static int store_visit(struct store *st, struct item *it, enum seg_visit why, st
     if (mine) {
         if (it->nkey == ankey && memcmp(item_key(it), akey, ankey) == 0) return SEG_PINNED;
     } else if (pthread_mutex_trylock(&sh->lock) != 0) {
+        /* a dropped item left behind: the pending drop must outlive this pass */
+        if (why == SEG_VISIT_SWEEP && dead == STORE_MISS_DROPPED) return SEG_BUSY | SEG_MISSED;
         return SEG_BUSY;
     }
     int r;
@@ -314,7 +317,7 @@ static void store_tick(void *ctx)
     transient_reap(ctx);
     if (__atomic_load_n(&st->drop_pending, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&st->flush_lock);
-        if (st->drop_pending && sweeper_passes(st->sweeper) >= st->drop_until)
+        if (st->drop_pending && sweeper_clean_passes(st->sweeper) >= st->drop_until)
             __atomic_store_n(&st->drop_pending, 0, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&st->flush_lock);
     }
@@ -623,8 +626,9 @@ int store_drop_slots(struct store *st, const uint16_t *slots, size_t n, uint32_t
         __atomic_store_n(&st->drop_time[s], now, __ATOMIC_RELAXED);
         __atomic_store_n(&st->drop_cas[s], cas, __ATOMIC_RELEASE);
     }
-    /* the pass under way may have walked some segments already: the next whole one counts */
-    st->drop_until = sweeper_passes(st->sweeper) + 2;
+    /* the pass under way may have walked some segments already: the next whole one counts, and
+     * only a pass that skipped no dropped item (its shard was busy) counts at all */
+    st->drop_until = sweeper_clean_passes(st->sweeper) + 2;
     __atomic_store_n(&st->drop_pending, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&st->flush_lock);
     return 0;

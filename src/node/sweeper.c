@@ -31,6 +31,8 @@ struct sweeper {
     uint32_t interval_ms;
     uint32_t cursor; /* next segment to walk; the sweeper thread's own */
     uint64_t passes; /* walks that reached the last segment (relaxed atomic) */
+    uint64_t clean;  /* of those, the ones no visit said SEG_MISSED in (relaxed atomic) */
+    bool missed;     /* a visit of the pass under way said SEG_MISSED; the thread's own */
     bool stop; /* set under `lock`; also read without it (atomically) mid-pass */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -54,8 +56,13 @@ static void sweeper_pass(struct sweeper *sw)
         sw->cursor = pos.seg + 1;
         do {
             if (__atomic_load_n(&sw->stop, __ATOMIC_RELAXED)) return;
-        } while (seg_walk(sw->segs, &pos, SWEEPER_BATCH, sw->fn, sw->ctx));
-        if (sw->cursor >= n) __atomic_fetch_add(&sw->passes, 1, __ATOMIC_RELAXED);
+        } while (seg_walk(sw->segs, &pos, SWEEPER_BATCH, sw->fn, sw->ctx, &sw->missed));
+        if (sw->cursor >= n) {
+            /* clean first: a reader of passes then clean never sees clean ahead of passes */
+            if (!sw->missed) __atomic_fetch_add(&sw->clean, 1, __ATOMIC_RELAXED);
+            sw->missed = false;
+            __atomic_fetch_add(&sw->passes, 1, __ATOMIC_RELAXED);
+        }
     }
 }
 
@@ -137,4 +144,9 @@ void sweeper_destroy(struct sweeper **swp)
 uint64_t sweeper_passes(const struct sweeper *sw)
 {
     return __atomic_load_n(&sw->passes, __ATOMIC_RELAXED);
+}
+
+uint64_t sweeper_clean_passes(const struct sweeper *sw)
+{
+    return __atomic_load_n(&sw->clean, __ATOMIC_RELAXED);
 }

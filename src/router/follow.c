@@ -189,11 +189,16 @@ int follow_run(struct follow *f, char *err, size_t errlen)
     return follower_run(f->f, err, errlen);
 }
 
-void follow_stop(struct follow **fp)
+void follow_stop(struct follow *f)
+{
+    if (f) follower_stop(f->f);
+}
+
+void follow_free(struct follow **fp)
 {
     struct follow *f = *fp;
     if (f == NULL) return;
-    follower_stop(&f->f);
+    follower_free(&f->f);
     free(f);
     *fp = NULL;
 }

@@ -37,9 +37,11 @@ struct follow *follow_create(struct router *r, char *err, size_t errlen);
 /* Start following, once the router listens (registration names its ports). -1 with a message
  * when the thread cannot start. */
 int follow_run(struct follow *f, char *err, size_t errlen);
-/* Stop the thread if it runs (at once, even in the middle of a long poll) and free
- * everything. */
-void follow_stop(struct follow **f);
+/* Stop the thread if it runs (at once, even in the middle of a long poll) and wait for it;
+ * follow_metrics still works until follow_free (the admin thread may be rendering /metrics). */
+void follow_stop(struct follow *f);
+/* Stop it if it was not and free everything; after the admin listener is gone. */
+void follow_free(struct follow **f);
 
 /* The follower's figures for /metrics: shoal_router_control_up, _polls, _failures, _applied,
  * _last_success_age_seconds. */

@@ -246,8 +246,9 @@ int main(int argc, char **argv)
         log_notice("signal %d: shutting down", sig);
         break;
     }
-    follow_stop(&router.follow); /* it publishes tables: before the workers go */
+    follow_stop(router.follow); /* it publishes tables: before the workers go */
     admin_destroy(&admin);
+    follow_free(&router.follow); /* the admin thread read its figures until admin_destroy */
     worker_teardown(&router);
     close(router.listen_fd);
     topo_registry_teardown(&router.topo);

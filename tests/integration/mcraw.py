@@ -265,3 +265,34 @@ def sanitized(pid):
     """Whether process `pid` runs with ASAN (whose quarantine keeps freed memory resident)."""
     with open(f"/proc/{pid}/maps") as f:
         return "libasan" in f.read()
+
+
+def scrape_while_stopping(proc, admin_port, threads=2, settle=0.2, timeout=20):
+    """Send SIGTERM to `proc` while `threads` threads fetch /metrics from admin_port in a loop,
+    so that shutdown runs under the admin thread's reads. Returns the exit status."""
+    import signal
+    import threading
+    import time
+    done = threading.Event()
+
+    def scrape():
+        while not done.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", admin_port), timeout=2) as s:
+                    s.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+                    while s.recv(65536):
+                        pass
+            except OSError:
+                time.sleep(0.001)
+
+    ts = [threading.Thread(target=scrape, daemon=True) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    time.sleep(settle)  # the scrapers are in full swing
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    finally:
+        done.set()
+        for t in ts:
+            t.join(5)

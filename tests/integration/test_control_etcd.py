@@ -395,3 +395,39 @@ def test_restarted_process_rejoins_as_follower_at_the_stored_version(group):
     status, body = again.post("/v1/namespaces", {"name": "via-restarted", "pool": "main"})
     assert status == 201 and body["version"] == 3
     wait_until(lambda: f.version() == 3, timeout=3, message="version 3 on the leader")
+
+
+def test_writes_during_a_followers_shutdown_get_503_and_it_exits_cleanly(group):
+    import http.client
+    for round_ in range(3):
+        ctls = group(2)
+        leader = one_leader(ctls)
+        f = followers(ctls, leader)[0]
+        answers, done = [], threading.Event()
+
+        def write(k):
+            i = 0
+            while not done.is_set():
+                i += 1
+                try:
+                    answers.append(f.post("/v1/namespaces",
+                                          {"name": f"r{round_}t{k}n{i}", "pool": "main"}))
+                except (OSError, http.client.HTTPException):
+                    if not f.alive():
+                        return
+        status, body = leader.post("/v1/pools", {"name": "main", "nodes": ["127.0.0.1:21001"]})
+        assert status in (201, 409), body
+        ts = [threading.Thread(target=write, args=(k,), daemon=True) for k in range(3)]
+        for t in ts:
+            t.start()
+        wait_until(lambda: len(answers) >= 3, message="writes through the follower")
+        f.proc.send_signal(signal.SIGTERM)
+        status = f.proc.wait(10)
+        done.set()
+        for t in ts:
+            t.join(10)
+        err = f.stderr_text()
+        assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err
+        for st, body in answers:
+            assert st == 201 or st == 503, (st, body)
+        leader.stop()

@@ -345,3 +345,41 @@ def test_new_version_is_applied_within_a_second(fake, start_server):
     took = time.monotonic() - t0
     assert took < 1.0, f"version 2 took {took:.3f}s from publishing to its drops on the node"
     assert node_ns(a, "catalog")["max_ttl"] == 9
+
+
+def test_document_the_node_cannot_hold_is_fetched_a_bounded_number_of_times(fake, start_server):
+    import time
+    a = start_node(start_server, fake)
+    fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+    wait_until(lambda: node_version(a) == 1, message="version 1")
+    wait_until(lambda: fake.gets and fake.gets[-1] == 1, message="the node's long poll")
+    many = {f"ns{i}": {"pool": "main"} for i in range(300)}
+    many["default"] = {"pool": "main"}
+    before = len(fake.gets)
+    fake.publish(fake_doc(2, {"main": {"nodes": [a.addr]}}, many))
+    wait_until(lambda: "at most 256" in a.stderr_text(), message="the refusal logged")
+    time.sleep(2.0)  # what is measured is what does not happen meanwhile
+    fetched = [g for g in fake.gets[before:] if g is not None and g < 2]
+    assert len(fetched) <= 2, f"version 2 fetched {len(fetched)} times in 2 s"
+    assert a.stderr_text().count("at most 256") == 1
+    assert node_version(a) == 1
+    fake.publish(fake_doc(3, {"main": {"nodes": [a.addr]}},
+                          {"default": {"pool": "main"}, "catalog": {"pool": "main"}}))
+    wait_until(lambda: node_version(a) == 3, message="the next valid version applied")
+    assert node_ns(a, "catalog") is not None
+
+
+def test_shutdown_while_metrics_are_scraped_exits_cleanly(fake, tmp_path):
+    from conftest import launch
+    from mcraw import scrape_while_stopping
+
+    def start_server(*extra):  # not the fixture's: these nodes are meant to exit
+        return launch(*extra, tmp_dir=tmp_path)
+
+    for _ in range(5):
+        a = start_node(start_server, fake)
+        fake.publish(fake_doc(1, {"main": {"nodes": [a.addr]}}))
+        wait_until(lambda: node_version(a) == 1, message="version 1")
+        status = scrape_while_stopping(a.proc, a.admin_port)
+        err = a.stderr_text()
+        assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err

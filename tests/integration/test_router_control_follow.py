@@ -41,32 +41,38 @@ def start_follower(request, tmp_path):
     started = []
 
     def start(url, *extra, config=None):
-        for attempt in range(3):
-            port, admin = free_port(), free_port()
-            args = [str(ROUTER_BIN), "-p", str(port), "-l", "127.0.0.1", "-t", "2",
-                    "--admin-port", str(admin), *(["--control", url] if url else []), *extra]
-            if config is not None:
-                path = tmp_path / f"topology-{len(started)}-{attempt}.json"
-                path.write_text(json.dumps(config))
-                args += ["--config", str(path)]
-            fd, stderr_path = tempfile.mkstemp(prefix="router-", suffix=".stderr", dir=tmp_path)
-            with os.fdopen(fd, "w") as err:
-                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
-            if _wait_ready(proc, port, stderr_path):
-                r = Server(args, port, proc, stderr_path)
-                started.append(r)
-                _register(request.node, r)
-                # the data port listens a moment before the admin port does
-                wait_until(lambda: accepts(admin) or not r.alive(), message="the admin port")
-                return r, admin
-            text = Path(stderr_path).read_text(errors="replace")
-            if "in use" not in text.lower() or attempt == 2:
-                pytest.fail(f"router exited with status {proc.returncode}: {' '.join(args)}\n{text}")
-        raise AssertionError("unreachable")
+        r, admin = spawn_follower(tmp_path, url, *extra, config=config, name=len(started))
+        started.append(r)
+        _register(request.node, r)
+        return r, admin
 
     yield start
     _check_survived(started)
+
+
+def spawn_follower(tmp_path, url, *extra, config=None, name=0):
+    """A router as start_follower starts it, left for the caller to stop."""
+    for attempt in range(3):
+        port, admin = free_port(), free_port()
+        args = [str(ROUTER_BIN), "-p", str(port), "-l", "127.0.0.1", "-t", "2",
+                "--admin-port", str(admin), *(["--control", url] if url else []), *extra]
+        if config is not None:
+            path = tmp_path / f"topology-{name}-{attempt}.json"
+            path.write_text(json.dumps(config))
+            args += ["--config", str(path)]
+        fd, stderr_path = tempfile.mkstemp(prefix="router-", suffix=".stderr", dir=tmp_path)
+        with os.fdopen(fd, "w") as err:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        if _wait_ready(proc, port, stderr_path):
+            r = Server(args, port, proc, stderr_path)
+            # the data port listens a moment before the admin port does
+            wait_until(lambda: accepts(admin) or not r.alive(), message="the admin port")
+            return r, admin
+        text = Path(stderr_path).read_text(errors="replace")
+        if "in use" not in text.lower() or attempt == 2:
+            pytest.fail(f"router exited with status {proc.returncode}: {' '.join(args)}\n{text}")
+    raise AssertionError("unreachable")
 
 
 def doc_for(nodes, version, **extra):
@@ -361,3 +367,34 @@ def test_router_follows_the_real_control_plane(start_server, start_control, star
         assert r.store("set", k, "w") == "STORED"
     on_b = [k for k in keys if holds(b, k, b"w")]
     assert 60 <= len(on_b) <= 140, f"{len(on_b)} of 200 keys moved to the new node"
+
+
+def test_shutdown_while_metrics_are_scraped_exits_cleanly(start_server, control, tmp_path):
+    from mcraw import scrape_while_stopping
+    node = start_server()
+    control.publish(doc_for([node], 1))
+    for i in range(5):
+        r, admin = spawn_follower(tmp_path, control.url, name=i)
+        wait_until(lambda: version_of(admin) == 1, message="version 1")
+        status = scrape_while_stopping(r.proc, admin)
+        err = r.stderr_text()
+        assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err
+
+
+def test_registration_refused_for_want_of_a_token_is_logged_once_at_info(start_server, control,
+                                                                          start_follower):
+    a = start_server()
+    control.routers_status = 401  # a control plane with --auth-file, the router without a token
+    control.publish(doc_for([a], 1))
+    router, admin = start_follower(control.url, "-v")
+    wait_until(lambda: control.registrations, message="a registration")
+    wait_until(lambda: version_of(admin) == 1, message="version 1 followed all the same")
+    control.stop()
+    wait_until(lambda: metric(admin, "shoal_router_control_up") == 0, message="control away")
+    control.start()
+    wait_until(lambda: len(control.registrations) >= 2, message="registration when it is back")
+    wait_until(lambda: metric(admin, "shoal_router_control_up") == 1, message="control back")
+    err = router.stderr_text()
+    lines = [l for l in err.splitlines() if "admin token only" in l]
+    assert len(lines) == 1 and " info:" in lines[0], err
+    assert "refused the registration" not in err

@@ -115,6 +115,33 @@ static void test_sweeper_reclaims_and_ends_the_pending_drop(void **state)
     store_destroy(&st);
 }
 
+/* The sweeper skips an item whose shard lock is taken (it never blocks on one): passes that
+ * skipped a dropped item must not end the drop, or the item would be served again. */
+static void test_drop_outlives_passes_that_skipped_a_dropped_item(void **state)
+{
+    (void)state;
+    clock_setup();
+    struct store *st = mk(10);
+    uint32_t now = clock_now();
+    put(st, K_DROP, now);
+    uint16_t s = slot_of_key(K_DROP, strlen(K_DROP));
+    assert_int_equal(store_drop_slots(st, &s, 1, now), 0);
+    uint64_t hv = store_hash(K_DROP, strlen(K_DROP));
+    store_lock(st, hv); /* the sweeper's trylock on this shard now fails */
+    struct timespec nap = {0, 10 * 1000000L};
+    /* a 10 ms sweep ends an unhindered drop within a few ticks (the test above); give it 50 */
+    for (int i = 0; i < 50 && store_drop_pending(st); i++) nanosleep(&nap, NULL);
+    bool pending = store_drop_pending(st);
+    store_unlock(st, hv);
+    assert_true(pending);
+    assert_false(has(st, K_DROP, clock_now(), NULL));
+    /* with the shard free the sweeper (or that lookup) takes it and the drop ends */
+    for (int i = 0; i < 500 && store_drop_pending(st); i++) nanosleep(&nap, NULL);
+    assert_false(store_drop_pending(st));
+    assert_int_equal(items(st), 0);
+    store_destroy(&st);
+}
+
 static uint64_t seen_word;
 static uint64_t *seen[1] = {&seen_word};
 
@@ -170,6 +197,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dropped_slot_misses_at_once_others_stay),
         cmocka_unit_test(test_sweeper_reclaims_and_ends_the_pending_drop),
+        cmocka_unit_test(test_drop_outlives_passes_that_skipped_a_dropped_item),
         cmocka_unit_test(test_replace_all_is_one_publish_and_keeps_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
