@@ -32,6 +32,19 @@ enum follow_take {
     FOLLOW_FAILED,   /* valid but could not be applied; the hook logged and counted it */
 };
 
+/* The follower's options shared by every daemon with --control (its config struct has a uint64_t
+ * field of each number's name and `const char *token_file`); --control itself is each daemon's,
+ * since what it follows differs. */
+#define FOLLOW_OPTIONS(X)                                                                        \
+    X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
+      "longest a topology long-poll may take before it counts as failed and is sent again: "   \
+      "above the control plane's hold time", NULL)                                                \
+    X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
+      "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
+    X(token_file, 0, STR, NULL, 0, 0,                                                            \
+      "file holding the bearer token sent to --control (default: the SHOAL_TOKEN variable)",    \
+      NULL)
+
 struct httpc;
 
 struct follow_spec {

@@ -15,6 +15,7 @@
 #include "common/admin.h"
 #include "common/buf.h"
 #include "common/connlist.h"
+#include "common/follow.h"
 #include "common/membudget.h"
 #include "common/metrics.h"
 #include "common/uring.h"
@@ -72,13 +73,7 @@
     X(advertise, 0, STR, NULL, 0, 0,                                                             \
       "host:port the topology names this node by (default: -l's address and the bound port)",  \
       NULL)                                                                                      \
-    X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
-      "longest wait for one answer from the control plane; above its hold time", NULL)          \
-    X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
-      "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
-    X(token_file, 0, STR, NULL, 0, 0,                                                            \
-      "file holding the bearer token sent to --control (default: the SHOAL_TOKEN variable)",    \
-      NULL)                                                                                      \
+    FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
 struct node_config {

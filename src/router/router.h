@@ -15,6 +15,7 @@
 
 #include "common/admin.h"
 #include "common/connlist.h"
+#include "common/follow.h"
 #include "common/membudget.h"
 #include "common/metrics.h"
 #include "common/uring.h"
@@ -85,14 +86,7 @@
     X(control_wait_ms, 0, UINT, "5000", 100, 3600000,                                            \
       "with --control and no --config: how long to wait at start for the first document "       \
       "before giving up (exit status 2)", NULL)                                                   \
-    X(control_timeout_ms, 0, UINT, "60000", 100, 3600000,                                        \
-      "longest a topology long-poll may take before it counts as failed and is sent again: "   \
-      "above the control plane's hold time", NULL)                                                \
-    X(control_backoff_max_ms, 0, UINT, "2000", 100, 600000,                                      \
-      "retries to an unreachable control plane wait 100 ms, doubling up to this", NULL)         \
-    X(token_file, 0, STR, NULL, 0, 0,                                                            \
-      "file holding the bearer token sent to --control (default: the SHOAL_TOKEN variable)",    \
-      NULL)                                                                                      \
+    FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
 struct router_config {
