@@ -96,11 +96,18 @@ static int check_table(PGconn *c, const struct inv_table *t, int *covered, char 
     return 0;
 }
 
+/* A statement without parameters, over the simple query protocol (all a replication
+ * connection takes). */
 static int exec(PGconn *c, const char *sql, char *err, size_t errlen)
 {
-    PGresult *r = q(c, sql, 0, NULL, err, errlen);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
     PQclear(r);
-    return r ? 0 : -1;
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return 0;
+    snprintf(err, errlen, "%.200s: %s", sql, PQerrorMessage(c));
+    char *nl = strrchr(err, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    return -1;
 }
 
 static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
