@@ -2,8 +2,8 @@
  * this file at that merge. One blocking connection per cluster, used from the reader's thread:
  * each commit's deletes go out as pipelined `md <key> q` lines closed by `mn`, and the commit
  * counts as applied when every cluster answered MN. A cluster that cannot be reached is retried
- * (first address, then the next) until it answers: the reader waits, nothing is buffered or
- * spilled. A namespace flush is a `flush_all` (there is no per-namespace flush command yet).
+ * (each address in turn) for about 2 s while the reader waits, then the commit is refused (the
+ * reader gets it again from PostgreSQL); nothing is buffered or spilled. A namespace flush is a `flush_all` (there is no per-namespace flush command yet).
  * Replay is not supported. Enough to run the log reader's tests end to end, no more. */
 #include <errno.h>
 #include <netdb.h>
@@ -88,7 +88,9 @@ static int exchange(struct stub_cluster *c, const struct buf *b, const char *end
     }
 }
 
-static void apply(struct deliver *d, const struct buf *b, const char *end)
+/* Send b to every cluster; -1 when one stayed unreachable for about 2 s (the reader then
+ * reconnects to PostgreSQL and gets the commit again, so it also notices a stop meanwhile). */
+static int apply(struct deliver *d, const struct buf *b, const char *end)
 {
     for (size_t i = 0; i < d->n; i++) {
         struct stub_cluster *c = &d->c[i];
@@ -101,10 +103,12 @@ static void apply(struct deliver *d, const struct buf *b, const char *end)
             if (c->fd >= 0) close(c->fd);
             c->fd = -1;
             atomic_store(&d->up, 0);
-            usleep(tries < 10 ? 20000 : 200000);
+            if (tries == 100) return -1;
+            usleep(20000);
         }
     }
     atomic_store(&d->up, 1);
+    return 0;
 }
 
 struct deliver *deliver_create(const struct deliver_cfg *cfg, char *err, size_t errlen)
@@ -149,7 +153,7 @@ int deliver_commit(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
                 return -1;
         }
         if (buf_append(&d->out, "mn\r\n", 4) < 0) return -1;
-        apply(d, &d->out, "MN\r\n");
+        if (apply(d, &d->out, "MN\r\n") < 0) return -1;
         atomic_fetch_add(&d->deletes, k);
         atomic_fetch_add(&d->batches, 1);
     }
@@ -162,7 +166,7 @@ int deliver_flush(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
 {
     d->out.off = d->out.len = 0;
     if (buf_append_str(&d->out, "flush_all\r\n") < 0) return -1;
-    apply(d, &d->out, "OK\r\n");
+    if (apply(d, &d->out, "OK\r\n") < 0) return -1;
     atomic_fetch_add(&d->flushes, 1);
     atomic_store(&d->safe, end_lsn);
     return 0;

@@ -133,7 +133,7 @@ static int pend_push(struct reader *r, uint64_t end_lsn, int64_t commit_us, uint
  * confirming that position (should the keys not be applied yet) still has PostgreSQL send the
  * transaction again, since it re-sends every commit at or after the confirmed position. */
 static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, uint64_t end_lsn,
-                     int64_t ts_pg)
+                     int64_t ts_pg, int idle)
 {
     struct inv *inv = r->inv;
     if (end_lsn <= r->last_handed) return 0; /* sent again after a reconnect */
@@ -151,7 +151,7 @@ static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, u
     } while (i < ks->n);
     if (pend_push(r, end_lsn, ts, ks->max_inv_id) < 0) return -1;
     r->last_handed = end_lsn;
-    atomic_fetch_add(&inv->figs.transactions, 1);
+    atomic_fetch_add(&inv->figs.transactions, idle ? 0 : 1);
     atomic_fetch_add(&inv->figs.keys, ks->n);
     atomic_fetch_add(&inv->figs.truncates, ks->nflush ? 1 : 0);
     return 0;
@@ -205,7 +205,7 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
         return 0;
     case PGO_COMMIT:
         r->in_txn = 0;
-        return hand_over(r, &r->cur, m->lsn, m->end_lsn, m->ts);
+        return hand_over(r, &r->cur, m->lsn, m->end_lsn, m->ts, 0);
     case PGO_RELATION:
         return rows_relation(r->rows, m);
     case PGO_INSERT:
@@ -225,7 +225,7 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
     case PGO_STREAM_COMMIT: {
         struct stream_txn *s = stream_find(r, m->xid, 0);
         struct keyset empty = {0};
-        int rc = hand_over(r, s ? &s->ks : &empty, m->lsn, m->end_lsn, m->ts);
+        int rc = hand_over(r, s ? &s->ks : &empty, m->lsn, m->end_lsn, m->ts, 0);
         stream_drop(r, m->xid);
         atomic_fetch_add(&r->inv->figs.streamed_transactions, 1);
         return rc;
@@ -262,9 +262,8 @@ static int on_frame(struct reader *r, const uint8_t *p, size_t n)
         (f.reply_requested || now - r->last_idle_ms >= 1000)) {
         struct keyset empty = {0};
         r->last_idle_ms = now;
-        if (hand_over(r, &empty, f.wal_end, f.wal_end, now_us() - PGO_EPOCH_OFFSET_US) < 0)
+        if (hand_over(r, &empty, f.wal_end, f.wal_end, now_us() - PGO_EPOCH_OFFSET_US, 1) < 0)
             return -1;
-        atomic_fetch_sub(&r->inv->figs.transactions, 1); /* not a transaction */
     }
     return send_status(r, f.reply_requested);
 }
@@ -313,6 +312,8 @@ static void stream(struct reader *r)
         if (n > 0) {
             int rc = on_frame(r, (const uint8_t *)buf, (size_t)n);
             PQfreemem(buf);
+            /* while data keeps coming, confirm what delivery finished every 100 ms anyway */
+            if (rc == 0 && mono_ms() - r->last_status_ms >= 100) rc = send_status(r, 0);
             if (rc < 0) break;
             continue;
         }
