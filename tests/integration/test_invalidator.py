@@ -31,12 +31,15 @@ def pg(tmp_path_factory):
 @pytest.fixture
 def start_invalidator(request, pg, tmp_path):
     """Factory: start_invalidator(node, tables, *flags, invalidation_table=None) -> Invalidator
-    with a slot and publication named for the test; stopped, and its slot dropped, after."""
+    with a slot and publication named for the test; stopped, and its slot dropped, after.
+    `node` may also be a dict of clusters: {"name": [server, ...]}."""
     started = []
     name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
 
     def start(node, tables, *extra, invalidation_table=None, wait=True):
-        config = {"clusters": {"local": {"routers": [f"127.0.0.1:{node.port}"]}},
+        clusters = node if isinstance(node, dict) else {"local": [node]}
+        config = {"clusters": {cname: {"routers": [f"127.0.0.1:{s.port}" for s in servers]}
+                               for cname, servers in clusters.items()},
                   "tables": tables}
         if invalidation_table:
             config["invalidation_table"] = invalidation_table
@@ -107,6 +110,21 @@ def test_update_deletes_the_rows_keys_within_a_second(pg, start_server, start_in
     left = present(node, keys)
     assert len(left) == 18, f"only the updated row's two keys should go, left: {left}"
     assert took < 1.0
+
+
+def test_update_reaches_every_cluster(pg, start_server, start_router, start_invalidator):
+    products(pg, "p_clusters", 4)
+    router, _, _ = start_router([start_server() for _ in range(3)])
+    single = start_server()
+    # a router in front of three nodes, and a lone node: two clusters
+    start_invalidator({"routed": [router], "single": [single]},
+                      {"public.p_clusters": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, 5)]
+    set_keys(router, keys)
+    set_keys(single, keys)
+    pg.sql("UPDATE p_clusters SET price = 0 WHERE id IN (1, 2)")
+    wait_until(lambda: present(router, keys) == keys[2:] and present(single, keys) == keys[2:],
+               timeout=2, interval=0.01, message="rows 1 and 2's keys to go from both clusters")
 
 
 def test_templated_column_change_deletes_old_and_new_key(pg, start_server, start_invalidator):
@@ -209,6 +227,34 @@ def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_i
     assert gone_at_kill < n, "the kill came after every delete: nothing was in flight"
     assert inv2.metrics()["shoal_invalidator_keys_total"] > 0, "the restart had nothing to do"
     assert inv2.stop() is None
+
+
+def test_rolled_back_streamed_transaction_deletes_nothing(pg, start_server, start_invalidator):
+    n = 2000  # past logical_decoding_work_mem (64kB): PostgreSQL streams it before the end
+    products(pg, "p_abort", n)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_abort": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, n + 1)]
+    set_keys(node, keys)
+    pg.sql("BEGIN; UPDATE p_abort SET price = price + 1; ROLLBACK")
+    pg.sql("UPDATE p_abort SET price = 0 WHERE id = 1")  # a marker after it
+    wait_until(lambda: "catalog:product:1" not in present(node, keys[:1]), timeout=5,
+               interval=0.01, message="the marker row's key to go")
+    assert len(present(node, keys)) == n - 1, "the rolled back update deleted keys"
+    assert inv.metrics()["shoal_invalidator_aborted_streams_total"] >= 1
+
+
+def test_quiet_mapped_tables_do_not_hold_wal_back(pg, start_server, start_invalidator):
+    products(pg, "p_quiet", 1)
+    pg.sql("CREATE TABLE unmapped_busy (x int)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_quiet": {"keys": ["catalog:product:{id}"]}})
+    # WAL from a table outside the publication: pgoutput sends no transaction for it
+    pg.sql("INSERT INTO unmapped_busy SELECT generate_series(1, 1000)")
+    target = pg.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    wait_until(lambda: pg.value(f"SELECT confirmed_flush_lsn - '0/0'::pg_lsn >= {target} FROM "
+                                f"pg_replication_slots WHERE slot_name = '{inv.slot}'") == "t",
+               timeout=10, interval=0.1, message="the slot to confirm past the unmapped writes")
 
 
 def test_million_row_update_in_one_transaction_deletes_every_key(pg, start_server,
