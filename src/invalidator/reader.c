@@ -26,6 +26,7 @@
 #include "invalidator/invalidator.h"
 #include "invalidator/pgoutput.h"
 #include "invalidator/rows.h"
+#include "invalidator/setup.h"
 
 /* keys handed to deliver_commit per call of a large transaction */
 #define HAND_CHUNK 8192
@@ -270,14 +271,8 @@ static int on_frame(struct reader *r, const uint8_t *p, size_t n)
 
 static PGconn *connect_stream(struct inv *inv, char *err, size_t errlen)
 {
-    const char *kw[] = {"dbname", "replication", NULL};
-    const char *vals[] = {inv->opt.pg, "database", NULL};
-    PGconn *c = PQconnectdbParams(kw, vals, 1);
-    if (PQstatus(c) != CONNECTION_OK) {
-        snprintf(err, errlen, "%s", PQerrorMessage(c));
-        PQfinish(c);
-        return NULL;
-    }
+    PGconn *c = setup_replication_connect(inv, err, errlen);
+    if (c == NULL) return NULL;
     char *slot = PQescapeIdentifier(c, inv->opt.slot, strlen(inv->opt.slot));
     char *pubid = PQescapeIdentifier(c, inv->opt.publication, strlen(inv->opt.publication));
     char *pub = pubid ? PQescapeLiteral(c, pubid, strlen(pubid)) : NULL;
@@ -291,7 +286,9 @@ static PGconn *connect_stream(struct inv *inv, char *err, size_t errlen)
     PQfreemem(pub);
     PGresult *res = PQexec(c, sql);
     if (PQresultStatus(res) != PGRES_COPY_BOTH) {
-        snprintf(err, errlen, "%s", PQerrorMessage(c));
+        snprintf(err, errlen, "START_REPLICATION: %s", PQerrorMessage(c));
+        char *nl = strrchr(err, '\n');
+        if (nl && nl[1] == 0) *nl = 0;
         PQclear(res);
         PQfinish(c);
         return NULL;
@@ -361,9 +358,7 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
         char e[600];
         r.conn = connect_stream(inv, e, sizeof e);
         if (r.conn == NULL) {
-            char *nl = strrchr(e, '\n');
-            if (nl && nl[1] == 0) *nl = 0;
-            log_warn_limited("replication connection: %s (retrying in %u ms)", e, backoff);
+            log_warn_limited("%s (retrying in %u ms)", e, backoff);
             for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
             backoff = backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
                                                               : backoff * 2;

@@ -229,14 +229,8 @@ static int prepare_slot(struct inv *inv, PGconn *c, char *err, size_t errlen)
         return 0;
     }
     PQclear(r);
-    const char *kw[] = {"dbname", "replication", NULL};
-    const char *vals[] = {inv->opt.pg, "database", NULL};
-    PGconn *rc = PQconnectdbParams(kw, vals, 1);
-    if (PQstatus(rc) != CONNECTION_OK) {
-        snprintf(err, errlen, "replication connection: %s", PQerrorMessage(rc));
-        PQfinish(rc);
-        return -1;
-    }
+    PGconn *rc = setup_replication_connect(inv, err, errlen);
+    if (rc == NULL) return -1;
     char *qs = PQescapeIdentifier(rc, inv->opt.slot, strlen(inv->opt.slot));
     char sql[300];
     snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT",
@@ -246,6 +240,20 @@ static int prepare_slot(struct inv *inv, PGconn *c, char *err, size_t errlen)
     int res = exec(rc, sql, err, errlen);
     PQfinish(rc);
     return res;
+}
+
+PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen)
+{
+    /* --pg's conninfo, with replication=database added (expand_dbname reads it whole) */
+    const char *kw[] = {"dbname", "replication", NULL};
+    const char *vals[] = {inv->opt.pg, "database", NULL};
+    PGconn *c = PQconnectdbParams(kw, vals, 1);
+    if (PQstatus(c) == CONNECTION_OK) return c;
+    snprintf(err, errlen, "replication connection: %s", PQerrorMessage(c));
+    char *nl = strrchr(err, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    PQfinish(c);
+    return NULL;
 }
 
 int setup_prepare(struct inv *inv, char *err, size_t errlen)

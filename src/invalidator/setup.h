@@ -4,9 +4,13 @@
 #ifndef SHOAL_INVALIDATOR_SETUP_H
 #define SHOAL_INVALIDATOR_SETUP_H
 
+#include <libpq-fe.h>
 #include <stddef.h>
 
 struct inv;
+
+/* A replication connection (replication=database) to --pg, or NULL with PostgreSQL's message. */
+PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen);
 
 /* Check and prepare everything the stream needs; idempotent. 0, or -1 with a message naming
  * the table, column or object and the fix. */
