@@ -86,8 +86,8 @@ class PgServer:
                     "-c full_page_writes=off -c logical_decoding_work_mem=64kB "
                     "-c max_wal_senders=10 -c max_replication_slots=10 -c shared_buffers=64MB "
                     "-c wal_sender_timeout=10s -c max_wal_size=1GB")
-            r = _as_postgres([str(bindir / "pg_ctl"), "-D", str(pg.data), "-l",
-                              str(base / "postgres.log"), "-o", opts, "-w", "-t", "30", "start"])
+            pg.opts = opts
+            r = pg._pg_ctl("start")
             if r.returncode == 0:
                 return pg
             log = (base / "postgres.log").read_text(errors="replace")
@@ -96,9 +96,22 @@ class PgServer:
                 pytest.fail(f"pg_ctl start failed:\n{r.stdout}\n{r.stderr}\n{log}")
         raise AssertionError("unreachable")
 
+    def _pg_ctl(self, action, *more):
+        return _as_postgres([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l",
+                             str(self.base / "postgres.log"), "-o", self.opts, "-w", "-t", "30",
+                             *more, action])
+
+    def halt(self):
+        """Stop the server at once (as a crash would), keeping its data."""
+        r = self._pg_ctl("stop", "-m", "immediate")
+        assert r.returncode == 0, f"pg_ctl stop failed:\n{r.stdout}\n{r.stderr}"
+
+    def resume(self):
+        r = self._pg_ctl("start")
+        assert r.returncode == 0, f"pg_ctl start failed:\n{r.stdout}\n{r.stderr}\n{self.log_text()}"
+
     def stop(self):
-        _as_postgres([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
-                      "stop"])
+        self._pg_ctl("stop", "-m", "immediate")
         shutil.rmtree(self.base, ignore_errors=True)
 
     def log_text(self):

@@ -257,6 +257,26 @@ def test_quiet_mapped_tables_do_not_hold_wal_back(pg, start_server, start_invali
                timeout=10, interval=0.1, message="the slot to confirm past the unmapped writes")
 
 
+def test_postgres_restart_resumes_the_stream(pg, start_server, start_invalidator):
+    products(pg, "p_restart", 2)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_restart": {"keys": ["catalog:product:{id}"]}},
+                            "--reconnect-max-ms", "200")
+    pg.halt()
+    try:
+        wait_until(lambda: http(inv.admin, "GET", "/healthz")[0] == 503, timeout=5,
+                   message="/healthz to say the stream is down")
+    finally:
+        pg.resume()
+    inv.wait_healthy()
+    set_keys(node, ["catalog:product:1", "catalog:product:2"])
+    pg.sql("UPDATE p_restart SET price = 0 WHERE id = 2")
+    wait_until(lambda: present(node, ["catalog:product:2"]) == [], timeout=2, interval=0.01,
+               message="the update after the restart to delete its key")
+    assert present(node, ["catalog:product:1"]) == ["catalog:product:1"]
+    assert inv.metrics()["shoal_invalidator_reconnects_total"] >= 1
+
+
 def test_million_row_update_in_one_transaction_deletes_every_key(pg, start_server,
                                                                  start_invalidator):
     n = 1_000_000
