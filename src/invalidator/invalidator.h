@@ -92,11 +92,15 @@ struct inv_figs {
 };
 
 struct deliver;
+struct rows;
 
 struct inv {
     struct inv_options opt;
     struct inv_config conf;
     struct deliver *d;
+    /* the reader's relation cache; it owns the namespace strings handed to delivery with
+     * invalidation table keys, so it is freed only after delivery is destroyed */
+    struct rows *rows;
     struct inv_figs figs;
     atomic_bool stop;
     /* the highest invalidation table id in a commit delivery has confirmed; the cleaner

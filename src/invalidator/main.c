@@ -22,6 +22,7 @@
 #include "common/slot.h"
 #include "invalidator/deliver.h"
 #include "invalidator/invalidator.h"
+#include "invalidator/rows.h"
 #include "invalidator/setup.h"
 
 static struct inv inv;
@@ -231,6 +232,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    inv.rows = rows_create(&inv.conf, &inv.figs);
+    if (inv.rows == NULL) {
+        fprintf(stderr, "shoal-invalidator: out of memory\n");
+        return 2;
+    }
     struct cleaner *cl = cleaner_start(&inv, err, sizeof err);
     if (cl == NULL && err[0]) {
         fprintf(stderr, "shoal-invalidator: %s\n", err);
@@ -254,6 +260,7 @@ int main(int argc, char **argv)
     cleaner_stop(&cl);
     admin_destroy(&admin);
     deliver_destroy(inv.d);
+    rows_destroy(&inv.rows); /* after delivery: it may hold namespaces interned there */
     inv_config_free(&inv.conf);
     options_release();
     return 0;

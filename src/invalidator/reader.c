@@ -344,12 +344,11 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
     struct reader r = {.inv = inv};
     r.m = malloc(sizeof *r.m);
     r.hand = malloc(HAND_CHUNK * sizeof *r.hand);
-    r.rows = rows_create(&inv->conf, &inv->figs);
+    r.rows = inv->rows;
     if (r.m == NULL || r.hand == NULL || r.rows == NULL) {
         snprintf(err, errlen, "out of memory");
         free(r.m);
         free(r.hand);
-        rows_destroy(&r.rows);
         return -1;
     }
     unsigned backoff = 100;
@@ -376,7 +375,6 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
     }
     streams_clear(&r);
     keyset_free(&r.cur);
-    rows_destroy(&r.rows);
     free(r.m);
     free(r.hand);
     free(r.pend);
