@@ -266,7 +266,11 @@ int setup_prepare(struct inv *inv, char *err, size_t errlen)
     }
     PGresult *r = q(c, "SHOW wal_level", 0, NULL, err, errlen);
     int rc = -1;
-    if (r && strcmp(PQgetvalue(r, 0, 0), "logical")) {
+    if (r && PQserverVersion(c) < 140000) {
+        /* pgoutput's protocol version 2 (streamed transactions) came with PostgreSQL 14 */
+        snprintf(err, errlen, "PostgreSQL %d.%d is too old: 14 or later is needed",
+                 PQserverVersion(c) / 10000, PQserverVersion(c) % 10000);
+    } else if (r && strcmp(PQgetvalue(r, 0, 0), "logical")) {
         snprintf(err, errlen, "PostgreSQL runs with wal_level=%s; logical decoding needs "
                               "wal_level=logical (postgresql.conf, then a restart)",
                  PQgetvalue(r, 0, 0));
