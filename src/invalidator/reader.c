@@ -218,7 +218,9 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
     case PGO_STREAM_START:
         r->in_stream = 1;
         r->stream_cur = stream_find(r, m->xid, 1);
-        return r->stream_cur ? 0 : -1;
+        if (r->stream_cur == NULL) return -1;
+        if (m->flags & 1) keyset_reset(&r->stream_cur->ks); /* the first block: start afresh */
+        return 0;
     case PGO_STREAM_STOP:
         r->in_stream = 0;
         r->stream_cur = NULL;
