@@ -47,6 +47,13 @@ void keyset_reset(struct keyset *ks)
 {
     ks->nbytes = ks->n = ks->nflush = 0;
     ks->max_inv_id = 0;
+    if (ks->nindex > 4096) { /* after a large transaction, do not clear a large index each time */
+        free(ks->index);
+        ks->index = NULL;
+        ks->nindex = 0;
+    } else if (ks->nindex) {
+        memset(ks->index, 0, ks->nindex * sizeof *ks->index);
+    }
 }
 
 void keyset_free(struct keyset *ks)
@@ -54,11 +61,47 @@ void keyset_free(struct keyset *ks)
     free(ks->bytes);
     free(ks->e);
     free(ks->flush);
+    free(ks->index);
     memset(ks, 0, sizeof *ks);
+}
+
+static uint64_t key_hash(const char *k, size_t n)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)k[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* The index slot holding `key`, or the empty slot where it would go. */
+static uint32_t *index_slot(const struct keyset *ks, const char *key, size_t n)
+{
+    size_t mask = ks->nindex - 1;
+    for (size_t i = (size_t)key_hash(key, n) & mask;; i = (i + 1) & mask) {
+        uint32_t *s = &ks->index[i];
+        if (*s == 0) return s;
+        const struct keyent *e = &ks->e[*s - 1];
+        if (e->len == n && !memcmp(ks->bytes + e->off, key, n)) return s;
+    }
+}
+
+static int index_grow(struct keyset *ks)
+{
+    size_t cap = ks->nindex ? ks->nindex * 2 : 64;
+    uint32_t *idx = calloc(cap, sizeof *idx);
+    if (idx == NULL) return -1;
+    free(ks->index);
+    ks->index = idx;
+    ks->nindex = cap;
+    for (size_t i = 0; i < ks->n; i++)
+        *index_slot(ks, ks->bytes + ks->e[i].off, ks->e[i].len) = (uint32_t)(i + 1);
+    return 0;
 }
 
 int keyset_add(struct keyset *ks, const char *key, size_t n, const char *ns)
 {
+    if ((ks->n + 1) * 2 > ks->nindex && index_grow(ks) < 0) return -1;
+    uint32_t *slot = index_slot(ks, key, n);
+    if (*slot) return 0; /* the transaction names it already */
     if (ks->capb - ks->nbytes < n) {
         size_t cap = ks->capb ? ks->capb * 2 : 4096;
         while (cap - ks->nbytes < n) cap *= 2;
@@ -77,6 +120,7 @@ int keyset_add(struct keyset *ks, const char *key, size_t n, const char *ns)
     memcpy(ks->bytes + ks->nbytes, key, n);
     ks->e[ks->n++] = (struct keyent){ks->nbytes, (uint32_t)n, ns};
     ks->nbytes += n;
+    *slot = (uint32_t)ks->n;
     return 0;
 }
 

@@ -27,11 +27,13 @@ struct keyset {
     const char **flush; /* namespaces a truncate flushes, each once */
     size_t nflush, capflush;
     uint64_t max_inv_id; /* highest invalidation table id inserted */
+    uint32_t *index;     /* open addressing over e (entry + 1; 0 empty), so a key is kept once */
+    size_t nindex;       /* a power of two, at least twice n; 0 before the first key */
 };
 
 void keyset_reset(struct keyset *ks);
 void keyset_free(struct keyset *ks);
-/* 0, or -1 out of memory. */
+/* Add a key unless the set holds it already. 0, or -1 out of memory. */
 int keyset_add(struct keyset *ks, const char *key, size_t n, const char *ns);
 int keyset_flush(struct keyset *ks, const char *ns);
 

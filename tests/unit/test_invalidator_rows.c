@@ -4,11 +4,12 @@
  * and evaluate to nothing on NULL and to an error on unusable keys; the configuration refuses
  * each bad field by name; an update yields the new and the old key (one when equal), an unsent
  * TOAST value is taken from the old row, a delete the old row's key, the invalidation table its
- * key column, a truncate its namespaces once. */
+ * key column, a truncate its namespaces once; a transaction's key set holds each key once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,6 +279,30 @@ static void test_rows_to_keys(void **state)
     inv_config_free(&c);
 }
 
+static void test_keyset_keeps_a_key_once(void **state)
+{
+    struct keyset ks = {0};
+    char k[32];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 5000; i++) {
+            int n = snprintf(k, sizeof k, "k:%d", i % 3000); /* 2000 names twice */
+            assert_int_equal(keyset_add(&ks, k, (size_t)n, NULL), 0);
+        }
+        assert_int_equal(ks.n, 3000);
+        assert_string_equal(key(&ks, 2999), "k:2999");
+        keyset_reset(&ks); /* a large set's index is dropped, then built again */
+        assert_int_equal(ks.n, 0);
+    }
+    assert_int_equal(keyset_add(&ks, "a", 1, NULL), 0);
+    assert_int_equal(keyset_add(&ks, "a", 1, NULL), 0);
+    assert_int_equal(keyset_add(&ks, "ab", 2, NULL), 0);
+    assert_int_equal(ks.n, 2);
+    keyset_reset(&ks); /* a small set's index is cleared in place */
+    assert_int_equal(keyset_add(&ks, "a", 1, NULL), 0);
+    assert_int_equal(ks.n, 1);
+    keyset_free(&ks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_config_refuses_each_bad_field_by_name),
         cmocka_unit_test(test_config_minimal_form),
         cmocka_unit_test(test_rows_to_keys),
+        cmocka_unit_test(test_keyset_keeps_a_key_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
