@@ -12,8 +12,11 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpthread -lm
+# libpq (Debian's libpq-dev) for shoal-invalidator's replication client; its headers live
+# under pg_config's include directory, found with pkg-config
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE $(PQ_CFLAGS)
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpq -lpthread -lm
 # libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
 # client is first made, so libcurl and its TLS stack are not loaded into a node that does not
 # follow a control plane (resident memory is issue 11's measure). Nothing calls curl_* directly.
@@ -90,10 +93,11 @@ FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS)
 # Fuzz targets exercise parsers, so they link only the protocol and common code, plus the
 # router's topology parser and slot code (fuzz_topology) and its node-reply framing and meta
 # reply code (fuzz_reply), and shoal-control's model and slot maps (fuzz_control), which depend
-# on nothing else.
+# on nothing else, and shoal-invalidator's pgoutput decoder, key templates and rows-to-keys.
 FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c \
              src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
-             src/control/model.c src/control/slotmap.c
+             src/control/model.c src/control/slotmap.c src/invalidator/pgoutput.c \
+             src/invalidator/template.c src/invalidator/rows.c src/invalidator/config.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LINK) $(LDLIBS)

@@ -49,7 +49,7 @@ for variant in normal san; do
     fi
   done
   echo "== integration tests ($variant)"
-  SHOAL_NODE_BIN="$PWD/$bdir/bin/shoal-node" SHOAL_ROUTER_BIN="$PWD/$bdir/bin/shoal-router" SHOAL_BENCH_BIN="$PWD/$bdir/bin/shoal-bench" SHOAL_CONTROL_BIN="$PWD/$bdir/bin/shoal-control" SHOAL_CLI_BIN="$PWD/$bdir/bin/shoal" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+  SHOAL_NODE_BIN="$PWD/$bdir/bin/shoal-node" SHOAL_ROUTER_BIN="$PWD/$bdir/bin/shoal-router" SHOAL_BENCH_BIN="$PWD/$bdir/bin/shoal-bench" SHOAL_CONTROL_BIN="$PWD/$bdir/bin/shoal-control" SHOAL_CLI_BIN="$PWD/$bdir/bin/shoal" SHOAL_INVALIDATOR_BIN="$PWD/$bdir/bin/shoal-invalidator" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider --confcutdir=tests \
     --junitxml="$log/it-$variant.xml" 2>&1 | tail -n 40
   count_pytest "$log/it-$variant.xml"

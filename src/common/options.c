@@ -376,3 +376,36 @@ int options_write_stats(struct buf *b, const struct opt_def *defs, size_t n)
     }
     return 0;
 }
+
+/* See options.h. */
+int options_take_config(int argc, char **argv, const char **path)
+{
+    int out = 1;
+    *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) return -1;
+            *path = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--config=", 9)) {
+            *path = argv[i] + 9;
+            continue;
+        }
+        if (!strcmp(argv[i], "--options")) {
+            if (i + 1 >= argc) return -1;
+            argv[out++] = "--config";
+            argv[out++] = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--options=", 10)) {
+            /* "--options=F" becomes "--config=F" in place, one byte in (no copy, no length cap) */
+            memcpy(argv[i] + 1, "--config=", 9);
+            argv[out++] = argv[i] + 1;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
+}

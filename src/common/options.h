@@ -64,4 +64,10 @@ void options_usage(const struct opt_def *defs, size_t n, const char *prog, const
 void options_usage_config(const struct opt_def *defs, size_t n, const char *prog,
                           const char *summary, const char *config_help);
 
+/* For a program whose --config names its own document (shoal-router's topology,
+ * shoal-invalidator's tables): take --config FILE out of argv into *path (NULL when absent) and
+ * turn --options FILE into the --config FILE options_parse() reads as `name = value` lines.
+ * Returns the new argc, or -1 when --config or --options lacks its argument. */
+int options_take_config(int argc, char **argv, const char **path);
+
 #endif

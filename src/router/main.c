@@ -36,43 +36,6 @@ static size_t build_options(struct opt_def *defs, struct router_config *cfg)
     return n;
 }
 
-/* The common option parser reads --config as a file of `name = value` lines; for the router
- * --config names the JSON topology document, so it is taken out of argv first, and the
- * options file is named by --options, handed to the parser as its --config. Returns the new
- * argc; *path is the topology file (NULL when absent). -1 when --config or --options lacks its
- * argument. */
-static int take_config(int argc, char **argv, const char **path)
-{
-    int out = 1;
-    *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) return -1;
-            *path = argv[++i];
-            continue;
-        }
-        if (!strncmp(argv[i], "--config=", 9)) {
-            *path = argv[i] + 9;
-            continue;
-        }
-        if (!strcmp(argv[i], "--options")) {
-            if (i + 1 >= argc) return -1;
-            argv[out++] = "--config";
-            argv[out++] = argv[++i];
-            continue;
-        }
-        if (!strncmp(argv[i], "--options=", 10)) {
-            /* "--options=F" becomes "--config=F" in place, one byte in (no copy, no length cap) */
-            memcpy(argv[i] + 1, "--config=", 9);
-            argv[out++] = argv[i] + 1;
-            continue;
-        }
-        argv[out++] = argv[i];
-    }
-    argv[out] = NULL;
-    return out;
-}
-
 /* Re-read the topology file; keep the running table when the new one is not usable. */
 static void router_reload(struct router *r)
 {
@@ -99,7 +62,7 @@ int main(int argc, char **argv)
     struct opt_extra extra;
     char err[512];
     log_set_name("shoal-router");
-    argc = take_config(argc, argv, &router.cfg.topology);
+    argc = options_take_config(argc, argv, &router.cfg.topology);
     if (argc < 0) {
         fprintf(stderr, "shoal-router: --config needs the topology file's name, --options the "
                         "options file's\n");

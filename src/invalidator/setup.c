@@ -1,0 +1,371 @@
+/* setup.c — PostgreSQL preparation and the invalidation table cleaner (setup.h).
+ *
+ * Replica identity: an UPDATE's old row reaches a logical decoder only in the columns of the
+ * table's replica identity (and only when one of them changed), a DELETE's likewise. A key
+ * template evaluated on the old row therefore needs every templated column inside the
+ * identity, or REPLICA IDENTITY FULL. When a table's identity does not cover its templates, the
+ * table is altered to FULL (logged), unless --set-replica-identity=false, which refuses to
+ * start and names the statement to run. */
+#include "invalidator/setup.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "invalidator/invalidator.h"
+#include "invalidator/template.h"
+
+/* PQexecParams with text parameters; NULL result on failure with err set. */
+static PGresult *q(PGconn *c, const char *sql, int n, const char *const *params, char *err,
+                   size_t errlen)
+{
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return r;
+    snprintf(err, errlen, "%.200s: %s", sql, PQerrorMessage(c));
+    char *nl = strrchr(err, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    PQclear(r);
+    return NULL;
+}
+
+/* "schema"."name", quoted for SQL, into out. */
+static int qualified(PGconn *c, const char *schema, const char *name, char *out, size_t cap)
+{
+    char *s = PQescapeIdentifier(c, schema, strlen(schema));
+    char *n = PQescapeIdentifier(c, name, strlen(name));
+    int ok = s && n && (size_t)snprintf(out, cap, "%s.%s", s, n) < cap;
+    PQfreemem(s);
+    PQfreemem(n);
+    return ok ? 0 : -1;
+}
+
+/* Does the table's replica identity cover every templated column? Fails (-1) when the table
+ * or a templated column does not exist. */
+static int check_table(PGconn *c, const struct inv_table *t, int *covered, char *err,
+                       size_t errlen)
+{
+    const char *p[2] = {t->schema, t->name};
+    PGresult *r = q(c,
+                    "SELECT c.oid::text, c.relreplident::text FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND "
+                    "c.relkind IN ('r', 'p')",
+                    2, p, err, errlen);
+    if (r == NULL) return -1;
+    if (PQntuples(r) != 1) {
+        snprintf(err, errlen, "table %s.%s (in the config's \"tables\") does not exist", t->schema,
+                 t->name);
+        PQclear(r);
+        return -1;
+    }
+    char oid[32], ident = PQgetvalue(r, 0, 1)[0];
+    snprintf(oid, sizeof oid, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    const char *po[1] = {oid};
+    /* every column, and whether it is in the identity ('d': the primary key, 'i': the chosen
+     * index, 'f': all, 'n': none) */
+    r = q(c,
+          "SELECT a.attname, COALESCE((SELECT true FROM pg_index i WHERE i.indrelid = a.attrelid "
+          "AND a.attnum = ANY(i.indkey) AND (CASE c.relreplident WHEN 'd' THEN i.indisprimary "
+          "WHEN 'i' THEN i.indisreplident ELSE false END) LIMIT 1), false)::text FROM "
+          "pg_attribute a JOIN pg_class c ON c.oid = a.attrelid WHERE a.attrelid = $1::oid AND "
+          "a.attnum > 0 AND NOT a.attisdropped",
+          1, po, err, errlen);
+    if (r == NULL) return -1;
+    *covered = 1;
+    for (size_t k = 0; k < t->nkeys; k++) {
+        for (size_t j = 0; j < tmpl_nrefs(t->keys[k]); j++) {
+            const char *col = tmpl_ref(t->keys[k], j);
+            int found = -1;
+            for (int i = 0; i < PQntuples(r); i++)
+                if (!strcmp(PQgetvalue(r, i, 0), col)) found = i;
+            if (found < 0) {
+                snprintf(err, errlen, "table %s.%s has no column \"%s\" (template \"%s\")",
+                         t->schema, t->name, col, tmpl_text(t->keys[k]));
+                PQclear(r);
+                return -1;
+            }
+            if (ident != 'f' && strcmp(PQgetvalue(r, found, 1), "true")) *covered = 0;
+        }
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* A statement without parameters, over the simple query protocol (all a replication
+ * connection takes). */
+static int exec(PGconn *c, const char *sql, char *err, size_t errlen)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return 0;
+    snprintf(err, errlen, "%.200s: %s", sql, PQerrorMessage(c));
+    char *nl = strrchr(err, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    return -1;
+}
+
+static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
+{
+    char name[600], sql[1400];
+    for (size_t i = 0; i < inv->conf.ntables; i++) {
+        const struct inv_table *t = &inv->conf.tables[i];
+        int covered;
+        if (check_table(c, t, &covered, err, errlen) < 0) return -1;
+        if (covered) continue;
+        if (qualified(c, t->schema, t->name, name, sizeof name) < 0)
+            return snprintf(err, errlen, "out of memory"), -1;
+        snprintf(sql, sizeof sql, "ALTER TABLE %s REPLICA IDENTITY FULL", name);
+        if (!inv->opt.set_replica_identity) {
+            snprintf(err, errlen,
+                     "table %s: its replica identity does not hold every templated column, so "
+                     "an UPDATE or DELETE would not carry the old key's values; run `%s` (or "
+                     "make an index over them the identity), or start without "
+                     "--set-replica-identity=false",
+                     name, sql);
+            return -1;
+        }
+        log_notice("table %s: replica identity does not cover its key templates: %s", name, sql);
+        if (exec(c, sql, err, errlen) < 0) return -1;
+    }
+    if (inv->conf.inv_name) {
+        if (qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name, sizeof name) < 0)
+            return snprintf(err, errlen, "out of memory"), -1;
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS %s (id bigserial PRIMARY KEY, key text NOT NULL, "
+                 "created_at timestamptz NOT NULL DEFAULT now())",
+                 name);
+        if (exec(c, sql, err, errlen) < 0) return -1;
+        const char *p[2] = {inv->conf.inv_schema, inv->conf.inv_name};
+        PGresult *r = q(c,
+                        "SELECT count(*)::text FROM information_schema.columns WHERE "
+                        "table_schema = $1 AND table_name = $2 AND ((column_name = 'key' AND "
+                        "data_type IN ('text', 'character varying')) OR (column_name = 'id' AND "
+                        "data_type IN ('bigint', 'integer')))",
+                        2, p, err, errlen);
+        if (r == NULL) return -1;
+        int ok = !strcmp(PQgetvalue(r, 0, 0), "2");
+        PQclear(r);
+        if (!ok) {
+            snprintf(err, errlen,
+                     "invalidation table %s needs a text column \"key\" and an integer column "
+                     "\"id\" (drop it and the invalidator creates it)",
+                     name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The publication, with every mapped table and the invalidation table in it. */
+static int prepare_publication(struct inv *inv, PGconn *c, char *err, size_t errlen)
+{
+    const char *pub = inv->opt.publication;
+    const char *p1[1] = {pub};
+    PGresult *r = q(c, "SELECT 1 FROM pg_publication WHERE pubname = $1", 1, p1, err, errlen);
+    if (r == NULL) return -1;
+    int exists = PQntuples(r) > 0;
+    PQclear(r);
+    char *qp = PQescapeIdentifier(c, pub, strlen(pub));
+    if (qp == NULL) return snprintf(err, errlen, "out of memory"), -1;
+    int rc = 0;
+    if (!exists) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "CREATE PUBLICATION %s", qp);
+        log_notice("creating publication %s", pub);
+        rc = exec(c, sql, err, errlen);
+    }
+    size_t n = inv->conf.ntables + (inv->conf.inv_name ? 1 : 0);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const char *schema = i < inv->conf.ntables ? inv->conf.tables[i].schema
+                                                   : inv->conf.inv_schema;
+        const char *tname = i < inv->conf.ntables ? inv->conf.tables[i].name : inv->conf.inv_name;
+        const char *p3[3] = {pub, schema, tname};
+        r = q(c,
+              "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND "
+              "tablename = $3",
+              3, p3, err, errlen);
+        if (r == NULL) {
+            rc = -1;
+            break;
+        }
+        int in = PQntuples(r) > 0;
+        PQclear(r);
+        if (in) continue;
+        char name[600], sql[900];
+        if (qualified(c, schema, tname, name, sizeof name) < 0) {
+            rc = -1;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        snprintf(sql, sizeof sql, "ALTER PUBLICATION %s ADD TABLE %s", qp, name);
+        log_notice("publication %s: adding table %s", pub, name);
+        rc = exec(c, sql, err, errlen);
+    }
+    PQfreemem(qp);
+    return rc;
+}
+
+/* The slot, created on a replication connection when missing. */
+static int prepare_slot(struct inv *inv, PGconn *c, char *err, size_t errlen)
+{
+    const char *p1[1] = {inv->opt.slot};
+    PGresult *r = q(c, "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = $1",
+                    1, p1, err, errlen);
+    if (r == NULL) return -1;
+    if (PQntuples(r) > 0) {
+        int ok = !strcmp(PQgetvalue(r, 0, 0), "pgoutput");
+        PQclear(r);
+        if (!ok) {
+            snprintf(err, errlen, "replication slot %s exists but is not a pgoutput logical "
+                                  "slot: name another with --slot", inv->opt.slot);
+            return -1;
+        }
+        return 0;
+    }
+    PQclear(r);
+    PGconn *rc = setup_replication_connect(inv, err, errlen);
+    if (rc == NULL) return -1;
+    char *qs = PQescapeIdentifier(rc, inv->opt.slot, strlen(inv->opt.slot));
+    char sql[300];
+    snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+             qs ? qs : "");
+    PQfreemem(qs);
+    log_notice("creating replication slot %s", inv->opt.slot);
+    int res = exec(rc, sql, err, errlen);
+    PQfinish(rc);
+    return res;
+}
+
+PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen)
+{
+    /* --pg's conninfo, with replication=database added (expand_dbname reads it whole) */
+    const char *kw[] = {"dbname", "replication", NULL};
+    const char *vals[] = {inv->opt.pg, "database", NULL};
+    PGconn *c = PQconnectdbParams(kw, vals, 1);
+    if (PQstatus(c) == CONNECTION_OK) return c;
+    snprintf(err, errlen, "replication connection: %s", PQerrorMessage(c));
+    char *nl = strrchr(err, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    PQfinish(c);
+    return NULL;
+}
+
+int setup_prepare(struct inv *inv, char *err, size_t errlen)
+{
+    PGconn *c = PQconnectdb(inv->opt.pg);
+    if (PQstatus(c) != CONNECTION_OK) {
+        snprintf(err, errlen, "--pg: cannot connect: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return -1;
+    }
+    PGresult *r = q(c, "SHOW wal_level", 0, NULL, err, errlen);
+    int rc = -1;
+    if (r && PQserverVersion(c) < 140000) {
+        /* pgoutput's protocol version 2 (streamed transactions) came with PostgreSQL 14 */
+        snprintf(err, errlen, "PostgreSQL %d.%d is too old: 14 or later is needed",
+                 PQserverVersion(c) / 10000, PQserverVersion(c) % 10000);
+    } else if (r && strcmp(PQgetvalue(r, 0, 0), "logical")) {
+        snprintf(err, errlen, "PostgreSQL runs with wal_level=%s; logical decoding needs "
+                              "wal_level=logical (postgresql.conf, then a restart)",
+                 PQgetvalue(r, 0, 0));
+    } else if (r) {
+        rc = prepare_tables(inv, c, err, errlen);
+        if (rc == 0) rc = prepare_publication(inv, c, err, errlen);
+        if (rc == 0) rc = prepare_slot(inv, c, err, errlen);
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
+struct cleaner {
+    struct inv *inv;
+    pthread_t th;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop;
+};
+
+static void *cleaner_main(void *arg)
+{
+    struct cleaner *cl = arg;
+    struct inv *inv = cl->inv;
+    PGconn *c = NULL;
+    uint64_t done = 0;
+    char name[600], sql[800], err[600];
+    pthread_mutex_lock(&cl->lock);
+    while (!cl->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + inv->opt.cleanup_interval_ms * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&cl->wake, &cl->lock, &ts);
+        uint64_t upto = atomic_load(&inv->cleanup_upto);
+        if (cl->stop || upto <= done) continue;
+        pthread_mutex_unlock(&cl->lock);
+        if (c == NULL || PQstatus(c) != CONNECTION_OK) {
+            PQfinish(c);
+            c = PQconnectdb(inv->opt.pg);
+        }
+        if (PQstatus(c) == CONNECTION_OK &&
+            qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name, sizeof name) == 0) {
+            /* rows are only the carrier of a key into the WAL: once their commit is
+             * confirmed the row has done its work */
+            snprintf(sql, sizeof sql, "DELETE FROM %s WHERE id <= %llu", name,
+                     (unsigned long long)upto);
+            PGresult *r = q(c, sql, 0, NULL, err, sizeof err);
+            if (r) {
+                atomic_fetch_add(&inv->figs.cleaned_rows, strtoull(PQcmdTuples(r), NULL, 10));
+                done = upto;
+            } else {
+                log_warn_limited("cleaning the invalidation table: %s", err);
+            }
+            PQclear(r);
+        } else {
+            log_warn_limited("cleaner: cannot connect: %s", PQerrorMessage(c));
+        }
+        pthread_mutex_lock(&cl->lock);
+    }
+    pthread_mutex_unlock(&cl->lock);
+    PQfinish(c);
+    return NULL;
+}
+
+struct cleaner *cleaner_start(struct inv *inv, char *err, size_t errlen)
+{
+    err[0] = 0;
+    if (inv->conf.inv_name == NULL) return NULL;
+    struct cleaner *cl = calloc(1, sizeof *cl);
+    if (cl == NULL) return snprintf(err, errlen, "out of memory"), NULL;
+    cl->inv = inv;
+    pthread_mutex_init(&cl->lock, NULL);
+    pthread_cond_init(&cl->wake, NULL);
+    if (pthread_create(&cl->th, NULL, cleaner_main, cl) != 0) {
+        snprintf(err, errlen, "cannot start the cleaner thread");
+        free(cl);
+        return NULL;
+    }
+    return cl;
+}
+
+void cleaner_stop(struct cleaner **pc)
+{
+    struct cleaner *cl = *pc;
+    if (cl == NULL) return;
+    pthread_mutex_lock(&cl->lock);
+    cl->stop = 1;
+    pthread_cond_signal(&cl->wake);
+    pthread_mutex_unlock(&cl->lock);
+    pthread_join(cl->th, NULL);
+    pthread_mutex_destroy(&cl->lock);
+    pthread_cond_destroy(&cl->wake);
+    free(cl);
+    *pc = NULL;
+}

@@ -1,0 +1,377 @@
+"""shoal-invalidator against a real PostgreSQL (issue 14, points 1, 2, 5, 6): row changes become
+deletes of the keys their templates name, on the old and the new row; the invalidation table;
+truncate; kill -9 mid-stream loses nothing; a 1,000,000-row UPDATE (streamed by PostgreSQL in
+blocks before it commits) deletes every key; the admin port's figures.
+
+One PostgreSQL per module (pgharness.py); each test has its own table, slot and publication, and
+a shoal-node as its cluster. Keys are set with pipelined quiet `ms` and checked with pipelined
+quiet `mg` (a miss answers nothing), so a check of thousands of keys is one round trip.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import _register
+from mcraw import McRaw, http, wait_until
+from pgharness import Invalidator, PgServer, invalidator_binary
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    server = PgServer.start(tmp_path_factory.mktemp("pg"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_invalidator(request, pg, tmp_path):
+    """Factory: start_invalidator(node, tables, *flags, invalidation_table=None) -> Invalidator
+    with a slot and publication named for the test; stopped, and its slot dropped, after.
+    `node` may also be a dict of clusters: {"name": [server, ...]}."""
+    started = []
+    name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
+
+    def start(node, tables, *extra, invalidation_table=None, wait=True):
+        clusters = node if isinstance(node, dict) else {"local": [node]}
+        config = {"clusters": {cname: {"routers": [f"127.0.0.1:{s.port}" for s in servers]}
+                               for cname, servers in clusters.items()},
+                  "tables": tables}
+        if invalidation_table:
+            config["invalidation_table"] = invalidation_table
+        inv = Invalidator.start(pg, config, tmp_path, "--slot", f"s_{name}", "--publication",
+                                f"p_{name}", "--status-interval-ms", "100", *extra, wait=wait)
+        inv.args = [str(invalidator_binary())]
+        inv.slot = f"s_{name}"
+        started.append(inv)
+        _register(request.node, inv)
+        return inv
+
+    yield start
+    problems = [inv.stop() for inv in started]
+    if started:
+        pg.sql(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+               f"WHERE slot_name = 's_{name}' AND NOT active")
+    for p in problems:
+        assert p is None, f"shoal-invalidator {p}"
+
+
+def set_keys(node, keys, value=b"v"):
+    """Store every key in one pipelined write of quiet `ms` lines closed by `mn`."""
+    with socket.create_connection(("127.0.0.1", node.port)) as s:
+        chunk = []
+        for k in keys:
+            chunk.append(b"ms %s %d q\r\n%s\r\n" % (k.encode(), len(value), value))
+        chunk.append(b"mn\r\n")
+        s.sendall(b"".join(chunk))
+        reply = b""
+        while not reply.endswith(b"MN\r\n"):
+            data = s.recv(65536)
+            assert data, "the node closed the connection"
+            reply += data
+        assert reply == b"MN\r\n", f"a store was refused: {reply[:200]!r}"
+
+
+def present(node, keys):
+    """The keys among `keys` the node still holds (quiet mg: misses answer nothing)."""
+    with socket.create_connection(("127.0.0.1", node.port)) as s:
+        s.sendall(b"".join(b"mg %s k q\r\n" % k.encode() for k in keys) + b"mn\r\n")
+        reply = b""
+        while not reply.endswith(b"MN\r\n"):
+            data = s.recv(65536)
+            assert data, "the node closed the connection"
+            reply += data
+    return [line.split()[1].decode()[1:] for line in reply.split(b"\r\n")
+            if line.startswith(b"HD")]
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def products(pg, table, n):
+    pg.sql(f"CREATE TABLE {table} (id int PRIMARY KEY, sku text NOT NULL, price int NOT NULL);"
+           f"INSERT INTO {table} SELECT i, 'sku' || i, 10 FROM generate_series(1, {n}) i")
+
+
+def test_update_deletes_the_rows_keys_within_a_second(pg, start_server, start_invalidator):
+    products(pg, "p_update", 10)
+    node = start_server()
+    start_invalidator(node, {"public.p_update": {"keys": ["catalog:product:{id}",
+                                                          "catalog:sku:{sku}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, 11)] + [f"catalog:sku:sku{i}"
+                                                             for i in range(1, 11)]
+    set_keys(node, keys)
+    t0 = time.monotonic()
+    pg.sql("UPDATE p_update SET price = price + 1 WHERE id = 3")
+    wait_until(lambda: not present(node, ["catalog:product:3", "catalog:sku:sku3"]), timeout=1.0,
+               interval=0.01, message="the updated row's keys to be deleted within 1 s")
+    took = time.monotonic() - t0
+    left = present(node, keys)
+    assert len(left) == 18, f"only the updated row's two keys should go, left: {left}"
+    assert took < 1.0
+
+
+def test_update_reaches_every_cluster(pg, start_server, start_router, start_invalidator):
+    products(pg, "p_clusters", 4)
+    router, _, _ = start_router([start_server() for _ in range(3)])
+    single = start_server()
+    # a router in front of three nodes, and a lone node: two clusters
+    start_invalidator({"routed": [router], "single": [single]},
+                      {"public.p_clusters": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, 5)]
+    set_keys(router, keys)
+    set_keys(single, keys)
+    pg.sql("UPDATE p_clusters SET price = 0 WHERE id IN (1, 2)")
+    wait_until(lambda: present(router, keys) == keys[2:] and present(single, keys) == keys[2:],
+               timeout=2, interval=0.01, message="rows 1 and 2's keys to go from both clusters")
+
+
+def test_templated_column_change_deletes_old_and_new_key(pg, start_server, start_invalidator):
+    products(pg, "p_sku", 3)
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 'p_sku'") == "d"
+    node = start_server()
+    start_invalidator(node, {"public.p_sku": {"keys": ["catalog:sku:{sku}"]}})
+    # sku is outside the primary key, so the table was made REPLICA IDENTITY FULL
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 'p_sku'") == "f"
+    set_keys(node, ["catalog:sku:sku1", "catalog:sku:renamed", "catalog:sku:sku2"])
+    pg.sql("UPDATE p_sku SET sku = 'renamed' WHERE id = 1")
+    wait_until(lambda: present(node, ["catalog:sku:sku1", "catalog:sku:renamed"]) == [],
+               timeout=2, interval=0.01, message="the old and the new sku's keys to go")
+    assert present(node, ["catalog:sku:sku2"]) == ["catalog:sku:sku2"]
+
+
+def test_delete_deletes_the_old_rows_keys(pg, start_server, start_invalidator):
+    products(pg, "p_del", 3)
+    node = start_server()
+    start_invalidator(node, {"public.p_del": {"keys": ["catalog:sku:{sku}"]}})
+    set_keys(node, ["catalog:sku:sku2", "catalog:sku:sku3"])
+    pg.sql("DELETE FROM p_del WHERE id = 2")
+    wait_until(lambda: present(node, ["catalog:sku:sku2"]) == [], timeout=2, interval=0.01,
+               message="the deleted row's key to go")
+    assert present(node, ["catalog:sku:sku3"]) == ["catalog:sku:sku3"]
+
+
+def test_identity_not_changed_when_refused(pg, start_server, start_invalidator):
+    products(pg, "p_refuse", 1)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_refuse": {"keys": ["catalog:sku:{sku}"]}},
+                            "--set-replica-identity=false", wait=False)
+    assert inv.proc.wait(20) == 2
+    inv.expect_exit = 2
+    assert 'ALTER TABLE "public"."p_refuse" REPLICA IDENTITY FULL' in inv.stderr_text()
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 'p_refuse'") == "d"
+
+
+def test_invalidation_table_rows_become_deletes_and_are_cleaned(pg, start_server,
+                                                                  start_invalidator):
+    node = start_server()
+    start_invalidator(node, {}, "--cleanup-interval-ms", "100",
+                      invalidation_table="public.inv_keys")
+    set_keys(node, ["user:42", "user:43", "feed:7"])
+    # an application names the keys inside its own transaction
+    pg.sql("BEGIN; INSERT INTO inv_keys (key) VALUES ('user:42'), ('feed:7'); COMMIT")
+    wait_until(lambda: present(node, ["user:42", "feed:7"]) == [], timeout=2, interval=0.01,
+               message="the named keys to go")
+    assert present(node, ["user:43"]) == ["user:43"]
+    wait_until(lambda: pg.value("SELECT count(*) FROM inv_keys") == "0", timeout=5,
+               message="consumed rows to be deleted")
+
+
+def test_rolled_back_invalidation_deletes_nothing(pg, start_server, start_invalidator):
+    node = start_server()
+    inv = start_invalidator(node, {}, invalidation_table="public.inv_rollback")
+    set_keys(node, ["user:1", "user:2"])
+    pg.sql("BEGIN; INSERT INTO inv_rollback (key) VALUES ('user:1'); ROLLBACK")
+    pg.sql("INSERT INTO inv_rollback (key) VALUES ('user:2')")
+    wait_until(lambda: present(node, ["user:2"]) == [], timeout=2, interval=0.01,
+               message="the committed key to go")
+    assert present(node, ["user:1"]) == ["user:1"]
+    assert inv.metrics()["shoal_invalidator_invalidation_rows_total"] == 1
+
+
+def test_truncate_flushes_what_the_table_maps_to(pg, start_server, start_invalidator):
+    products(pg, "p_trunc", 5)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_trunc": {"keys": ["catalog:product:{id}"]}})
+    set_keys(node, [f"catalog:product:{i}" for i in range(1, 6)])
+    pg.sql("TRUNCATE p_trunc")
+    wait_until(lambda: present(node, [f"catalog:product:{i}" for i in range(1, 6)]) == [],
+               timeout=2, interval=0.01, message="the truncated table's keys to go")
+    # counted once delivery returns, a moment after the flush itself
+    wait_until(lambda: inv.metrics()["shoal_invalidator_truncates_total"] == 1, timeout=2,
+               message="the truncate to be counted")
+
+
+def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_invalidator):
+    n = 3000
+    products(pg, "p_kill", n)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_kill": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, n + 1)]
+    set_keys(node, keys)
+    # one transaction per row, from one psql session
+    script = "".join(f"UPDATE p_kill SET price = price + 1 WHERE id = {i};\n"
+                     for i in range(1, n + 1))
+    writer = subprocess.Popen(["/usr/bin/psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U",
+                               "postgres", "-d", "postgres", "-X", "-q", "-v", "ON_ERROR_STOP=1"],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    threading.Thread(target=lambda: (writer.stdin.write(script), writer.stdin.close()),
+                     daemon=True).start()
+    wait_until(lambda: inv.metrics()["shoal_invalidator_keys_total"] >= 200, timeout=10,
+               interval=0.01, message="deletes to flow")
+    inv.kill9()
+    gone_at_kill = n - len(present(node, keys))
+    assert writer.wait(60) == 0
+    inv2 = inv.restart()
+    wait_until(lambda: present(node, keys) == [], timeout=15, interval=0.1,
+               message="every updated row's key to be deleted after the restart")
+    assert gone_at_kill < n, "the kill came after every delete: nothing was in flight"
+    wait_until(lambda: inv2.metrics()["shoal_invalidator_keys_total"] > 0, timeout=2,
+               message="the restarted invalidator to have sent deletes (it had work left)")
+    assert inv2.stop() is None
+
+
+def test_rolled_back_streamed_transaction_deletes_nothing(pg, start_server, start_invalidator):
+    n = 2000  # past logical_decoding_work_mem (64kB): PostgreSQL streams it before the end
+    products(pg, "p_abort", n)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_abort": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, n + 1)]
+    set_keys(node, keys)
+    pg.sql("BEGIN; UPDATE p_abort SET price = price + 1; ROLLBACK")
+    pg.sql("UPDATE p_abort SET price = 0 WHERE id = 1")  # a marker after it
+    wait_until(lambda: "catalog:product:1" not in present(node, keys[:1]), timeout=5,
+               interval=0.01, message="the marker row's key to go")
+    assert len(present(node, keys)) == n - 1, "the rolled back update deleted keys"
+    assert inv.metrics()["shoal_invalidator_aborted_streams_total"] >= 1
+
+
+def test_quiet_mapped_tables_do_not_hold_wal_back(pg, start_server, start_invalidator):
+    products(pg, "p_quiet", 1)
+    pg.sql("CREATE TABLE unmapped_busy (x int)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_quiet": {"keys": ["catalog:product:{id}"]}})
+    # WAL from a table outside the publication: pgoutput sends no transaction for it
+    pg.sql("INSERT INTO unmapped_busy SELECT generate_series(1, 1000)")
+    target = pg.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    wait_until(lambda: pg.value(f"SELECT confirmed_flush_lsn - '0/0'::pg_lsn >= {target} FROM "
+                                f"pg_replication_slots WHERE slot_name = '{inv.slot}'") == "t",
+               timeout=10, interval=0.1, message="the slot to confirm past the unmapped writes")
+
+
+def test_postgres_restart_resumes_the_stream(pg, start_server, start_invalidator):
+    products(pg, "p_restart", 2)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_restart": {"keys": ["catalog:product:{id}"]}},
+                            "--reconnect-max-ms", "200")
+    pg.halt()
+    try:
+        wait_until(lambda: http(inv.admin, "GET", "/healthz")[0] == 503, timeout=5,
+                   message="/healthz to say the stream is down")
+    finally:
+        pg.resume()
+    inv.wait_healthy()
+    set_keys(node, ["catalog:product:1", "catalog:product:2"])
+    pg.sql("UPDATE p_restart SET price = 0 WHERE id = 2")
+    wait_until(lambda: present(node, ["catalog:product:2"]) == [], timeout=2, interval=0.01,
+               message="the update after the restart to delete its key")
+    assert present(node, ["catalog:product:1"]) == ["catalog:product:1"]
+    assert inv.metrics()["shoal_invalidator_reconnects_total"] >= 1
+
+
+def test_million_row_update_in_one_transaction_deletes_every_key(pg, start_server,
+                                                                 start_invalidator):
+    n = 1_000_000
+    # fillfactor 50: room in each page, so the UPDATE's new row versions stay on their page and
+    # skip the index (HOT), which roughly halves its time; the key is added after the rows, one
+    # index build instead of a million inserts into it
+    t0 = time.monotonic()
+    pg.sql(f"CREATE TABLE p_big (id int NOT NULL, v int NOT NULL) WITH (fillfactor = 50);"
+           f"INSERT INTO p_big SELECT i, 0 FROM generate_series(1, {n}) i;"
+           f"ALTER TABLE p_big ADD PRIMARY KEY (id)")
+    load_s = time.monotonic() - t0
+    node = start_server("-m", "512")
+    inv = start_invalidator(node, {"public.p_big": {"keys": ["big:{id}"]}},
+                            "--batch-max", "4096")
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", node.port)) as s:
+        for lo in range(1, n + 1, 100_000):
+            s.sendall(b"".join(b"ms big:%d 1 q\r\nv\r\n" % i for i in range(lo, lo + 100_000)))
+        s.sendall(b"mn\r\n")
+        reply = b""
+        while not reply.endswith(b"MN\r\n"):
+            reply += s.recv(65536)
+        assert reply == b"MN\r\n", reply[:200]
+    set_s = time.monotonic() - t0
+    with McRaw("127.0.0.1", node.port) as c:
+        assert int(c.stats()["curr_items"]) == n
+    cpu0 = cpu_seconds(inv.proc.pid)
+    t1 = time.monotonic()
+    pg.sql("UPDATE p_big SET v = v + 1")
+    update_s = time.monotonic() - t1
+
+    def items():
+        with McRaw("127.0.0.1", node.port) as c:
+            return int(c.stats()["curr_items"])
+    wait_until(lambda: items() == 0, timeout=120, interval=0.2,
+               message="every one of the million keys to be deleted")
+    total_s = time.monotonic() - t1
+    cpu_us = (cpu_seconds(inv.proc.pid) - cpu0) * 1e6 / n
+    m = inv.metrics()
+    assert m["shoal_invalidator_streamed_transactions_total"] >= 1
+    assert m["shoal_invalidator_keys_total"] >= n
+    print(f"\n1M rows loaded in {load_s:.1f}s; 1M keys set in {set_s:.1f}s; UPDATE "
+          f"{update_s:.1f}s; all deleted {total_s:.1f}s after the UPDATE began; invalidator CPU "
+          f"{cpu_us:.2f} us per row (stand-in delivery included)")
+
+
+def test_metrics_report_the_confirmed_lsn_postgresql_holds(pg, start_server, start_invalidator):
+    products(pg, "p_metrics", 2)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_metrics": {"keys": ["catalog:product:{id}"]}})
+    pg.sql("UPDATE p_metrics SET price = 1")
+    after = int(pg.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+    def confirmed():
+        lsn = pg.value(f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE "
+                       f"slot_name = '{inv.slot}'")
+        hi, lo = lsn.split("/")
+        held = (int(hi, 16) << 32) | int(lo, 16)
+        m = inv.metrics()
+        return m["shoal_invalidator_confirmed_lsn"] == held and held >= after and m
+    m = wait_until(confirmed, timeout=5, message="the slot to hold the LSN /metrics reports")
+    for name in ("lag_bytes", "lag_seconds", "server_lsn", "transactions_total", "streaming"):
+        assert f"shoal_invalidator_{name}" in m, name
+    assert m["shoal_invalidator_streaming"] == 1
+    assert m["shoal_invalidator_transactions_total"] >= 1
+    status, body = http(inv.admin, "GET", "/healthz")
+    assert status == 200 and '"streaming": true' in body
+
+
+def test_replay_refuses_a_bad_body(pg, start_server, start_invalidator):
+    products(pg, "p_replay", 1)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_replay": {"keys": ["catalog:product:{id}"]}})
+    status, body = http(inv.admin, "POST", "/v1/replay", {"slots": [99999]})
+    assert status == 400 and "out of range" in body
+    status, body = http(inv.admin, "POST", "/v1/replay", {"slots": "all"})
+    assert status == 400
+
+
+def test_bad_config_names_the_field(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"clusters": {"local": {"routers": ["127.0.0.1:1"]}}, '
+                    '"tables": {"public.t": {"keys": ["catalog:{id"]}}}')
+    r = subprocess.run([str(invalidator_binary()), "--pg", "host=127.0.0.1 port=1", "--config",
+                        str(path)], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2
+    assert "tables.public.t.keys[0]" in r.stderr and "not closed" in r.stderr
