@@ -12,8 +12,10 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpthread -lm
+CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE -I$(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
+# libpq: shoal-invalidator's replication client and replica polling (--as-needed keeps it out
+# of every other binary)
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpq -lpthread -lm
 # libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
 # client is first made, so libcurl and its TLS stack are not loaded into a node that does not
 # follow a control plane (resident memory is issue 11's measure). Nothing calls curl_* directly.
