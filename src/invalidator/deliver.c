@@ -28,6 +28,7 @@
 #define DEF_TIMEOUT_MS 1000
 #define BACKOFF_MAX_MS 1000
 #define IDLE_PROBE_MS 1000
+#define REFS_MAX 4096
 /* The recent-deletes log keeps at most this much memory, whatever replay_window_s says. */
 #define REPLAY_MAX_BYTES (256ull << 20)
 
@@ -86,6 +87,7 @@ static struct rec *backlog_at(struct dcluster *c, size_t i)
 /* Pop the backlog's first record (front first); the caller unrefs it. */
 static struct rec *backlog_pop(struct dcluster *c, bool *spilled)
 {
+    backlog_at(c, 0); /* records a kept batch held may have moved to the file meanwhile */
     *spilled = c->front.n > 0;
     if (*spilled) {
         struct rec *r = recq_pop(&c->front);
@@ -127,6 +129,7 @@ static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
     if (spill_replace(s, f) == 0) {
         recq_clear(&c->front);
         c->head_done = c->head_off = 0;
+        c->gen++;
         DC_COUNT(c, flush_replacements, 1);
         log_error("cluster %s: FLUSH: %llu undelivered deletes (%llu bytes spilled, over "
                   "spill_max_bytes %llu) are replaced by flush_all of the whole cluster "
@@ -175,7 +178,27 @@ struct batch {
     uint32_t end_done, end_off; /* where the record after them stands after the batch */
     struct rec *flush;     /* a REC_FLUSH record alone */
     uint64_t gated;        /* the LSN the batch stopped at, waiting for the replica */
+    /* A batch that failed is sent again as it is, so a key already refused is not counted
+     * twice: it holds its records (they may meanwhile move to the spill file, as the same
+     * bytes), unless a flush replaced the backlog (gen changed). */
+    struct rec **refs;
+    size_t nrefs;
+    bool valid;
+    uint64_t gen;
 };
+
+static void batch_release(struct batch *b)
+{
+    for (size_t i = 0; i < b->nrefs; i++) rec_unref(b->refs[i]);
+    b->nrefs = 0;
+    b->valid = false;
+}
+
+static void batch_hold(struct batch *b, struct rec *r)
+{
+    rec_ref(r);
+    b->refs[b->nrefs++] = r;
+}
 
 static void batch_build(struct dcluster *c, struct batch *b)
 {
@@ -185,9 +208,11 @@ static void batch_build(struct dcluster *c, struct batch *b)
     b->gated = 0;
     b->end_done = c->head_done;
     b->end_off = c->head_off;
+    b->gen = c->gen;
+    b->valid = true;
     bool gate = c->replica && !__atomic_load_n(&c->replica_passthrough, __ATOMIC_ACQUIRE);
     uint64_t replayed = __atomic_load_n(&c->replica_lsn, __ATOMIC_ACQUIRE);
-    for (size_t i = 0;; i++) {
+    for (size_t i = 0; i < REFS_MAX; i++) {
         struct rec *r = backlog_at(c, i);
         if (!r) break;
         if (gate && r->lsn > replayed) {
@@ -198,9 +223,11 @@ static void batch_build(struct dcluster *c, struct batch *b)
             if (i == 0) {
                 b->flush = r;
                 b->nfull = 1;
+                batch_hold(b, r);
             }
             break;
         }
+        batch_hold(b, r);
         uint32_t off = i ? 0 : c->head_off, done = i ? 0 : c->head_done;
         struct ritem it;
         while (b->nkeys < max) {
@@ -301,16 +328,21 @@ static void *cluster_main(void *arg)
     struct deliver *d = c->d;
     struct batch b = {.cap = d->cfg.batch_max};
     b.keys = calloc(b.cap, sizeof *b.keys);
+    /* a batch spans at most one record per key, plus records without keys: bounded by the
+     * loop in batch_build, which stops at batch_max keys or REFS_MAX records */
+    b.refs = calloc(REFS_MAX, sizeof *b.refs);
     uint64_t last_io = deliver_mono_ms();
     while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
         publish(c);
         maybe_spill(c);
-        if (!b.keys) { /* no memory for a batch: wait and try again */
-            b.keys = calloc(b.cap, sizeof *b.keys);
+        if (!b.keys || !b.refs) { /* no memory for a batch: wait and try again */
+            if (!b.keys) b.keys = calloc(b.cap, sizeof *b.keys);
+            if (!b.refs) b.refs = calloc(REFS_MAX, sizeof *b.refs);
             cv_wait_ms(c, 100);
             continue;
         }
-        batch_build(c, &b);
+        if (b.valid && b.gen != c->gen) batch_release(&b);
+        if (!b.valid) batch_build(c, &b);
         if (b.gated) __atomic_store_n(&c->gate_want, b.gated, __ATOMIC_RELEASE);
         pthread_mutex_lock(&c->lock);
         c->st.gated_deletes = b.gated != 0;
@@ -325,6 +357,7 @@ static void *cluster_main(void *arg)
                 if (wire_probe(c) != BATCH_OK) c->retry_at_ms = 0;
                 last_io = now;
             }
+            batch_release(&b);
             publish(c);
             cv_wait_ms(c, c->fd < 0 ? (c->retry_at_ms > now ? c->retry_at_ms - now : 10)
                                     : IDLE_PROBE_MS);
@@ -332,6 +365,7 @@ static void *cluster_main(void *arg)
         }
         if (!b.nkeys && !b.flush) { /* commits without keys */
             batch_done(c, &b);
+            batch_release(&b);
             continue;
         }
         if (ensure_conn(c) < 0) {
@@ -345,6 +379,7 @@ static void *cluster_main(void *arg)
         if (res == BATCH_OK) {
             if (b.flush) log_notice("cluster %s: flush_all applied", c->name);
             batch_done(c, &b);
+            batch_release(&b);
         } else if (res == BATCH_DOWN) {
             log_warn_limited("cluster %s: down; its deletes are kept until it answers", c->name);
             backoff(c);
@@ -354,7 +389,9 @@ static void *cluster_main(void *arg)
             cv_wait_ms(c, c->backoff_ms);
         }
     }
+    batch_release(&b);
     free(b.keys);
+    free(b.refs);
     wire_close(c);
     publish(c);
     return NULL;

@@ -191,6 +191,7 @@ struct dcluster {
     uint32_t head_done;   /* items of the first backlog record already applied (thread only) */
     uint32_t head_off;    /* ... and where the next one starts in its data */
     struct spill spill;   /* thread only, after deliver_create */
+    uint64_t gen;         /* bumped when a flush replaces the backlog (thread only) */
     uint64_t skip_upto;   /* commits at or below: in the spill file left by an earlier run */
     uint64_t safe;        /* atomic: applied or durably spilled up to here */
 
