@@ -1,0 +1,230 @@
+"""The invalidator's delivery (src/invalidator/deliver*.c, issue 14 point 3) against real shoal-nodes
+and a shoal-router, without PostgreSQL: build/tests/deliver_drive takes commits on stdin and hands
+them to delivery as the log reader would (see its header for the commands).
+
+A cluster is made unreachable by stopping its node (SIGSTOP: connections hang, the data stays, so
+the test can see every delete arrive once it is resumed)."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, _die_with_parent, key_slot, pause_server, resume_server
+from mcraw import McRaw, wait_until
+
+DRIVE = REPO_ROOT / os.environ.get("SHOAL_DELIVER_DRIVE", "build/tests/deliver_drive")
+DOWN_S = float(os.environ.get("SHOAL_DELIVER_DOWN_S", "10"))
+
+
+class Drive:
+    """deliver_drive with the given clusters ({name: [server, ...]}) and options."""
+
+    def __init__(self, tmp_path, clusters, **opts):
+        if not DRIVE.exists():
+            pytest.fail(f"{DRIVE} not found: build it with `make {DRIVE.relative_to(REPO_ROOT)}`")
+        self.tmp_path = tmp_path
+        self.args = [str(DRIVE)]
+        for name, servers in clusters.items():
+            self.args += ["--cluster", name + "=" + ",".join(f"127.0.0.1:{s.port}" for s in servers)]
+        opts.setdefault("spill_dir", str(tmp_path / "spill"))
+        opts.setdefault("timeout_ms", 200)
+        for k, v in opts.items():
+            self.args += ["--" + k.replace("_", "-"), str(v)]
+        self.start()
+
+    def start(self):
+        self.stderr = open(self.tmp_path / "drive.stderr", "a")
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, preexec_fn=_die_with_parent)
+        assert self.proc.stdout.readline().strip() == "ready", self.log()
+
+    def log(self):
+        return (self.tmp_path / "drive.stderr").read_text(errors="replace")
+
+    def ask(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def commit(self, lsn, *keys, more=False):
+        assert self.ask(f"{'p' if more else 'c'} {lsn} {' '.join(keys)}") == "ok"
+
+    def safe(self):
+        return int(self.ask("s").split()[1])
+
+    def wait_safe(self, lsn, ms=5000):
+        got = self.ask(f"w {lsn} {ms}")
+        assert got.startswith("safe"), f"safe LSN stuck at {got.split()[1]}, wanted {lsn}:\n{self.log()}"
+
+    def metrics(self):
+        self.proc.stdin.write("m\n")
+        self.proc.stdin.flush()
+        out = {}
+        for line in iter(self.proc.stdout.readline, ""):
+            line = line.strip()
+            if line == "END":
+                break
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def metric(self, name, cluster):
+        return self.metrics().get(f'shoal_invalidator_cluster_{name}{{cluster="{cluster}"}}')
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write("q\n")
+            self.proc.stdin.flush()
+            self.proc.wait(10)
+        self.stderr.close()
+
+
+@pytest.fixture
+def drive(tmp_path):
+    started = []
+
+    def make(clusters, **opts):
+        d = Drive(tmp_path, clusters, **opts)
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        d.stop()
+
+
+def fill(server, keys):
+    with McRaw(server.host, server.port) as c:
+        for k in keys:
+            assert c.meta(f"ms {k} 1 T0", b"v").code == "HD"
+
+
+def present(server, keys):
+    with McRaw(server.host, server.port) as c:
+        return [k for k in keys if c.meta(f"mg {k} v").code == "VA"]
+
+
+def test_down_cluster_gets_every_delete_when_it_returns(start_server, drive):
+    east, west = start_server(), start_server()
+    keys = [f"user:{i}" for i in range(500)]
+    fill(east, keys)
+    fill(west, keys)
+    d = drive({"east": [east], "west": [west]})
+    pause_server(west)
+    t0 = time.monotonic()
+    for i in range(0, 500, 5):
+        d.commit(100 + i, *keys[i:i + 5])
+    wait_until(lambda: not present(east, keys), message="east deleting everything meanwhile")
+    assert d.safe() < 100 + 495, "the safe LSN passed deletes west has not applied"
+    time.sleep(max(0.0, DOWN_S - (time.monotonic() - t0)))
+    resume_server(west)
+    d.wait_safe(100 + 495, ms=10000)
+    assert present(west, keys) == [], "deletes lost while the cluster was down"
+
+
+def test_down_cluster_does_not_hold_another(start_server, drive):
+    east, west = start_server(), start_server()
+    d = drive({"east": [east], "west": [west]})
+    pause_server(west)
+    try:
+        keys = [f"k{i}" for i in range(200)]
+        fill(east, keys)
+        start = time.monotonic()
+        for i in range(200):
+            d.commit(10 + i, keys[i])
+        wait_until(lambda: not present(east, keys), timeout=2.0,
+                   message="east taking every delete while west hangs")
+        assert time.monotonic() - start < 2.0
+        assert d.metric("up", "east") == 1
+    finally:
+        resume_server(west)
+
+
+def test_spills_past_the_memory_bound_and_replays(start_server, drive, tmp_path):
+    node = start_server()
+    keys = [f"k{i}" for i in range(300)]
+    fill(node, keys)
+    d = drive({"east": [node]}, mem_max=2000)
+    pause_server(node)
+    for i in range(300):
+        d.commit(1000 + i, keys[i])
+    d.wait_safe(1299)  # durably spilled counts as safe while the cluster hangs
+    assert d.metric("spilled_deletes", "east") > 0
+    assert d.metric("buffered_bytes", "east") <= 2000 + 200
+    assert (tmp_path / "spill" / "east.spill").stat().st_size > 0
+    resume_server(node)
+    wait_until(lambda: not present(node, keys), timeout=10, message="spilled deletes replayed")
+    wait_until(lambda: (tmp_path / "spill" / "east.spill").stat().st_size == 0,
+               message="the spill file emptied once applied")
+
+
+def test_restart_replays_leftover_spill_first(start_server, drive, tmp_path):
+    node = start_server()
+    keys = [f"k{i}" for i in range(100)]
+    fill(node, keys)
+    d = drive({"east": [node]}, mem_max=1)
+    pause_server(node)
+    for i in range(100):
+        d.commit(1000 + i, keys[i])
+    d.wait_safe(1099)
+    d.kill()  # kill -9 of the invalidator after the spill
+    resume_server(node)
+    d.start()
+    assert d.safe() == 1099, "the leftover spill file counts as safe at start"
+    wait_until(lambda: not present(node, keys), timeout=10, message="leftover spill replayed")
+
+
+def test_backlog_past_spill_bound_becomes_flush_all(start_server, drive):
+    node = start_server()
+    bystander = [f"other:{i}" for i in range(20)]
+    keys = [f"k{i}" for i in range(200)]
+    fill(node, keys + bystander)
+    d = drive({"east": [node]}, mem_max=1, spill_max=3000)
+    pause_server(node)
+    for i in range(200):
+        d.commit(1000 + i, keys[i])
+    d.wait_safe(1199)
+    wait_until(lambda: d.metric("flush_replacements_total", "east") >= 1,
+               message="a flush replacing the spilled backlog")
+    resume_server(node)
+    # the flush takes the keys no commit named with it: the whole cluster is flushed
+    wait_until(lambda: not present(node, keys + bystander), timeout=10,
+               message="flush_all applied after the cluster returns")
+    assert "FLUSH" in d.log()
+
+
+def test_replay_sends_a_slots_deletes_again(start_server, drive):
+    node = start_server()
+    keys = [f"item:{i}" for i in range(100)]
+    d = drive({"east": [node]})
+    for i in range(100):
+        d.commit(10 + i, keys[i])
+    d.wait_safe(109)
+    fill(node, keys)  # stale values cached again, e.g. from a lagging replica
+    slot = key_slot("item:7")
+    same = [k for k in keys if key_slot(k) == slot]
+    got = d.ask(f"r east 60 {slot}")
+    assert got == f"replayed {len(same)}"
+    wait_until(lambda: not present(node, same), message="the slot's keys deleted again")
+    assert set(present(node, keys)) == set(keys) - set(same), "keys of other slots were touched"
+
+
+def test_through_a_router_every_node_gets_its_keys(cluster, drive):
+    keys = [f"p:{i}" for i in range(300)]
+    fill(cluster.router, keys)
+    d = drive({"main": [cluster.router]}, batch_max=32)
+    for i in range(0, 300, 10):
+        d.commit(100 + i, *keys[i:i + 10])
+    d.wait_safe(390)
+    assert present(cluster.router, keys) == []
+    for n in cluster.nodes:
+        assert present(n, keys) == []
+    assert d.metric("deletes_total", "main") == 300
