@@ -12,9 +12,10 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE -I$(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
-# libpq: shoal-invalidator's replication client and replica polling (--as-needed keeps it out
-# of every other binary)
+# libpq (Debian's libpq-dev) for shoal-invalidator's replication client; its headers live
+# under pg_config's include directory, found with pkg-config
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE $(PQ_CFLAGS)
 LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpq -lpthread -lm
 # libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
 # client is first made, so libcurl and its TLS stack are not loaded into a node that does not
