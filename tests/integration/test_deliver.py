@@ -228,3 +228,34 @@ def test_through_a_router_every_node_gets_its_keys(cluster, drive):
     for n in cluster.nodes:
         assert present(n, keys) == []
     assert d.metric("deletes_total", "main") == 300
+
+
+def test_replica_served_cluster_waits_for_the_replay(start_server, drive):
+    """Point 4: a cluster marked as served by a replica gets a commit's deletes only once that
+    replica has replayed the commit, so its readers cannot refill the old row from it."""
+    from pgreplica import PgReplicaPair, lsn_int
+    node, other = start_server(), start_server()
+    with PgReplicaPair() as pg:
+        pg.primary("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        wait_until(lambda: pg.replica("SELECT count(*) FROM pg_class WHERE relname = 't'") == "1",
+                   message="the table on the replica")
+        d = drive({"region": [node], "local": [other]}, replica=f"region={pg.conninfo(pg.rport)}")
+        pg.replica("SELECT pg_wal_replay_pause()")
+        pg.primary("INSERT INTO t VALUES (1, 'new')")
+        lsn = lsn_int(pg.primary("SELECT pg_current_wal_insert_lsn()"))
+        fill(node, ["t:1"])
+        fill(other, ["t:1"])
+        d.commit(lsn, "t:1")
+        wait_until(lambda: not present(other, ["t:1"]), message="the cluster without a replica")
+        wait_until(lambda: d.metric("gated_deletes", "region") == 1,
+                   message="region waiting for its replica")
+        time.sleep(0.3)  # the replica lags on purpose: nothing may go meanwhile
+        assert present(node, ["t:1"]) == ["t:1"], "deleted before the replica replayed the commit"
+        assert d.safe() < lsn
+        pg.replica("SELECT pg_wal_replay_resume()")
+        pg.primary("INSERT INTO t VALUES (2, 'more')")  # WAL after it, so replay passes it
+        wait_until(lambda: not present(node, ["t:1"]), timeout=10,
+                   message="the delete once the replica replayed the commit")
+        d.wait_safe(lsn)
+        assert d.metric("replica_up", "region") == 1
+        assert d.metric("replica_lsn", "region") >= lsn

@@ -70,7 +70,7 @@ int main(int argc, char **argv)
             for (char *save, *t = strtok_r(eq + 1, ",", &save); t && c->nrouters < MAXR;
                  t = strtok_r(NULL, ",", &save))
                 routers[cfg.nclusters - 1][c->nrouters++] = t;
-        } else if (!strcmp(o, "--replica")) {
+        } else if (!strcmp(o, "--replica")) { /* after its --cluster */
             char *eq = strchr(v, '=');
             if (!eq) return 2;
             *eq = 0;
