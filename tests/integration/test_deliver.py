@@ -80,11 +80,17 @@ class Drive:
         self.proc.wait()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.write("q\n")
-            self.proc.stdin.flush()
-            self.proc.wait(10)
+        """Stop it; a problem (a non-zero exit, a sanitizer report) as text, else None."""
+        if self.proc.poll() is not None:
+            self.stderr.close()
+            return None
+        self.proc.stdin.write("q\n")
+        self.proc.stdin.flush()
+        status = self.proc.wait(10)
         self.stderr.close()
+        if status != 0 or "Sanitizer" in self.log():
+            return f"deliver_drive exited with status {status}:\n{self.log()}"
+        return None
 
 
 @pytest.fixture
@@ -97,8 +103,9 @@ def drive(tmp_path):
         return d
 
     yield make
-    for d in started:
-        d.stop()
+    problems = [p for p in (d.stop() for d in started) if p]
+    if problems:
+        pytest.fail("\n".join(problems))
 
 
 def fill(server, keys):

@@ -584,6 +584,46 @@ static void test_refused_key_dropped_failed_key_retried(void **state)
     setup_done(&s);
 }
 
+/* A batch that keeps failing is held while later commits spill behind it; when the key goes
+ * through, the backlog continues from the file in order, nothing lost or repeated. */
+static void test_failing_batch_then_spill_keeps_order(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    strcpy(f.flaky, "k2");
+    f.flaky_left = 1000000;
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    s.cfg.mem_max_bytes = 1;
+    s.cfg.batch_max = 4;
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 40);
+    WAIT_SAFE(d, 4000); /* spilled behind the stuck batch */
+    WAIT_METRIC(d, "shoal_invalidator_cluster_spilled_deletes{cluster=\"east\"} ", 30);
+    /* before: the stuck batch's other keys, k0 k1 k3 (again in the pass without q) */
+    int before = fk_count(&f);
+    for (int i = 0; i < before; i++)
+        assert_true(!strcmp(f.log[i], "k0") || !strcmp(f.log[i], "k1") || !strcmp(f.log[i], "k3"));
+    pthread_mutex_lock(&f.lock);
+    f.flaky_left = 0;
+    pthread_mutex_unlock(&f.lock);
+    WAIT_KEYS(&f, before + 37);
+    usleep(50000);
+    /* then k2 and the rest from the file, in order, each once */
+    assert_int_equal(fk_count(&f), before + 37);
+    assert_string_equal(f.log[before], "k2");
+    for (int i = 4; i < 40; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        assert_string_equal(f.log[before + i - 3], k);
+    }
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
 static void test_binary_keys_go_base64(void **state)
 {
     struct fake f;
@@ -737,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_torn_spill_tail_is_cut),
         cmocka_unit_test(test_backlog_past_spill_bound_becomes_a_flush),
         cmocka_unit_test(test_refused_key_dropped_failed_key_retried),
+        cmocka_unit_test(test_failing_batch_then_spill_keeps_order),
         cmocka_unit_test(test_binary_keys_go_base64),
         cmocka_unit_test(test_fails_over_to_the_next_router),
         cmocka_unit_test(test_large_commit_in_parts_safe_only_when_whole),
