@@ -103,6 +103,19 @@ static struct rec *backlog_pop(struct dcluster *c, bool *spilled)
 
 static bool spill_empty(const struct dcluster *c) { return !c->front.n && !spill_pending(&c->spill); }
 
+/* Publish the thread's own state for metrics. */
+static void publish(struct dcluster *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->st.up = c->fd >= 0;
+    c->st.buffered_deletes = c->q.items;
+    c->st.buffered_bytes = c->q.bytes;
+    c->st.spilled_deletes = c->spill.keys;
+    c->st.spill_bytes = c->spill.end;
+    c->st.router_index = c->router_at;
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* Past spill_max_bytes: everything spilled becomes one flush_all, logged loudly. */
 static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
 {
@@ -162,6 +175,7 @@ static void maybe_spill(struct dcluster *c)
         pthread_mutex_unlock(&c->lock);
         safe_to(c, v[n - 1]->safe_after);
         if (c->spill.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, v[n - 1]);
+        publish(c);
     } else {
         DC_COUNT(c, spill_errors, 1);
     }
@@ -285,19 +299,6 @@ static void batch_done(struct dcluster *c, struct batch *b)
         c->st.batches++;
         drate_add(&c->rate, now / 1000000, b->nkeys, 1);
     }
-    pthread_mutex_unlock(&c->lock);
-}
-
-/* Publish the thread's own state for metrics. */
-static void publish(struct dcluster *c)
-{
-    pthread_mutex_lock(&c->lock);
-    c->st.up = c->fd >= 0;
-    c->st.buffered_deletes = c->q.items;
-    c->st.buffered_bytes = c->q.bytes;
-    c->st.spilled_deletes = c->spill.keys;
-    c->st.spill_bytes = c->spill.end;
-    c->st.router_index = c->router_at;
     pthread_mutex_unlock(&c->lock);
 }
 

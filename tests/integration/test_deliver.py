@@ -126,13 +126,15 @@ def test_down_cluster_gets_every_delete_when_it_returns(start_server, drive):
     fill(west, keys)
     d = drive({"east": [east], "west": [west]})
     pause_server(west)
-    t0 = time.monotonic()
-    for i in range(0, 500, 5):
-        d.commit(100 + i, *keys[i:i + 5])
-    wait_until(lambda: not present(east, keys), message="east deleting everything meanwhile")
-    assert d.safe() < 100 + 495, "the safe LSN passed deletes west has not applied"
-    time.sleep(max(0.0, DOWN_S - (time.monotonic() - t0)))
-    resume_server(west)
+    try:
+        t0 = time.monotonic()
+        for i in range(0, 500, 5):
+            d.commit(100 + i, *keys[i:i + 5])
+        wait_until(lambda: not present(east, keys), message="east deleting everything meanwhile")
+        assert d.safe() < 100 + 495, "the safe LSN passed deletes west has not applied"
+        time.sleep(max(0.0, DOWN_S - (time.monotonic() - t0)))
+    finally:
+        resume_server(west)
     d.wait_safe(100 + 495, ms=10000)
     assert present(west, keys) == [], "deletes lost while the cluster was down"
 
@@ -161,13 +163,15 @@ def test_spills_past_the_memory_bound_and_replays(start_server, drive, tmp_path)
     fill(node, keys)
     d = drive({"east": [node]}, mem_max=2000)
     pause_server(node)
-    for i in range(300):
-        d.commit(1000 + i, keys[i])
-    d.wait_safe(1299)  # durably spilled counts as safe while the cluster hangs
-    assert d.metric("spilled_deletes", "east") > 0
-    assert d.metric("buffered_bytes", "east") <= 2000 + 200
-    assert (tmp_path / "spill" / "east.spill").stat().st_size > 0
-    resume_server(node)
+    try:
+        for i in range(300):
+            d.commit(1000 + i, keys[i])
+        d.wait_safe(1299)  # durably spilled counts as safe while the cluster hangs
+        assert d.metric("spilled_deletes", "east") > 0
+        assert d.metric("buffered_bytes", "east") <= 2000 + 200
+        assert (tmp_path / "spill" / "east.spill").stat().st_size > 0
+    finally:
+        resume_server(node)
     wait_until(lambda: not present(node, keys), timeout=10, message="spilled deletes replayed")
     wait_until(lambda: (tmp_path / "spill" / "east.spill").stat().st_size == 0,
                message="the spill file emptied once applied")
@@ -179,11 +183,13 @@ def test_restart_replays_leftover_spill_first(start_server, drive, tmp_path):
     fill(node, keys)
     d = drive({"east": [node]}, mem_max=1)
     pause_server(node)
-    for i in range(100):
-        d.commit(1000 + i, keys[i])
-    d.wait_safe(1099)
-    d.kill()  # kill -9 of the invalidator after the spill
-    resume_server(node)
+    try:
+        for i in range(100):
+            d.commit(1000 + i, keys[i])
+        d.wait_safe(1099)
+        d.kill()  # kill -9 of the invalidator after the spill
+    finally:
+        resume_server(node)
     d.start()
     assert d.safe() == 1099, "the leftover spill file counts as safe at start"
     wait_until(lambda: not present(node, keys), timeout=10, message="leftover spill replayed")
@@ -196,12 +202,14 @@ def test_backlog_past_spill_bound_becomes_flush_all(start_server, drive):
     fill(node, keys + bystander)
     d = drive({"east": [node]}, mem_max=1, spill_max=3000)
     pause_server(node)
-    for i in range(200):
-        d.commit(1000 + i, keys[i])
-    d.wait_safe(1199)
-    wait_until(lambda: d.metric("flush_replacements_total", "east") >= 1,
-               message="a flush replacing the spilled backlog")
-    resume_server(node)
+    try:
+        for i in range(200):
+            d.commit(1000 + i, keys[i])
+        d.wait_safe(1199)
+        wait_until(lambda: d.metric("flush_replacements_total", "east") >= 1,
+                   message="a flush replacing the spilled backlog")
+    finally:
+        resume_server(node)
     # the flush takes the keys no commit named with it: the whole cluster is flushed
     wait_until(lambda: not present(node, keys + bystander), timeout=10,
                message="flush_all applied after the cluster returns")
@@ -266,3 +274,32 @@ def test_replica_served_cluster_waits_for_the_replay(start_server, drive):
         d.wait_safe(lsn)
         assert d.metric("replica_up", "region") == 1
         assert d.metric("replica_lsn", "region") >= lsn
+
+
+def test_router_errors_for_a_stalled_node_are_retried_per_key(start_server, start_router, drive):
+    """Behind a router, a stalled node's keys come back SERVER_ERROR while the other nodes' keys
+    of the same batch are deleted; the failed keys are sent again until the node answers, and the
+    cluster's later commits wait behind them (commit order), so the safe LSN waits too."""
+    nodes = [start_server() for _ in range(3)]
+    router, _, _ = start_router(nodes, "--timeout-ms", "100")
+    keys = [f"r:{i}" for i in range(120)]
+    later = [f"later:{i}" for i in range(10)]
+    fill(router, keys + later)
+    d = drive({"main": [router]}, timeout_ms=2000, batch_max=120)
+    stalled = nodes[1]
+    pause_server(stalled)
+    try:
+        d.commit(500, *keys)  # one batch of its own
+        d.commit(600, *later)
+        live = (nodes[0], nodes[2])
+        wait_until(lambda: not [k for n in live for k in present(n, keys)],
+                   message="the live nodes' keys deleted while one node stalls")
+        wait_until(lambda: d.metric("server_errors_total", "main") >= 1,
+                   message="the stalled node's keys answered SERVER_ERROR")
+        assert d.safe() < 500, "safe although a node has not taken its deletes"
+        assert [k for n in live for k in present(n, later)], "a later commit overtook the retry"
+    finally:
+        resume_server(stalled)
+    d.wait_safe(600, ms=15000)
+    assert present(stalled, keys + later) == []
+    assert present(router, later) == []
