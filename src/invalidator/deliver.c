@@ -84,12 +84,20 @@ static struct rec *backlog_at(struct dcluster *c, size_t i)
     return r;
 }
 
-/* Pop the backlog's first record (front first); the caller unrefs it. */
-static struct rec *backlog_pop(struct dcluster *c, bool *spilled)
+/* Pop the backlog's first record, which is `expect` or a copy of it read back from the spill
+ * file; the caller unrefs it. A batch's records are in memory (front, or the memory queue) unless
+ * the batch was kept over a failure while they were spilled: so the file is read only when the
+ * memory queue's head is not the record expected (a record the batch put back behind them in the
+ * file, after an error, must not be read in their place). */
+static struct rec *backlog_pop(struct dcluster *c, const struct rec *expect)
 {
-    backlog_at(c, 0); /* records a kept batch held may have moved to the file meanwhile */
-    *spilled = c->front.n > 0;
-    if (*spilled) {
+    if (!c->front.n) {
+        pthread_mutex_lock(&c->lock);
+        bool in_q = c->q.n && recq_at(&c->q, 0) == expect;
+        pthread_mutex_unlock(&c->lock);
+        if (!in_q) backlog_at(c, 0);
+    }
+    if (c->front.n) {
         struct rec *r = recq_pop(&c->front);
         c->spill.records--;
         if (r->kind == REC_KEYS) c->spill.keys -= r->n;
@@ -271,8 +279,7 @@ static void batch_done(struct dcluster *c, struct batch *b)
     int64_t now = deliver_now_us();
     uint64_t commits = 0, flushes = 0, safe = 0;
     for (size_t i = 0; i < b->nfull; i++) {
-        bool spilled;
-        struct rec *r = backlog_pop(c, &spilled);
+        struct rec *r = backlog_pop(c, b->refs[i]);
         if (!r) break;
         if (r->safe_after > safe) safe = r->safe_after;
         if (r->kind == REC_FLUSH) flushes++;
@@ -294,10 +301,12 @@ static void batch_done(struct dcluster *c, struct batch *b)
     pthread_mutex_lock(&c->lock);
     c->st.commits += commits;
     c->st.flushes += flushes;
-    c->st.deletes += b->nkeys;
+    uint64_t went = 0;
+    for (size_t i = 0; i < b->nkeys; i++) went += b->keys[i].done;
+    c->st.deletes += went;
     if (b->nkeys) {
         c->st.batches++;
-        drate_add(&c->rate, now / 1000000, b->nkeys, 1);
+        drate_add(&c->rate, now / 1000000, went, 1);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -308,6 +317,55 @@ static void backoff(struct dcluster *c)
     uint64_t cap = c->d->cfg.timeout_ms < BACKOFF_MAX_MS ? c->d->cfg.timeout_ms : BACKOFF_MAX_MS;
     if (c->backoff_ms > cap) c->backoff_ms = cap;
     c->retry_at_ms = deliver_mono_ms() + c->backoff_ms;
+}
+
+/* Keys a cluster answered with an error other than CLIENT_ERROR (a router's node down or timed
+ * out) must not hold up the cluster's later deletes (the keys of its other nodes would go stale
+ * for the whole outage), yet must not be lost. They become a record of their own appended to the
+ * spill file (fsync'ed: safe, as any spilled delete) and are sent again when the file's replay
+ * reaches them, behind newer deletes: deletes commute, so the order of two deletes does not
+ * matter, only that each arrives. When the file holds nothing else to read, it is replaced by
+ * that record alone, so a key failing for a long time does not grow the file at each round.
+ * 0 when the batch may be counted done; -1 (no memory, the file cannot be written) to keep the
+ * batch and send it again as it is. */
+static int retry_later(struct dcluster *c, struct batch *b, size_t failed)
+{
+    size_t ndata = 0;
+    for (size_t i = 0; i < b->nkeys; i++)
+        if (!b->keys[i].done) ndata += rec_item_size(b->keys[i].nkey, 0);
+    struct rec *r = rec_new(REC_KEYS, (uint32_t)failed, (uint32_t)ndata);
+    if (!r) return -1;
+    size_t at = 0;
+    for (size_t i = 0; i < b->nkeys; i++)
+        if (!b->keys[i].done) at += rec_pack(r->data + at, b->keys[i].key, b->keys[i].nkey, NULL, 0);
+    /* no LSN: not gated again, no commit counted, the safe LSN moves by the batch's records */
+    size_t front_n = 0, front_keys = 0;
+    for (size_t i = 0; i < c->front.n && i < b->nfull; i++) {
+        front_n++;
+        struct rec *fr = recq_at(&c->front, i);
+        if (fr->kind == REC_KEYS) front_keys += fr->n;
+    }
+    bool alone = front_n == c->front.n && !spill_pending(&c->spill);
+    int rc;
+    if (alone && c->spill.end) {
+        rc = spill_replace(&c->spill, r);
+        if (rc == 0) {
+            /* the batch's records loaded from the old file are popped next: count them in */
+            c->spill.records += front_n;
+            c->spill.keys += front_keys;
+        }
+    } else {
+        rc = spill_append(&c->spill, &r, 1);
+    }
+    if (rc == 0) {
+        DC_COUNT(c, spilled_records, 1);
+        DC_COUNT(c, retried_keys, failed);
+        if (c->spill.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, r);
+    } else {
+        DC_COUNT(c, spill_errors, 1);
+    }
+    rec_unref(r);
+    return rc;
 }
 
 /* Connected, or a reason to wait: 0 when c->fd is usable. */
@@ -385,9 +443,24 @@ static void *cluster_main(void *arg)
             log_warn_limited("cluster %s: down; its deletes are kept until it answers", c->name);
             backoff(c);
         } else {
-            backoff(c);
-            publish(c);
-            cv_wait_ms(c, c->backoff_ms);
+            size_t failed = 0;
+            for (size_t i = 0; i < b.nkeys; i++) failed += !b.keys[i].done;
+            bool stuck = failed == b.nkeys;
+            uint64_t gen = c->gen;
+            if (retry_later(c, &b, failed) == 0) {
+                /* unless a flush replaced what the batch came from (then nothing is popped) */
+                if (gen == c->gen) batch_done(c, &b);
+                batch_release(&b);
+            }
+            /* no key of it went: wait before sending them again (new commits wake it, and go
+             * with them) */
+            if (stuck) {
+                backoff(c);
+                publish(c);
+                cv_wait_ms(c, c->backoff_ms);
+            } else {
+                c->backoff_ms = 0;
+            }
         }
     }
     batch_release(&b);

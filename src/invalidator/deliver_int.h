@@ -141,6 +141,7 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(keys_unsendable, COUNTER, "keys no memcached request can carry (over 250 bytes, or over "  \
                                 "186 with bytes that need base64), dropped")                     \
     X(server_errors, COUNTER, "SERVER_ERROR or other failed answers to a delete; retried")       \
+    X(retried_keys, COUNTER, "keys put back in the spill file to be sent again after an error")  \
     X(quiet_errors, COUNTER, "batches whose quiet replies held an error, sent again one reply "  \
                              "per key to tell which key it was")                                 \
     X(connects, COUNTER, "connections opened to the cluster")                                    \
