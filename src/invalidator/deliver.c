@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -489,6 +490,29 @@ static char *spill_path(const char *dir, const char *name)
     return p;
 }
 
+/* A spill file of a cluster no longer configured holds deletes nobody will send: say so. */
+static void warn_strays(struct deliver *d)
+{
+    DIR *dir = opendir(d->spill_dir);
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        size_t n = strlen(e->d_name);
+        if (n < 7 || strcmp(e->d_name + n - 6, ".spill")) continue;
+        char *path = malloc(strlen(d->spill_dir) + n + 2);
+        if (!path) break;
+        sprintf(path, "%s/%s", d->spill_dir, e->d_name);
+        bool ours = false;
+        for (size_t i = 0; i < d->nc && !ours; i++) ours = !strcmp(d->c[i].spill.path, path);
+        struct stat st;
+        if (!ours && stat(path, &st) == 0 && st.st_size > 0)
+            log_warn("spill file %s belongs to no configured cluster: its %lld bytes of deletes "
+                     "are not sent (configure the cluster again, or remove the file)", path,
+                     (long long)st.st_size);
+        free(path);
+    }
+    if (dir) closedir(dir);
+}
+
 static void cluster_free(struct dcluster *c)
 {
     recq_free(&c->q);
@@ -591,6 +615,7 @@ struct deliver *deliver_create(const struct deliver_cfg *cfg, char *err, size_t 
         c->skip_upto = left;
         c->safe = left;
     }
+    if (!failed) warn_strays(d);
     for (size_t i = 0; i < d->nc && !failed; i++) {
         struct dcluster *c = &d->c[i];
         if (pthread_create(&c->thread, NULL, cluster_main, c) != 0) {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -128,6 +129,14 @@ int spill_open(struct spill *s, const char *path, uint64_t *last_safe, char *err
     struct stat sb;
     if (s->fd < 0 || fstat(s->fd, &sb) < 0) {
         snprintf(err, errlen, "spill file %s: %s", path, strerror(errno));
+        spill_close(s);
+        return -1;
+    }
+    /* two invalidators sharing a spill file would replay and truncate each other's deletes */
+    if (flock(s->fd, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(err, errlen, "spill file %s: %s", path,
+                 errno == EWOULDBLOCK ? "in use by another process (another invalidator with "
+                                        "the same spill directory?)" : strerror(errno));
         spill_close(s);
         return -1;
     }
@@ -275,6 +284,7 @@ int spill_replace(struct spill *s, struct rec *r)
     memcpy(tmp + plen, ".new", 5);
     struct spill t = {.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600),
                       .path = tmp};
+    if (t.fd >= 0) flock(t.fd, LOCK_EX | LOCK_NB);
     if (t.fd < 0 || spill_append(&t, &r, 1) < 0 || rename(tmp, s->path) < 0) {
         log_error("spill file %s: cannot write its replacement %s: %s", s->path, tmp,
                   strerror(errno));

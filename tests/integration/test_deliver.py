@@ -232,6 +232,21 @@ def test_replay_sends_a_slots_deletes_again(start_server, drive):
     assert set(present(node, keys)) == set(keys) - set(same), "keys of other slots were touched"
 
 
+def test_keys_with_spaces_and_control_bytes_deleted_as_base64(cluster, drive):
+    import base64
+    raw_keys = [b"a b", b"tab\tkey", b"cr\rlf\nkey", b"caf\xc3\xa9"]
+    with McRaw(cluster.router.host, cluster.router.port) as c:
+        for k in raw_keys:
+            assert c.meta(f"ms {base64.b64encode(k).decode()} 1 b T0", b"v").code == "HD"
+    d = drive({"main": [cluster.router]})
+    d.commit(10, *("".join(f"%{b:02x}" for b in k) for k in raw_keys))
+    d.wait_safe(10)
+    with McRaw(cluster.router.host, cluster.router.port) as c:
+        for k in raw_keys:
+            assert c.meta(f"mg {base64.b64encode(k).decode()} b v").code == "EN", k
+    assert d.metric("keys_refused_total", "main") == 0
+
+
 def test_through_a_router_every_node_gets_its_keys(cluster, drive):
     keys = [f"p:{i}" for i in range(300)]
     fill(cluster.router, keys)

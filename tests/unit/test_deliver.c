@@ -788,6 +788,19 @@ static void test_bad_configs_refused(void **state)
     setup_done(&s);
 }
 
+static void test_second_process_on_a_spill_dir_refused(void **state)
+{
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, dead_port(), 0);
+    struct deliver *d = make(&s);
+    char err[256];
+    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    assert_non_null(strstr(err, "in use"));
+    deliver_destroy(d);
+    setup_done(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -807,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_replay_sends_a_slots_recent_deletes_again),
         cmocka_unit_test(test_truncate_flush_in_order),
         cmocka_unit_test(test_bad_configs_refused),
+        cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
