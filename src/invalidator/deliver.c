@@ -144,7 +144,8 @@ static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
             nl += (size_t)snprintf(nslist + nl, sizeof nslist - nl, "%s%s", i ? ", " : "", s->ns[i]);
     }
     f->last = 1;
-    f->lsn = lastrec->lsn;
+    /* held for a replica until it has replayed the newest commit the flush stands for */
+    f->lsn = s->max_lsn > lastrec->lsn ? s->max_lsn : lastrec->lsn;
     f->safe_after = __atomic_load_n(&c->safe, __ATOMIC_ACQUIRE);
     f->commit_us = lastrec->commit_us;
     uint64_t keys = s->keys, bytes = s->end;
@@ -443,6 +444,12 @@ static void *cluster_main(void *arg)
         } else if (res == BATCH_DOWN) {
             log_warn_limited("cluster %s: down; its deletes are kept until it answers", c->name);
             backoff(c);
+        } else if (b.flush) {
+            /* a flush_all not taken (a router with a node down answers an error) is sent
+             * again, holding what follows: nothing can replace it */
+            backoff(c);
+            publish(c);
+            cv_wait_ms(c, c->backoff_ms);
         } else {
             size_t failed = 0;
             for (size_t i = 0; i < b.nkeys; i++) failed += !b.keys[i].done;

@@ -84,6 +84,7 @@ struct spill {
     uint64_t rd;       /* next record to load */
     uint64_t records;  /* records in [rd, end) plus those loaded and not applied */
     uint64_t keys;     /* their keys */
+    uint64_t max_lsn;  /* the highest commit LSN written since the file was last emptied */
     /* namespaces the spilled records touch, for the log line of a flush that replaces them */
     char *ns[32];
     size_t nns;

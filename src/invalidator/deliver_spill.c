@@ -157,6 +157,7 @@ int spill_open(struct spill *s, const char *path, uint64_t *last_safe, char *err
         }
         free(data);
         if (h.safe_after > *last_safe) *last_safe = h.safe_after;
+        if (h.lsn > s->max_lsn) s->max_lsn = h.lsn;
         s->records++;
         off += len;
     }
@@ -230,6 +231,7 @@ int spill_append(struct spill *s, struct rec *const *recs, size_t n)
     s->end += total;
     for (size_t i = 0; i < n; i++) {
         s->records++;
+        if (recs[i]->lsn > s->max_lsn) s->max_lsn = recs[i]->lsn;
         note_ns(s, recs[i]);
         if (recs[i]->kind == REC_KEYS) s->keys += recs[i]->n;
     }
@@ -266,7 +268,7 @@ struct rec *spill_load(struct spill *s, bool *bad)
 int spill_reset(struct spill *s)
 {
     s->rd = s->end = 0;
-    s->records = s->keys = 0;
+    s->records = s->keys = s->max_lsn = 0;
     forget_ns(s);
     if (ftruncate(s->fd, 0) < 0) {
         log_warn("spill file %s: truncate: %s", s->path, strerror(errno));
@@ -312,6 +314,7 @@ int spill_replace(struct spill *s, struct rec *r)
     s->rd = 0;
     s->records = t.records;
     s->keys = t.keys;
+    s->max_lsn = t.max_lsn;
     memcpy(s->ns, t.ns, sizeof t.ns);
     s->nns = t.nns;
     s->ns_overflow = t.ns_overflow;

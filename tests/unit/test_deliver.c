@@ -46,6 +46,7 @@ struct fake {
     char flaky[64];    /* answered SERVER_ERROR while flaky_left > 0 */
     int flaky_left;
     int mds;           /* md requests seen (all) */
+    int flush_fail;    /* flush_all answered SERVER_ERROR this many more times */
 };
 
 static void fk_log(struct fake *f, const char *k, size_t n)
@@ -66,8 +67,12 @@ static void fk_line(struct fake *f, int fd, char *line, size_t n)
     if (n == 2 && !memcmp(line, "mn", 2)) {
         reply = "MN\r\n";
     } else if (n == 9 && !memcmp(line, "flush_all", 9)) {
-        fk_log(f, "<flush_all>", 11);
-        reply = "OK\r\n";
+        pthread_mutex_lock(&f->lock);
+        bool fail = f->flush_fail > 0;
+        if (fail) f->flush_fail--;
+        pthread_mutex_unlock(&f->lock);
+        if (!fail) fk_log(f, "<flush_all>", 11);
+        reply = fail ? "SERVER_ERROR shoal-router: node 127.0.0.1:1 is down\r\n" : "OK\r\n";
     } else if (n > 3 && !memcmp(line, "md ", 3)) {
         line[n] = 0;
         char *save, *tok = strtok_r(line + 3, " ", &save), *fl;
@@ -770,6 +775,31 @@ static void test_truncate_flush_in_order(void **state)
     setup_done(&s);
 }
 
+static void test_failed_flush_is_sent_again_before_later_deletes(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    f.flush_fail = 3;
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 2);
+    const char *ns[] = {"catalog"};
+    assert_int_equal(deliver_flush(d, 250, deliver_now_us(), ns, 1), 0);
+    commit_range(d, "k", 2, 4);
+    WAIT_SAFE(d, 400);
+    assert_int_equal(f.flush_fail, 0);
+    assert_int_equal(fk_count(&f), 5);
+    assert_string_equal(f.log[2], "<flush_all>");
+    assert_string_equal(f.log[3], "k2");
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_flushes_total{cluster=\"east\"} "), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
 static void test_bad_configs_refused(void **state)
 {
     struct setup s;
@@ -819,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_large_commit_in_parts_safe_only_when_whole),
         cmocka_unit_test(test_replay_sends_a_slots_recent_deletes_again),
         cmocka_unit_test(test_truncate_flush_in_order),
+        cmocka_unit_test(test_failed_flush_is_sent_again_before_later_deletes),
         cmocka_unit_test(test_bad_configs_refused),
         cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
     };
