@@ -15,7 +15,17 @@ import pytest
 from conftest import REPO_ROOT, _die_with_parent, key_slot, pause_server, resume_server
 from mcraw import McRaw, wait_until
 
-DRIVE = REPO_ROOT / os.environ.get("SHOAL_DELIVER_DRIVE", "build/tests/deliver_drive")
+def _drive_path():
+    """SHOAL_DELIVER_DRIVE, else the deliver_drive of the build tree SHOAL_NODE_BIN comes from
+    (build-san/bin/shoal-node -> build-san/tests/deliver_drive), else build/'s."""
+    if "SHOAL_DELIVER_DRIVE" in os.environ:
+        return REPO_ROOT / os.environ["SHOAL_DELIVER_DRIVE"]
+    node = Path(os.environ.get("SHOAL_NODE_BIN", "build/bin/shoal-node"))
+    tree = (node if node.is_absolute() else REPO_ROOT / node).parent.parent
+    return tree / "tests" / "deliver_drive"
+
+
+DRIVE = _drive_path()
 DOWN_S = float(os.environ.get("SHOAL_DELIVER_DOWN_S", "10"))
 
 
@@ -24,7 +34,7 @@ class Drive:
 
     def __init__(self, tmp_path, clusters, **opts):
         if not DRIVE.exists():
-            pytest.fail(f"{DRIVE} not found: build it with `make {DRIVE.relative_to(REPO_ROOT)}`")
+            pytest.fail(f"{DRIVE} not found: build it with `make unit-build` (or SAN=1)")
         self.tmp_path = tmp_path
         self.args = [str(DRIVE)]
         for name, servers in clusters.items():
