@@ -112,11 +112,24 @@ static struct rec *backlog_pop(struct dcluster *c, const struct rec *expect)
 
 static bool spill_empty(const struct dcluster *c) { return !c->front.n && !spill_pending(&c->spill); }
 
+/* The cluster answered on its connection (up), or the connection failed (down): logged when
+ * that changes, not at every reconnection of a cluster that accepts and then does not answer. */
+static void set_answering(struct dcluster *c, bool up)
+{
+    if (up && !c->answering)
+        log_notice("cluster %s: answering on %s%s", c->name, c->routers[c->router_at],
+                   c->router_at ? " (failed over: the routers before it do not answer)" : "");
+    else if (!up && c->answering)
+        log_warn("cluster %s: down (%s); its deletes are kept until it answers", c->name,
+                 c->routers[c->router_at]);
+    c->answering = up;
+}
+
 /* Publish the thread's own state for metrics. */
 static void publish(struct dcluster *c)
 {
     pthread_mutex_lock(&c->lock);
-    c->st.up = c->fd >= 0;
+    c->st.up = c->answering && c->fd >= 0;
     c->st.buffered_deletes = c->q.items;
     c->st.buffered_bytes = c->q.bytes;
     c->st.spilled_deletes = c->spill.keys;
@@ -379,6 +392,7 @@ static int ensure_conn(struct dcluster *c)
         c->backoff_ms = 0;
         return 0;
     }
+    set_answering(c, false);
     backoff(c);
     return -1;
 }
@@ -413,9 +427,14 @@ static void *cluster_main(void *arg)
             /* nothing to send: keep the connection known to work, so up/healthy say the truth */
             uint64_t now = deliver_mono_ms();
             if (c->fd < 0) {
-                if (ensure_conn(c) == 0) last_io = now;
+                if (ensure_conn(c) == 0) { /* a cluster with nothing to send is known up too */
+                    set_answering(c, wire_probe(c) == BATCH_OK);
+                    last_io = now;
+                }
             } else if (now - last_io >= IDLE_PROBE_MS) {
-                if (wire_probe(c) != BATCH_OK) c->retry_at_ms = 0;
+                bool ok = wire_probe(c) == BATCH_OK;
+                set_answering(c, ok);
+                if (!ok) c->retry_at_ms = 0;
                 last_io = now;
             }
             batch_release(&b);
@@ -437,12 +456,12 @@ static void *cluster_main(void *arg)
         }
         enum batch_res res = b.flush ? wire_flush(c) : wire_delete(c, b.keys, b.nkeys);
         last_io = deliver_mono_ms();
+        set_answering(c, res != BATCH_DOWN);
         if (res == BATCH_OK) {
             if (b.flush) log_notice("cluster %s: flush_all applied", c->name);
             batch_done(c, &b);
             batch_release(&b);
         } else if (res == BATCH_DOWN) {
-            log_warn_limited("cluster %s: down; its deletes are kept until it answers", c->name);
             backoff(c);
         } else if (b.flush) {
             /* a flush_all not taken (a router with a node down answers an error) is sent

@@ -156,7 +156,7 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(skipped, COUNTER, "commits not queued because an earlier run's spill file had them")
 
 #define DELIVER_CLUSTER_GAUGES(X)                                                                \
-    X(up, GAUGE, "1 while a connection to one of the cluster's routers works")                   \
+    X(up, GAUGE, "1 while the connection to one of the cluster's routers answers")                \
     X(buffered_deletes, GAUGE, "deletes queued in memory")                                       \
     X(buffered_bytes, GAUGE, "memory held by the queued deletes")                                \
     X(spilled_deletes, GAUGE, "deletes in the spill file not yet applied")                       \
@@ -199,6 +199,7 @@ struct dcluster {
 
     int fd;               /* connection, -1 when none (thread only) */
     size_t router_at;
+    bool answering;       /* the connection answered its last exchange (thread only) */
     uint64_t retry_at_ms; /* next connection attempt */
     uint64_t backoff_ms;
 

@@ -106,9 +106,7 @@ int wire_connect(struct dcluster *c)
         int fd = connect_one(c->routers[i], c->d->cfg.timeout_ms, why, sizeof why);
         if (fd >= 0) {
             c->fd = fd;
-            if (c->router_at != i || !c->st.up)
-                log_notice("cluster %s: connected to %s%s", c->name, c->routers[i],
-                           i ? " (failed over: the routers before it do not answer)" : "");
+            log_info("cluster %s: connected to %s", c->name, c->routers[i]);
             c->router_at = i;
             DC_COUNT(c, connects, 1);
             return 0;
