@@ -133,6 +133,7 @@ static void publish(struct dcluster *c)
     c->st.buffered_deletes = c->q.items;
     c->st.buffered_bytes = c->q.bytes;
     c->st.spilled_deletes = c->spill.keys;
+    c->st.retry_deletes = c->retry.keys;
     c->st.spill_bytes = c->spill.end;
     c->st.router_index = c->router_at;
     pthread_mutex_unlock(&c->lock);
@@ -162,7 +163,11 @@ static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
     f->safe_after = __atomic_load_n(&c->safe, __ATOMIC_ACQUIRE);
     f->commit_us = lastrec->commit_us;
     uint64_t keys = s->keys, bytes = s->end;
-    if (spill_replace(s, f) == 0) {
+    if (spill_replace(s, &f, 1) == 0) {
+        /* the flush covers the keys waiting to be retried too */
+        uint64_t rkeys = c->retry.keys;
+        if (c->retry.end) spill_reset(&c->retry);
+        keys += rkeys;
         recq_clear(&c->front);
         c->head_done = c->head_off = 0;
         c->gen++;
@@ -197,7 +202,7 @@ static void maybe_spill(struct dcluster *c)
         c->st.spilled_records += n;
         pthread_mutex_unlock(&c->lock);
         safe_to(c, v[n - 1]->safe_after);
-        if (c->spill.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, v[n - 1]);
+        if (c->spill.end + c->retry.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, v[n - 1]);
         publish(c);
     } else {
         DC_COUNT(c, spill_errors, 1);
@@ -336,13 +341,11 @@ static void backoff(struct dcluster *c)
 
 /* Keys a cluster answered with an error other than CLIENT_ERROR (a router's node down or timed
  * out) must not hold up the cluster's later deletes (the keys of its other nodes would go stale
- * for the whole outage), yet must not be lost. They become a record of their own appended to the
- * spill file (fsync'ed: safe, as any spilled delete) and are sent again when the file's replay
- * reaches them, behind newer deletes: deletes commute, so the order of two deletes does not
- * matter, only that each arrives. When the file holds nothing else to read, it is replaced by
- * that record alone, so a key failing for a long time does not grow the file at each round.
- * 0 when the batch may be counted done; -1 (no memory, the file cannot be written) to keep the
- * batch and send it again as it is. */
+ * for the whole outage), yet must not be lost. They are appended to the cluster's retry file
+ * (fsync'ed: safe, as any spilled delete), and the batch counts as done; retry_round sends them
+ * again apart from the backlog. Deletes commute: a key deleted after a newer delete of another key
+ * is still deleted. 0 when the batch may be counted done; -1 (no memory, the file cannot be
+ * written) to keep the batch and send it again as it is. */
 static int retry_later(struct dcluster *c, struct batch *b, size_t failed)
 {
     size_t ndata = 0;
@@ -353,34 +356,84 @@ static int retry_later(struct dcluster *c, struct batch *b, size_t failed)
     size_t at = 0;
     for (size_t i = 0; i < b->nkeys; i++)
         if (!b->keys[i].done) at += rec_pack(r->data + at, b->keys[i].key, b->keys[i].nkey, NULL, 0);
-    /* no LSN: not gated again, no commit counted, the safe LSN moves by the batch's records */
-    size_t front_n = 0, front_keys = 0;
-    for (size_t i = 0; i < c->front.n && i < b->nfull; i++) {
-        front_n++;
-        struct rec *fr = recq_at(&c->front, i);
-        if (fr->kind == REC_KEYS) front_keys += fr->n;
-    }
-    bool alone = front_n == c->front.n && !spill_pending(&c->spill);
-    int rc;
-    if (alone && c->spill.end) {
-        rc = spill_replace(&c->spill, r);
-        if (rc == 0) {
-            /* the batch's records loaded from the old file are popped next: count them in */
-            c->spill.records += front_n;
-            c->spill.keys += front_keys;
-        }
-    } else {
-        rc = spill_append(&c->spill, &r, 1);
-    }
+    int rc = spill_append(&c->retry, &r, 1);
     if (rc == 0) {
-        DC_COUNT(c, spilled_records, 1);
         DC_COUNT(c, retried_keys, failed);
-        if (c->spill.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, r);
+        if (!c->retry_next_ms) c->retry_next_ms = deliver_mono_ms() + 20;
+        if (c->spill.end + c->retry.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, r);
     } else {
         DC_COUNT(c, spill_errors, 1);
     }
     rec_unref(r);
     return rc;
+}
+
+/* Send the retry file's keys again, batch_max at a time; those that fail again are written to a
+ * new retry file that replaces the old one (atomically, so a crash keeps one or the other). The
+ * next round comes 20 ms later when some key went, else after a backoff doubling up to 1 s, so a
+ * node down for long costs one pass over its keys a second. */
+static void retry_round(struct dcluster *c)
+{
+    struct spill *r = &c->retry;
+    if (!r->end || deliver_mono_ms() < c->retry_next_ms || c->fd < 0) return;
+    size_t max = c->d->cfg.batch_max, nsurv = 0, capsurv = 0;
+    struct bkey *keys = calloc(max, sizeof *keys);
+    struct rec **surv = NULL;
+    bool progress = false, down = false, bad = false;
+    r->rd = 0;
+    struct rec *rec;
+    while (keys && !down && (rec = spill_load(r, &bad))) {
+        uint32_t off = 0;
+        for (;;) {
+            size_t n = 0;
+            struct ritem it;
+            while (n < max && rec_next(rec, &off, &it))
+                keys[n++] = (struct bkey){it.key, (uint32_t)it.nkey, 0};
+            if (!n) break;
+            enum batch_res res = wire_delete(c, keys, n);
+            if (res == BATCH_DOWN) {
+                down = true;
+                break;
+            }
+            size_t failed = 0, ndata = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!keys[i].done) failed++, ndata += rec_item_size(keys[i].nkey, 0);
+            progress |= failed < n;
+            if (!failed) continue;
+            struct rec *sr = rec_new(REC_KEYS, (uint32_t)failed, (uint32_t)ndata);
+            if (nsurv == capsurv) {
+                size_t cap = capsurv ? capsurv * 2 : 16;
+                struct rec **v = realloc(surv, cap * sizeof *v);
+                if (v) surv = v, capsurv = cap;
+            }
+            if (!sr || nsurv == capsurv) { /* keep the old file: it still has them */
+                rec_unref(sr);
+                down = true;
+                break;
+            }
+            size_t at = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!keys[i].done) at += rec_pack(sr->data + at, keys[i].key, keys[i].nkey, NULL, 0);
+            surv[nsurv++] = sr;
+        }
+        rec_unref(rec);
+    }
+    if (!keys || down) {
+        r->rd = r->end; /* read from the start again next round */
+    } else if (nsurv == 0 && !bad) {
+        spill_reset(r);
+    } else if (spill_replace(r, surv, nsurv) < 0) {
+        r->rd = r->end;
+    }
+    for (size_t i = 0; i < nsurv; i++) rec_unref(surv[i]);
+    free(surv);
+    free(keys);
+    if (down) set_answering(c, c->fd >= 0);
+    if (progress) c->retry_backoff_ms = 0;
+    else c->retry_backoff_ms = c->retry_backoff_ms ? c->retry_backoff_ms * 2 : 20;
+    if (c->retry_backoff_ms > BACKOFF_MAX_MS) c->retry_backoff_ms = BACKOFF_MAX_MS;
+    c->retry_next_ms = r->end ? deliver_mono_ms() + (c->retry_backoff_ms ? c->retry_backoff_ms : 20) : 0;
+    publish(c);
 }
 
 /* Connected, or a reason to wait: 0 when c->fd is usable. */
@@ -410,6 +463,7 @@ static void *cluster_main(void *arg)
     while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
         publish(c);
         maybe_spill(c);
+        retry_round(c);
         if (!b.keys || !b.refs) { /* no memory for a batch: wait and try again */
             if (!b.keys) b.keys = calloc(b.cap, sizeof *b.keys);
             if (!b.refs) b.refs = calloc(REFS_MAX, sizeof *b.refs);
@@ -439,8 +493,11 @@ static void *cluster_main(void *arg)
             }
             batch_release(&b);
             publish(c);
-            cv_wait_ms(c, c->fd < 0 ? (c->retry_at_ms > now ? c->retry_at_ms - now : 10)
-                                    : IDLE_PROBE_MS);
+            uint64_t wait = c->fd < 0 ? (c->retry_at_ms > now ? c->retry_at_ms - now : 10)
+                                      : IDLE_PROBE_MS;
+            if (c->retry_next_ms && c->fd >= 0)
+                wait = c->retry_next_ms > now ? (c->retry_next_ms - now < wait ? c->retry_next_ms - now : wait) : 1;
+            cv_wait_ms(c, wait);
             continue;
         }
         if (!b.nkeys && !b.flush) { /* commits without keys */
@@ -478,6 +535,8 @@ static void *cluster_main(void *arg)
                 /* unless a flush replaced what the batch came from (then nothing is popped) */
                 if (gen == c->gen) batch_done(c, &b);
                 batch_release(&b);
+            } else {
+                stuck = true;
             }
             /* no key of it went: wait before sending them again (new commits wake it, and go
              * with them) */
@@ -500,10 +559,10 @@ static void *cluster_main(void *arg)
 
 /* ---- the API ---- */
 
-static char *spill_path(const char *dir, const char *name)
+static char *spill_path(const char *dir, const char *name, const char *suffix)
 {
     size_t n = strlen(dir), k = strlen(name);
-    char *p = malloc(n + 1 + 3 * k + sizeof ".spill");
+    char *p = malloc(n + 1 + 3 * k + strlen(suffix) + 1);
     if (!p) return NULL;
     size_t at = (size_t)sprintf(p, "%s/", dir);
     for (size_t i = 0; i < k; i++) {
@@ -512,7 +571,7 @@ static char *spill_path(const char *dir, const char *name)
                   ch == '-' || ch == '_' || (ch == '.' && i > 0);
         at += (size_t)(ok ? sprintf(p + at, "%c", ch) : sprintf(p + at, "%%%02X", ch));
     }
-    strcpy(p + at, ".spill");
+    strcpy(p + at, suffix);
     return p;
 }
 
@@ -544,6 +603,7 @@ static void cluster_free(struct dcluster *c)
     recq_free(&c->q);
     recq_free(&c->front);
     if (c->spill.path) spill_close(&c->spill);
+    if (c->retry.path) spill_close(&c->retry);
     for (size_t i = 0; i < c->nrouters; i++) free(c->routers[i]);
     free(c->routers);
     free(c->name);
@@ -617,6 +677,7 @@ struct deliver *deliver_create(const struct deliver_cfg *cfg, char *err, size_t 
         c->idx = i;
         c->fd = -1;
         c->spill.fd = -1;
+        c->retry.fd = -1;
         pthread_mutex_init(&c->lock, NULL);
         clock_cond_init_monotonic(&c->cv);
         c->name = strdup(cc->name);
@@ -629,13 +690,19 @@ struct deliver *deliver_create(const struct deliver_cfg *cfg, char *err, size_t 
             snprintf(err, errlen, "out of memory");
             break;
         }
-        char *path = spill_path(d->spill_dir, c->name);
-        uint64_t left = 0;
-        if (!path || spill_open(&c->spill, path, &left, err, errlen) < 0) {
-            if (!path) snprintf(err, errlen, "out of memory");
+        char *path = spill_path(d->spill_dir, c->name, ".spill");
+        char *rpath = spill_path(d->spill_dir, c->name, ".retry");
+        uint64_t left = 0, unused;
+        if (!path || !rpath) {
+            snprintf(err, errlen, "out of memory");
+            failed = 1;
+        } else if (spill_open(&c->spill, path, &left, err, errlen) < 0 ||
+                   spill_open(&c->retry, rpath, &unused, err, errlen) < 0) {
             failed = 1;
         }
         free(path);
+        free(rpath);
+        if (c->retry.end) c->retry_next_ms = 1; /* a round first thing */
         /* what an earlier run spilled is safe already; the reader, restarting from PostgreSQL's
          * confirmed LSN, may hand those commits over again: they are not queued twice */
         c->skip_upto = left;

@@ -102,10 +102,10 @@ int spill_append(struct spill *s, struct rec *const *recs, size_t n);
 /* Load the next record from rd (advancing rd); NULL at the end, or when the bytes do not parse
  * or memory cannot be had (*bad set: the rest of the file is given up, logged). */
 struct rec *spill_load(struct spill *s, bool *bad);
-/* Replace the whole file by the one record `r` (a flush standing for everything it held): written
- * to a new file, fsync'ed and renamed over the old one, so a crash leaves one or the other. 0, or
- * -1 (logged) with the old file kept. */
-int spill_replace(struct spill *s, struct rec *r);
+/* Replace the whole file by the records given (a flush standing for everything it held; the keys
+ * of a retry round that failed again): written to a new file, fsync'ed and renamed over the old
+ * one, so a crash leaves one or the other. 0, or -1 (logged) with the old file kept. */
+int spill_replace(struct spill *s, struct rec *const *recs, size_t n);
 /* Forget everything in the file (truncate to 0). */
 int spill_reset(struct spill *s);
 static inline bool spill_pending(const struct spill *s) { return s->rd < s->end; }
@@ -142,7 +142,7 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(keys_unsendable, COUNTER, "keys no memcached request can carry (over 250 bytes, or over "  \
                                 "186 with bytes that need base64), dropped")                     \
     X(server_errors, COUNTER, "SERVER_ERROR or other failed answers to a delete; retried")       \
-    X(retried_keys, COUNTER, "keys put back in the spill file to be sent again after an error")  \
+    X(retried_keys, COUNTER, "keys written to the retry file to be sent again after an error")   \
     X(quiet_errors, COUNTER, "batches whose quiet replies held an error, sent again one reply "  \
                              "per key to tell which key it was")                                 \
     X(connects, COUNTER, "connections opened to the cluster")                                    \
@@ -160,6 +160,7 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(buffered_deletes, GAUGE, "deletes queued in memory")                                       \
     X(buffered_bytes, GAUGE, "memory held by the queued deletes")                                \
     X(spilled_deletes, GAUGE, "deletes in the spill file not yet applied")                       \
+    X(retry_deletes, GAUGE, "deletes answered with an error, kept in the retry file")            \
     X(spill_bytes, GAUGE, "size of the spill file")                                              \
     X(safe_lsn, GAUGE, "LSN up to which every delete is applied or durably spilled")             \
     X(router_index, GAUGE, "which of the cluster's routers is in use (0: the first)")            \
@@ -193,6 +194,8 @@ struct dcluster {
     uint32_t head_done;   /* items of the first backlog record already applied (thread only) */
     uint32_t head_off;    /* ... and where the next one starts in its data */
     struct spill spill;   /* thread only, after deliver_create */
+    struct spill retry;   /* keys answered with an error, sent again in rounds (thread only) */
+    uint64_t retry_next_ms, retry_backoff_ms;
     uint64_t gen;         /* bumped when a flush replaces the backlog (thread only) */
     uint64_t skip_upto;   /* commits at or below: in the spill file left by an earlier run */
     uint64_t safe;        /* atomic: applied or durably spilled up to here */

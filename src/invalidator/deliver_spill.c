@@ -277,7 +277,7 @@ int spill_reset(struct spill *s)
     return 0;
 }
 
-int spill_replace(struct spill *s, struct rec *r)
+int spill_replace(struct spill *s, struct rec *const *recs, size_t n)
 {
     size_t plen = strlen(s->path);
     char *tmp = malloc(plen + 5);
@@ -287,7 +287,7 @@ int spill_replace(struct spill *s, struct rec *r)
     struct spill t = {.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600),
                       .path = tmp};
     if (t.fd >= 0) flock(t.fd, LOCK_EX | LOCK_NB);
-    if (t.fd < 0 || spill_append(&t, &r, 1) < 0 || rename(tmp, s->path) < 0) {
+    if (t.fd < 0 || spill_append(&t, recs, n) < 0 || rename(tmp, s->path) < 0) {
         log_error("spill file %s: cannot write its replacement %s: %s", s->path, tmp,
                   strerror(errno));
         if (t.fd >= 0) {

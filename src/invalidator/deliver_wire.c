@@ -328,7 +328,8 @@ static int flush_line(void *vctx, const char *line, size_t n)
     *ok = n == 2 && !memcmp(line, "OK", 2);
     if (!*ok) {
         char el[160];
-        log_error("flush_all answered \"%s\"; retried", log_escape(el, sizeof el, line, n));
+        log_warn_limited("flush_all answered \"%s\"; sent again until it is taken",
+                         log_escape(el, sizeof el, line, n));
     }
     return 1;
 }

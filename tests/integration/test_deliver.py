@@ -304,7 +304,7 @@ def test_replica_served_cluster_waits_for_the_replay(start_server, drive):
 def test_stalled_node_behind_router_holds_only_its_own_keys(start_server, start_router, drive,
                                                            tmp_path):
     """Behind a router, a stalled node's keys come back SERVER_ERROR while the other nodes' keys
-    are deleted, later commits included: the failed keys go to the spill file (durable, so the
+    are deleted, later commits included: the failed keys go to the retry file (durable, so the
     safe LSN passes them) and are sent again from there until the node answers."""
     nodes = [start_server() for _ in range(3)]
     router, _, _ = start_router(nodes, "--timeout-ms", "100")
@@ -322,10 +322,11 @@ def test_stalled_node_behind_router_holds_only_its_own_keys(start_server, start_
                    message="the live nodes' keys deleted, later commits too, while one node stalls")
         d.wait_safe(600)
         assert d.metric("retried_keys_total", "main") >= 1
-        assert (tmp_path / "spill" / "main.spill").stat().st_size > 0
+        assert (tmp_path / "spill" / "main.retry").stat().st_size > 0
+        assert d.metric("retry_deletes", "main") > 0
     finally:
         resume_server(stalled)
     wait_until(lambda: not present(stalled, keys + later), timeout=15,
                message="the stalled node's deletes once it answers")
-    wait_until(lambda: (tmp_path / "spill" / "main.spill").stat().st_size == 0,
-               message="the retried keys' spill file emptied")
+    wait_until(lambda: (tmp_path / "spill" / "main.retry").stat().st_size == 0,
+               message="the retry file emptied")

@@ -334,13 +334,15 @@ static int metric_at(void *a)
 #define WAIT_METRIC(dd, series, v) do { struct want_metric m_ = {(dd), (series), (v)}; \
     assert_true(wait_for(metric_at, &m_, 5000)); } while (0)
 
-static long spill_size(struct setup *s, const char *cluster)
+static long file_size(struct setup *s, const char *cluster, const char *suffix)
 {
     char path[128];
-    snprintf(path, sizeof path, "%s/%s.spill", s->dir, cluster);
+    snprintf(path, sizeof path, "%s/%s%s", s->dir, cluster, suffix);
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
+#define spill_size(s, c) file_size((s), (c), ".spill")
+#define retry_size(s, c) file_size((s), (c), ".retry")
 
 /* ---- tests ---- */
 
@@ -630,8 +632,10 @@ static void test_failing_key_does_not_hold_later_deletes(void **state)
     WAIT_KEY(&f, "k39");
     WAIT_SAFE(d, 4000);
     assert_int_equal(has_key(&f, "k2"), 0);
-    assert_true(spill_size(&s, "east") > 0); /* k2, kept durably */
-    WAIT_METRIC(d, "shoal_invalidator_cluster_retried_keys_total{cluster=\"east\"} ", 2);
+    assert_true(retry_size(&s, "east") > 0); /* k2, kept durably */
+    assert_int_equal(spill_size(&s, "east"), 0);
+    WAIT_METRIC(d, "shoal_invalidator_cluster_retried_keys_total{cluster=\"east\"} ", 1);
+    WAIT_METRIC(d, "shoal_invalidator_cluster_retry_deletes{cluster=\"east\"} ", 1);
     for (int i = 0, at = 0; i < 40; i++) { /* the others in order */
         char k[16];
         if (i == 2) continue;
@@ -645,8 +649,8 @@ static void test_failing_key_does_not_hold_later_deletes(void **state)
     pthread_mutex_unlock(&f.lock);
     d = make(&s);
     WAIT_KEY(&f, "k2");
-    for (int i = 0; i < 200 && spill_size(&s, "east") != 0; i++) usleep(5000);
-    assert_int_equal(spill_size(&s, "east"), 0);
+    for (int i = 0; i < 200 && retry_size(&s, "east") != 0; i++) usleep(5000);
+    assert_int_equal(retry_size(&s, "east"), 0);
     deliver_destroy(d);
     fk_free(&f);
     setup_done(&s);
