@@ -1,6 +1,8 @@
 /* deliver_replica.c — replica gating (issue 14 point 4): a cluster whose readers fill from a
  * PostgreSQL replica must not see a commit's deletes before that replica has replayed the commit,
  * or a reader could refill the old row from the lagging replica right after the delete.
+ * (While it waits, the interval doubles from POLL_BUSY_MS up to POLL_BUSY_MAX_MS as long as the
+ * replica makes no progress, so a replica paused for long is not asked 500 times a second.)
  *
  * One thread per such cluster polls the replica's pg_last_wal_replay_lsn() (libpq) and publishes
  * it in c->replica_lsn; the cluster's thread sends a record only once its commit's end LSN is at
@@ -23,6 +25,7 @@
 #include "common/log.h"
 
 #define POLL_BUSY_MS 2
+#define POLL_BUSY_MAX_MS 32
 #define POLL_IDLE_MS 500
 #define QUERY_TIMEOUT_MS 2000
 #define RECONNECT_MS 500
@@ -111,6 +114,7 @@ static void *replica_main(void *arg)
     struct dcluster *c = arg;
     PGconn *pg = NULL;
     int warned_primary = 0, was_up = -1;
+    uint64_t busy_ms = POLL_BUSY_MS;
     while (!stopping(c)) {
         char why[256] = "";
         if (!pg) {
@@ -161,9 +165,11 @@ static void *replica_main(void *arg)
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->lock);
         }
+        if (lsn > old) busy_ms = POLL_BUSY_MS;
         if (want > lsn && !pass) {
-            struct timespec ts = {0, POLL_BUSY_MS * 1000000L};
+            struct timespec ts = {0, (long)busy_ms * 1000000L};
             nanosleep(&ts, NULL);
+            if (busy_ms < POLL_BUSY_MAX_MS) busy_ms *= 2;
         } else {
             rwait(c, POLL_IDLE_MS);
         }
