@@ -668,6 +668,7 @@ struct deliver *deliver_create(const struct deliver_cfg *cfg, char *err, size_t 
     if (!d->cfg.replay_window_s) d->cfg.replay_window_s = DEF_WINDOW_S;
     if (!d->cfg.timeout_ms) d->cfg.timeout_ms = DEF_TIMEOUT_MS;
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->enq, NULL);
     d->nc = cfg->nclusters;
     int failed = 0;
     for (size_t i = 0; i < d->nc && !failed; i++) {
@@ -748,6 +749,7 @@ void deliver_destroy(struct deliver *d)
         if (d->c[i].d) cluster_free(&d->c[i]);
     recq_free(&d->replay);
     pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->enq);
     free(d->c);
     free(d->spill_dir);
     free(d);
@@ -766,12 +768,17 @@ static void replay_expire(struct deliver *d, int64_t now)
  * cluster whose spill file already holds it skips. -1 when a queue cannot grow (nothing queued). */
 static int enqueue(struct deliver *d, struct rec *r, const struct dcluster *only, bool commit)
 {
+    /* the reader and a replay may queue at once: room reserved by one is not taken by the other */
+    pthread_mutex_lock(&d->enq);
     for (size_t i = 0; i < d->nc; i++) {
         struct dcluster *c = &d->c[i];
         pthread_mutex_lock(&c->lock);
         int rc = recq_reserve(&c->q, 1);
         pthread_mutex_unlock(&c->lock);
-        if (rc < 0) return -1;
+        if (rc < 0) {
+            pthread_mutex_unlock(&d->enq);
+            return -1;
+        }
     }
     for (size_t i = 0; i < d->nc; i++) {
         struct dcluster *c = &d->c[i];
@@ -787,6 +794,7 @@ static int enqueue(struct deliver *d, struct rec *r, const struct dcluster *only
         }
         pthread_mutex_unlock(&c->lock);
     }
+    pthread_mutex_unlock(&d->enq);
     return 0;
 }
 

@@ -226,6 +226,7 @@ struct deliver {
     volatile int stop;       /* atomic */
 
     pthread_mutex_t lock;    /* the commit side: last_safe and the replay log */
+    pthread_mutex_t enq;     /* one enqueue at a time (reader, replays) */
     uint64_t last_complete;  /* end LSN of the last commit handed over whole */
     struct recq replay;      /* recent records, oldest first */
 };

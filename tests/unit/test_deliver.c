@@ -756,6 +756,41 @@ static void test_replay_sends_a_slots_recent_deletes_again(void **state)
     setup_done(&s);
 }
 
+static void *replayer(void *arg)
+{
+    struct deliver *d = arg;
+    uint16_t slots[64];
+    for (int i = 0; i < 64; i++) slots[i] = (uint16_t)(i * 256);
+    char err[64];
+    for (int i = 0; i < 300; i++) assert_true(deliver_replay(d, NULL, slots, 64, 60, err, sizeof err) >= 0);
+    return NULL;
+}
+
+/* Replays (the admin thread) and commits (the reader) queue at the same time. */
+static void test_replay_while_committing(void **state)
+{
+    struct fake f, g;
+    memset(&f, 0, sizeof f);
+    memset(&g, 0, sizeof g);
+    fk_start(&f, 0);
+    fk_start(&g, 0);
+    struct setup s;
+    setup_init(&s, 2);
+    setup_ports(&s, 0, f.port, 0);
+    setup_ports(&s, 1, g.port, 0);
+    struct deliver *d = make(&s);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, replayer, d), 0);
+    commit_range(d, "k", 0, 3000);
+    pthread_join(t, NULL);
+    WAIT_SAFE(d, 300000);
+    deliver_destroy(d);
+    assert_true(fk_count(&f) > 3000); /* the commits and some replays */
+    fk_free(&f);
+    fk_free(&g);
+    setup_done(&s);
+}
+
 static void test_truncate_flush_in_order(void **state)
 {
     struct fake f;
@@ -853,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_large_commit_in_parts_safe_only_when_whole),
         cmocka_unit_test(test_replay_sends_a_slots_recent_deletes_again),
         cmocka_unit_test(test_truncate_flush_in_order),
+        cmocka_unit_test(test_replay_while_committing),
         cmocka_unit_test(test_failed_flush_is_sent_again_before_later_deletes),
         cmocka_unit_test(test_bad_configs_refused),
         cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
