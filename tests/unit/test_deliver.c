@@ -785,7 +785,7 @@ static void test_replay_while_committing(void **state)
     pthread_join(t, NULL);
     WAIT_SAFE(d, 300000);
     deliver_destroy(d);
-    assert_true(fk_count(&f) > 3000); /* the commits and some replays */
+    assert_true(fk_count(&f) >= 3000); /* the commits (and replays, not waited for) */
     fk_free(&f);
     fk_free(&g);
     setup_done(&s);
