@@ -24,7 +24,6 @@
 
 #include "common/buf.h"
 #include "common/log.h"
-#include "common/net.h"
 #include "protocol/protocol.h"
 
 #define WIRE_LINE_MAX 4096
