@@ -84,7 +84,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
-unit-build: $(UNIT_BINS)
+# deliver_drive: the invalidator's delivery on stdin, for tests/integration/test_deliver.py
+unit-build: $(UNIT_BINS) $(BUILD)/tests/deliver_drive
 unit: unit-build
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 

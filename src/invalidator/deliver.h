@@ -8,7 +8,9 @@
  * unreachable cluster never stops the reader or the other clusters.
  *
  * Ordering and durability: commits are handed over in LSN order. A cluster applies them in that
- * order. deliver_safe_lsn() is the LSN the reader may confirm to PostgreSQL (flush position of
+ * order, except keys it answered with an error to be retried (a router's node down), which go
+ * to its retry file (fsync'ed, so safe) and are sent again apart from newer deletes (deletes
+ * commute; see docs/invalidator-delivery.md). deliver_safe_lsn() is the LSN the reader may confirm to PostgreSQL (flush position of
  * the replication stream): every commit at or below it has had each of its deletes applied, or
  * replaced by an applied namespace flush, in every cluster, or written durably (fsync) to that
  * cluster's spill file, which a restarted invalidator replays before anything newer. */
@@ -31,6 +33,8 @@ struct deliver_cluster_cfg {
                                  * commit (point 4) */
 };
 
+/* A numeric field left 0 takes its default: mem_max_bytes 64 MiB, spill_max_bytes 1 GiB,
+ * batch_max 256 (at most 65536), replay_window_s 60, timeout_ms 1000. */
 struct deliver_cfg {
     const struct deliver_cluster_cfg *clusters;
     size_t nclusters;

@@ -1,0 +1,905 @@
+/* test_deliver.c — unit tests for the invalidator's delivery (src/invalidator/deliver*.c) against
+ * fake clusters: a thread in the test listening on a loopback port that answers `md`, `mn` and
+ * `flush_all` as a shoal-node does (quiet mode hides HD) and logs what it deleted, and can be
+ * told to refuse a key, fail one a number of times, or go away and come back on the same port.
+ * They pin down commit order, the safe LSN, spilling and its replay (also after a restart), the
+ * flush that replaces a backlog past its bound, error handling per key, base64 keys, failover,
+ * one down cluster not holding another, and replay by slot. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/slot.h"
+#include "invalidator/deliver.h"
+#include "invalidator/deliver_int.h"
+#include "protocol/protocol.h"
+
+/* ---- a fake cluster ---- */
+
+#define FK_MAX 4096
+struct fake {
+    int lfd, cfd;
+    uint16_t port;
+    pthread_t th;
+    int running;
+    volatile int stop;
+    pthread_mutex_t lock;
+    char *log[FK_MAX]; /* deleted keys in order; "<flush_all>" for a flush */
+    size_t loglen[FK_MAX];
+    int n;
+    char refuse[64];   /* answered CLIENT_ERROR */
+    char flaky[64];    /* answered SERVER_ERROR while flaky_left > 0 */
+    int flaky_left;
+    int mds;           /* md requests seen (all) */
+    int flush_fail;    /* flush_all answered SERVER_ERROR this many more times */
+};
+
+static void fk_log(struct fake *f, const char *k, size_t n)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->n < FK_MAX) {
+        f->log[f->n] = malloc(n + 1);
+        memcpy(f->log[f->n], k, n);
+        f->log[f->n][n] = 0;
+        f->loglen[f->n++] = n;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void fk_line(struct fake *f, int fd, char *line, size_t n)
+{
+    const char *reply = NULL;
+    if (n == 2 && !memcmp(line, "mn", 2)) {
+        reply = "MN\r\n";
+    } else if (n == 9 && !memcmp(line, "flush_all", 9)) {
+        pthread_mutex_lock(&f->lock);
+        bool fail = f->flush_fail > 0;
+        if (fail) f->flush_fail--;
+        pthread_mutex_unlock(&f->lock);
+        if (!fail) fk_log(f, "<flush_all>", 11);
+        reply = fail ? "SERVER_ERROR shoal-router: node 127.0.0.1:1 is down\r\n" : "OK\r\n";
+    } else if (n > 3 && !memcmp(line, "md ", 3)) {
+        line[n] = 0;
+        char *save, *tok = strtok_r(line + 3, " ", &save), *fl;
+        char key[300];
+        size_t nk = strlen(tok);
+        bool b = false, q = false;
+        while ((fl = strtok_r(NULL, " ", &save))) {
+            if (!strcmp(fl, "b")) b = true;
+            if (!strcmp(fl, "q")) q = true;
+        }
+        if (b) {
+            int got = proto_base64_decode(tok, nk, key, sizeof key);
+            nk = got < 0 ? 0 : (size_t)got;
+        } else {
+            memcpy(key, tok, nk);
+        }
+        key[nk] = 0;
+        pthread_mutex_lock(&f->lock);
+        f->mds++;
+        bool refuse = !strcmp(key, f->refuse), flaky = !strcmp(key, f->flaky) && f->flaky_left > 0;
+        if (flaky) f->flaky_left--;
+        pthread_mutex_unlock(&f->lock);
+        if (refuse) reply = "CLIENT_ERROR bad command line format\r\n";
+        else if (flaky) reply = "SERVER_ERROR out of memory\r\n";
+        else {
+            fk_log(f, key, nk);
+            reply = q ? NULL : "HD\r\n";
+        }
+    } else {
+        reply = "ERROR\r\n";
+    }
+    if (reply) assert_true(send(fd, reply, strlen(reply), MSG_NOSIGNAL) >= 0 || 1);
+}
+
+static void *fk_main(void *arg)
+{
+    struct fake *f = arg;
+    char in[65536];
+    size_t nin = 0;
+    while (!f->stop) {
+        struct pollfd p[2] = {{.fd = f->lfd, .events = POLLIN}, {.fd = f->cfd, .events = POLLIN}};
+        if (poll(p, f->cfd >= 0 ? 2 : 1, 20) <= 0) continue;
+        if (p[0].revents & POLLIN) {
+            int fd = accept(f->lfd, NULL, NULL);
+            if (fd >= 0) {
+                if (f->cfd >= 0) close(f->cfd);
+                f->cfd = fd;
+                nin = 0;
+            }
+            continue;
+        }
+        if (f->cfd < 0 || !(p[1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t r = recv(f->cfd, in + nin, sizeof in - nin - 1, 0);
+        if (r <= 0) {
+            close(f->cfd);
+            f->cfd = -1;
+            continue;
+        }
+        nin += (size_t)r;
+        size_t at = 0;
+        char *nl;
+        while ((nl = memchr(in + at, '\n', nin - at))) {
+            size_t n = (size_t)(nl - in) - at;
+            if (n && in[at + n - 1] == '\r') n--;
+            fk_line(f, f->cfd, in + at, n);
+            at = (size_t)(nl - in) + 1;
+        }
+        memmove(in, in + at, nin - at);
+        nin -= at;
+    }
+    return NULL;
+}
+
+/* Listen on `port` (0: any free one). */
+static void fk_start(struct fake *f, uint16_t port)
+{
+    if (!f->running && !f->port) {
+        memset(f, 0, sizeof *f);
+        pthread_mutex_init(&f->lock, NULL);
+    }
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+    socklen_t len = sizeof a;
+    getsockname(f->lfd, (struct sockaddr *)&a, &len);
+    f->port = ntohs(a.sin_port);
+    f->cfd = -1;
+    f->stop = 0;
+    f->running = 1;
+    assert_int_equal(pthread_create(&f->th, NULL, fk_main, f), 0);
+}
+
+/* Go away: the listener and the connection close; the port is kept for fk_start. */
+static void fk_stop(struct fake *f)
+{
+    if (!f->running) return;
+    f->stop = 1;
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    if (f->cfd >= 0) close(f->cfd);
+    f->cfd = -1;
+    f->running = 0;
+}
+
+static void fk_free(struct fake *f)
+{
+    fk_stop(f);
+    for (int i = 0; i < f->n; i++) free(f->log[i]);
+    f->n = 0;
+}
+
+static int fk_count(struct fake *f)
+{
+    pthread_mutex_lock(&f->lock);
+    int n = f->n;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* A port nothing listens on (bound, then closed). */
+static uint16_t dead_port(void)
+{
+    struct fake f = {0};
+    fk_start(&f, 0);
+    uint16_t p = f.port;
+    fk_free(&f);
+    return p;
+}
+
+static int wait_for(int (*cond)(void *), void *arg, int ms)
+{
+    for (int i = 0; i < ms / 5; i++) {
+        if (cond(arg)) return 1;
+        usleep(5000);
+    }
+    return cond(arg);
+}
+
+struct want_n {
+    struct fake *f;
+    int n;
+};
+static int has_n(void *a)
+{
+    struct want_n *w = a;
+    return fk_count(w->f) >= w->n;
+}
+#define WAIT_KEYS(fk, count) do { struct want_n w_ = {(fk), (count)}; \
+    assert_true(wait_for(has_n, &w_, 5000)); } while (0)
+
+struct want_safe {
+    struct deliver *d;
+    uint64_t lsn;
+};
+static int safe_at(void *a)
+{
+    struct want_safe *w = a;
+    return deliver_safe_lsn(w->d) >= w->lsn;
+}
+#define WAIT_SAFE(dd, l) do { struct want_safe s_ = {(dd), (l)}; \
+    assert_true(wait_for(safe_at, &s_, 5000)); } while (0)
+
+/* ---- a deliver for the test ---- */
+
+struct setup {
+    char dir[64];
+    char addr[4][2][32];
+    const char *routers[4][2];
+    struct deliver_cluster_cfg cl[4];
+    struct deliver_cfg cfg;
+};
+
+static void setup_init(struct setup *s, size_t nclusters)
+{
+    memset(s, 0, sizeof *s);
+    strcpy(s->dir, "/tmp/test_deliver.XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    s->cfg.clusters = s->cl;
+    s->cfg.nclusters = nclusters;
+    s->cfg.spill_dir = s->dir;
+    s->cfg.batch_max = 64;
+    s->cfg.timeout_ms = 200;
+    s->cfg.mem_max_bytes = 1 << 20;
+    s->cfg.spill_max_bytes = 1 << 20;
+    for (size_t i = 0; i < nclusters; i++) {
+        static const char *names[] = {"east", "west", "north", "south"};
+        s->cl[i].name = names[i];
+        s->cl[i].routers = s->routers[i];
+    }
+}
+
+/* Cluster i's routers: the given ports in order. */
+static void setup_ports(struct setup *s, size_t i, uint16_t p0, uint16_t p1)
+{
+    snprintf(s->addr[i][0], sizeof s->addr[i][0], "127.0.0.1:%u", p0);
+    s->routers[i][0] = s->addr[i][0];
+    s->cl[i].nrouters = 1;
+    if (p1) {
+        snprintf(s->addr[i][1], sizeof s->addr[i][1], "127.0.0.1:%u", p1);
+        s->routers[i][1] = s->addr[i][1];
+        s->cl[i].nrouters = 2;
+    }
+}
+
+static void setup_done(struct setup *s)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static struct deliver *make(struct setup *s)
+{
+    char err[256] = "";
+    struct deliver *d = deliver_create(&s->cfg, err, sizeof err);
+    if (!d) fprintf(stderr, "deliver_create: %s\n", err);
+    assert_non_null(d);
+    return d;
+}
+
+/* Commit keys "<prefix><i>" for i in [from, to), one per commit, LSN 100*(i+1). */
+static void commit_range(struct deliver *d, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char k[64];
+        int n = snprintf(k, sizeof k, "%s%d", prefix, i);
+        struct deliver_key key = {k, (size_t)n, "ns"};
+        assert_int_equal(deliver_commit(d, 100 * (uint64_t)(i + 1), deliver_now_us(), &key, 1, 0), 0);
+    }
+}
+
+static uint64_t metric(struct deliver *d, const char *series)
+{
+    struct buf b;
+    buf_init(&b);
+    deliver_metrics(d, &b);
+    buf_append(&b, "", 1);
+    const char *p = strstr(b.data, series);
+    uint64_t v = p ? strtoull(p + strlen(series), NULL, 10) : UINT64_MAX;
+    buf_release(&b);
+    return v;
+}
+
+struct want_metric {
+    struct deliver *d;
+    const char *series;
+    uint64_t at_least;
+};
+static int metric_at(void *a)
+{
+    struct want_metric *w = a;
+    uint64_t v = metric(w->d, w->series);
+    return v != UINT64_MAX && v >= w->at_least;
+}
+#define WAIT_METRIC(dd, series, v) do { struct want_metric m_ = {(dd), (series), (v)}; \
+    assert_true(wait_for(metric_at, &m_, 5000)); } while (0)
+
+static long file_size(struct setup *s, const char *cluster, const char *suffix)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s%s", s->dir, cluster, suffix);
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+#define spill_size(s, c) file_size((s), (c), ".spill")
+#define retry_size(s, c) file_size((s), (c), ".retry")
+
+/* ---- tests ---- */
+
+static void test_key_forms(void **state)
+{
+    char big[251];
+    memset(big, 'k', sizeof big);
+    assert_int_equal(wire_key_form("user:1", 6), 0);
+    assert_int_equal(wire_key_form("caf\xc3\xa9", 5), 0);   /* UTF-8 goes as it is */
+    assert_int_equal(wire_key_form("a b", 3), 1);           /* a space: base64 */
+    assert_int_equal(wire_key_form("a\r\nb", 4), 1);
+    assert_int_equal(wire_key_form("a\x7f", 2), 1);
+    assert_int_equal(wire_key_form(big, 250), 0);
+    assert_int_equal(wire_key_form(big, 251), -1);         /* no cache holds it */
+    big[0] = ' ';
+    assert_int_equal(wire_key_form(big, 186), 1);          /* 248 base64 characters */
+    assert_int_equal(wire_key_form(big, 187), -1);         /* 252: over the key limit */
+    assert_int_equal(wire_key_form("", 0), -1);
+}
+
+static void test_histogram_quantiles(void **state)
+{
+    struct dhist h = {0};
+    for (int i = 1; i <= 1000; i++) dhist_record(&h, (uint64_t)i * 100); /* 100 µs .. 100 ms */
+    uint64_t p50 = dhist_quantile(&h, 0.5), p99 = dhist_quantile(&h, 0.99);
+    assert_true(p50 >= 50000 && p50 <= 50000 * 1.125 + 1);
+    assert_true(p99 >= 99000 && p99 <= 99000 * 1.125 + 1);
+    struct dhist e = {0};
+    assert_int_equal(dhist_quantile(&e, 0.99), 0);
+}
+
+static void test_deletes_arrive_in_commit_order(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 200);
+    WAIT_KEYS(&f, 200);
+    for (int i = 0; i < 200; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        assert_string_equal(f.log[i], k);
+    }
+    WAIT_SAFE(d, 20000);
+    assert_int_equal(deliver_safe_lsn(d), 20000);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_deletes_total{cluster=\"east\"} "), 200);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_commits_total{cluster=\"east\"} "), 200);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_commit_to_delete_us_count{cluster=\"east\"} "), 200);
+    assert_int_equal(deliver_healthy(d), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_safe_lsn_waits_for_a_down_cluster(void **state)
+{
+    struct fake up, down;
+    memset(&up, 0, sizeof up);
+    memset(&down, 0, sizeof down);
+    fk_start(&up, 0);
+    uint16_t dport = dead_port();
+    struct setup s;
+    setup_init(&s, 2);
+    setup_ports(&s, 0, up.port, 0);
+    setup_ports(&s, 1, dport, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 50);
+    WAIT_KEYS(&up, 50); /* the live cluster is not held up */
+    usleep(300000);
+    assert_int_equal(deliver_safe_lsn(d), 0); /* west has applied nothing */
+    assert_int_equal(deliver_healthy(d), 0);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_up{cluster=\"west\"} "), 0);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_buffered_deletes{cluster=\"west\"} "), 50);
+    fk_start(&down, dport); /* it comes back */
+    WAIT_KEYS(&down, 50);
+    WAIT_SAFE(d, 5000);
+    for (int i = 0; i < 50; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        assert_string_equal(down.log[i], k);
+    }
+    deliver_destroy(d);
+    fk_free(&up);
+    fk_free(&down);
+    setup_done(&s);
+}
+
+static void test_spilled_deletes_count_safe_and_replay_in_order(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    uint16_t port = dead_port();
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, port, 0);
+    s.cfg.mem_max_bytes = 1; /* everything past one record goes to disk */
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 300);
+    WAIT_SAFE(d, 30000); /* durably spilled: safe although the cluster is down */
+    assert_true(spill_size(&s, "east") > 0);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_spilled_deletes{cluster=\"east\"} "), 300);
+    fk_start(&f, port);
+    WAIT_KEYS(&f, 300);
+    for (int i = 0; i < 300; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        assert_string_equal(f.log[i], k);
+    }
+    for (int i = 0; i < 200 && spill_size(&s, "east") != 0; i++) usleep(5000);
+    assert_int_equal(spill_size(&s, "east"), 0); /* applied: the file is emptied */
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_restart_replays_the_spill_file_first(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    uint16_t port = dead_port();
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, port, 0);
+    s.cfg.mem_max_bytes = 1;
+    struct deliver *d = make(&s);
+    commit_range(d, "old", 0, 20);
+    WAIT_SAFE(d, 2000);
+    deliver_destroy(d); /* a restart, with the cluster still down */
+    fk_start(&f, port);
+    s.cfg.mem_max_bytes = 1 << 20;
+    d = make(&s);
+    assert_int_equal(deliver_safe_lsn(d), 2000); /* what the file holds is safe at once */
+    /* the reader restarts from an older confirmed LSN: the commits the file has are not sent
+     * twice; the new ones come after the file's */
+    commit_range(d, "old", 10, 20);
+    commit_range(d, "new", 20, 25);
+    WAIT_KEYS(&f, 25);
+    usleep(100000);
+    assert_int_equal(fk_count(&f), 25);
+    for (int i = 0; i < 25; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%s%d", i < 20 ? "old" : "new", i);
+        assert_string_equal(f.log[i], k);
+    }
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_skipped_total{cluster=\"east\"} "), 10);
+    WAIT_SAFE(d, 2500);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_torn_spill_tail_is_cut(void **state)
+{
+    uint16_t port = dead_port();
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, port, 0);
+    s.cfg.mem_max_bytes = 1;
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 5);
+    WAIT_SAFE(d, 500);
+    deliver_destroy(d);
+    long size = spill_size(&s, "east");
+    char path[128];
+    snprintf(path, sizeof path, "%s/east.spill", s.dir);
+    FILE *fp = fopen(path, "a");
+    fputs("SHSPgarbage", fp); /* a record cut short by a crash */
+    fclose(fp);
+    d = make(&s);
+    assert_int_equal(deliver_safe_lsn(d), 500);
+    deliver_destroy(d);
+    assert_int_equal(spill_size(&s, "east"), size);
+    setup_done(&s);
+}
+
+static void test_backlog_past_spill_bound_becomes_a_flush(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    uint16_t port = dead_port();
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, port, 0);
+    s.cfg.mem_max_bytes = 1;
+    s.cfg.spill_max_bytes = 2000;
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 100);
+    WAIT_SAFE(d, 10000);
+    WAIT_METRIC(d, "shoal_invalidator_cluster_flush_replacements_total{cluster=\"east\"} ", 1);
+    for (int i = 0; i < 1000 && spill_size(&s, "east") > 2000; i++) usleep(5000);
+    assert_true(spill_size(&s, "east") <= 2000);
+    fk_start(&f, port);
+    struct want_n w = {&f, 1};
+    assert_true(wait_for(has_n, &w, 5000));
+    usleep(200000);
+    /* a flush_all first, then at most the deletes spilled after the last replacement */
+    assert_string_equal(f.log[0], "<flush_all>");
+    int n = fk_count(&f);
+    assert_true(n < 100);
+    for (int i = 1; i < n; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", 100 - n + i);
+        assert_string_equal(f.log[i], k);
+    }
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static int has_key(struct fake *f, const char *k)
+{
+    pthread_mutex_lock(&f->lock);
+    int found = 0;
+    for (int i = 0; i < f->n; i++) found += !strcmp(f->log[i], k);
+    pthread_mutex_unlock(&f->lock);
+    return found;
+}
+
+struct want_key {
+    struct fake *f;
+    const char *k;
+};
+static int key_seen(void *a)
+{
+    struct want_key *w = a;
+    return has_key(w->f, w->k);
+}
+#define WAIT_KEY(fk, key) do { struct want_key k_ = {(fk), (key)}; \
+    assert_true(wait_for(key_seen, &k_, 5000)); } while (0)
+
+static void test_refused_key_dropped_failed_key_retried(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    strcpy(f.refuse, "k3");
+    strcpy(f.flaky, "k5");
+    f.flaky_left = 2;
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 10);
+    WAIT_SAFE(d, 1000);
+    WAIT_KEY(&f, "k5");
+    /* every key but the refused one, k5 once it went through */
+    pthread_mutex_lock(&f.lock);
+    int seen5 = 0, seen3 = 0;
+    for (int i = 0; i < f.n; i++) {
+        seen5 += !strcmp(f.log[i], "k5");
+        seen3 += !strcmp(f.log[i], "k3");
+    }
+    pthread_mutex_unlock(&f.lock);
+    assert_true(seen5 >= 1);
+    assert_int_equal(seen3, 0);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_keys_refused_total{cluster=\"east\"} "), 1);
+    /* the first SERVER_ERROR is tied to k5 by the pass without q; the second comes in the quiet
+     * retry, where it is only seen as an error of the batch */
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_server_errors_total{cluster=\"east\"} "), 1);
+    assert_int_equal(f.flaky_left, 0);
+    assert_true(metric(d, "shoal_invalidator_cluster_quiet_errors_total{cluster=\"east\"} ") >= 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+/* A key the cluster keeps failing (a router's node down) does not hold the cluster's later
+ * deletes: it goes to the spill file (so the safe LSN may pass it) and is sent again from there,
+ * also after a restart, until it goes through. */
+static void test_failing_key_does_not_hold_later_deletes(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    strcpy(f.flaky, "k2");
+    f.flaky_left = 1000000;
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    s.cfg.batch_max = 4;
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 40);
+    WAIT_KEY(&f, "k39");
+    WAIT_SAFE(d, 4000);
+    assert_int_equal(has_key(&f, "k2"), 0);
+    assert_true(retry_size(&s, "east") > 0); /* k2, kept durably */
+    assert_int_equal(spill_size(&s, "east"), 0);
+    WAIT_METRIC(d, "shoal_invalidator_cluster_retried_keys_total{cluster=\"east\"} ", 1);
+    WAIT_METRIC(d, "shoal_invalidator_cluster_retry_deletes{cluster=\"east\"} ", 1);
+    pthread_mutex_lock(&f.lock);
+    int mds = f.mds;
+    pthread_mutex_unlock(&f.lock);
+    usleep(500000);
+    pthread_mutex_lock(&f.lock);
+    mds = f.mds - mds;
+    pthread_mutex_unlock(&f.lock);
+    assert_true(mds < 40); /* rounds back off: no busy loop on a key that keeps failing */
+    for (int i = 0, at = 0; i < 40; i++) { /* the others in order */
+        char k[16];
+        if (i == 2) continue;
+        snprintf(k, sizeof k, "k%d", i);
+        while (at < fk_count(&f) && strcmp(f.log[at], k)) at++;
+        assert_true(at < fk_count(&f));
+    }
+    deliver_destroy(d); /* a restart while the key still fails */
+    pthread_mutex_lock(&f.lock);
+    f.flaky_left = 0;
+    pthread_mutex_unlock(&f.lock);
+    d = make(&s);
+    WAIT_KEY(&f, "k2");
+    for (int i = 0; i < 200 && retry_size(&s, "east") != 0; i++) usleep(5000);
+    assert_int_equal(retry_size(&s, "east"), 0);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_binary_keys_go_base64(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    char huge[300];
+    memset(huge, 'h', sizeof huge);
+    struct deliver_key keys[] = {{"a b", 3, NULL}, {"c\r\nd", 4, NULL}, {huge, 300, NULL},
+                                 {"plain", 5, NULL}};
+    assert_int_equal(deliver_commit(d, 10, deliver_now_us(), keys, 4, 0), 0);
+    WAIT_SAFE(d, 10);
+    assert_int_equal(fk_count(&f), 3);
+    assert_string_equal(f.log[0], "a b");
+    assert_string_equal(f.log[1], "c\r\nd");
+    assert_string_equal(f.log[2], "plain");
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_keys_unsendable_total{cluster=\"east\"} "), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_fails_over_to_the_next_router(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, dead_port(), f.port);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 5);
+    WAIT_KEYS(&f, 5);
+    WAIT_SAFE(d, 500);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_router_index{cluster=\"east\"} "), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_large_commit_in_parts_safe_only_when_whole(void **state)
+{
+    uint16_t port = dead_port();
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, port, 0);
+    s.cfg.mem_max_bytes = 1;
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 1); /* LSN 100 */
+    struct deliver_key k = {"part", 4, NULL};
+    assert_int_equal(deliver_commit(d, 900, deliver_now_us(), &k, 1, 1), 0);
+    WAIT_SAFE(d, 100);
+    usleep(100000);
+    assert_int_equal(deliver_safe_lsn(d), 100); /* the commit at 900 is not whole yet */
+    assert_int_equal(deliver_commit(d, 900, deliver_now_us(), &k, 1, 0), 0);
+    WAIT_SAFE(d, 900);
+    fk_start(&f, port);
+    WAIT_KEYS(&f, 3);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_replay_sends_a_slots_recent_deletes_again(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 100);
+    WAIT_KEYS(&f, 100);
+    uint16_t slot = slot_of_key("k7", 2);
+    int in_slot = 0;
+    for (int i = 0; i < 100; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof k, "k%d", i);
+        in_slot += slot_of_key(k, (size_t)n) == slot;
+    }
+    char err[128];
+    assert_int_equal(deliver_replay(d, "nope", &slot, 1, 60, err, sizeof err), -1);
+    uint16_t bad = 20000;
+    assert_int_equal(deliver_replay(d, NULL, &bad, 1, 60, err, sizeof err), -1);
+    assert_int_equal(deliver_replay(d, "east", &slot, 1, 60, err, sizeof err), in_slot);
+    WAIT_KEYS(&f, 100 + in_slot);
+    assert_string_equal(f.log[100], "k7");
+    for (int i = 100; i < fk_count(&f); i++)
+        assert_int_equal(slot_of_key(f.log[i], f.loglen[i]), slot);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void *replayer(void *arg)
+{
+    struct deliver *d = arg;
+    uint16_t slots[64];
+    for (int i = 0; i < 64; i++) slots[i] = (uint16_t)(i * 256);
+    char err[64];
+    for (int i = 0; i < 300; i++) assert_true(deliver_replay(d, NULL, slots, 64, 60, err, sizeof err) >= 0);
+    return NULL;
+}
+
+/* Replays (the admin thread) and commits (the reader) queue at the same time. */
+static void test_replay_while_committing(void **state)
+{
+    struct fake f, g;
+    memset(&f, 0, sizeof f);
+    memset(&g, 0, sizeof g);
+    fk_start(&f, 0);
+    fk_start(&g, 0);
+    struct setup s;
+    setup_init(&s, 2);
+    setup_ports(&s, 0, f.port, 0);
+    setup_ports(&s, 1, g.port, 0);
+    struct deliver *d = make(&s);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, replayer, d), 0);
+    commit_range(d, "k", 0, 3000);
+    pthread_join(t, NULL);
+    WAIT_SAFE(d, 300000);
+    deliver_destroy(d);
+    assert_true(fk_count(&f) >= 3000); /* the commits (and replays, not waited for) */
+    fk_free(&f);
+    fk_free(&g);
+    setup_done(&s);
+}
+
+static void test_truncate_flush_in_order(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 3);
+    const char *ns[] = {"catalog"};
+    assert_int_equal(deliver_flush(d, 350, deliver_now_us(), ns, 1), 0);
+    commit_range(d, "k", 3, 5);
+    WAIT_KEYS(&f, 6);
+    assert_string_equal(f.log[2], "k2");
+    assert_string_equal(f.log[3], "<flush_all>");
+    assert_string_equal(f.log[4], "k3");
+    WAIT_SAFE(d, 500);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_failed_flush_is_sent_again_before_later_deletes(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    f.flush_fail = 3;
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    commit_range(d, "k", 0, 2);
+    const char *ns[] = {"catalog"};
+    assert_int_equal(deliver_flush(d, 250, deliver_now_us(), ns, 1), 0);
+    commit_range(d, "k", 2, 4);
+    WAIT_SAFE(d, 400);
+    assert_int_equal(f.flush_fail, 0);
+    assert_int_equal(fk_count(&f), 5);
+    assert_string_equal(f.log[2], "<flush_all>");
+    assert_string_equal(f.log[3], "k2");
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_flushes_total{cluster=\"east\"} "), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+static void test_bad_configs_refused(void **state)
+{
+    struct setup s;
+    setup_init(&s, 1);
+    char err[256];
+    assert_null(deliver_create(&s.cfg, err, sizeof err)); /* no routers */
+    assert_non_null(strstr(err, "no routers"));
+    s.routers[0][0] = "localhost";
+    s.cl[0].nrouters = 1;
+    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    assert_non_null(strstr(err, "host:port"));
+    s.cfg.spill_dir = "/proc/nope/spill";
+    s.routers[0][0] = "127.0.0.1:1";
+    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    assert_non_null(strstr(err, "spill"));
+    setup_done(&s);
+}
+
+static void test_second_process_on_a_spill_dir_refused(void **state)
+{
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, dead_port(), 0);
+    struct deliver *d = make(&s);
+    char err[256];
+    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    assert_non_null(strstr(err, "in use"));
+    deliver_destroy(d);
+    setup_done(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_forms),
+        cmocka_unit_test(test_histogram_quantiles),
+        cmocka_unit_test(test_deletes_arrive_in_commit_order),
+        cmocka_unit_test(test_safe_lsn_waits_for_a_down_cluster),
+        cmocka_unit_test(test_spilled_deletes_count_safe_and_replay_in_order),
+        cmocka_unit_test(test_restart_replays_the_spill_file_first),
+        cmocka_unit_test(test_torn_spill_tail_is_cut),
+        cmocka_unit_test(test_backlog_past_spill_bound_becomes_a_flush),
+        cmocka_unit_test(test_refused_key_dropped_failed_key_retried),
+        cmocka_unit_test(test_failing_key_does_not_hold_later_deletes),
+        cmocka_unit_test(test_binary_keys_go_base64),
+        cmocka_unit_test(test_fails_over_to_the_next_router),
+        cmocka_unit_test(test_large_commit_in_parts_safe_only_when_whole),
+        cmocka_unit_test(test_replay_sends_a_slots_recent_deletes_again),
+        cmocka_unit_test(test_truncate_flush_in_order),
+        cmocka_unit_test(test_replay_while_committing),
+        cmocka_unit_test(test_failed_flush_is_sent_again_before_later_deletes),
+        cmocka_unit_test(test_bad_configs_refused),
+        cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
