@@ -74,6 +74,14 @@ class Gen:
         return self.r.choice([b"0", b"-1", b"1000", b"1000000000", b"99999999999999999999",
                               b"x", b"", b"1000\r", b"+1000"])
 
+    def cas(self):
+        """A CAS value to compare with (cas, C) or to set (E) that no node hands out: each node
+        numbers its own writes, and the router's also numbers the canaries' and the well-behaved
+        clients', so `cas k 0 0 1 3` could match on the node alone only. Values set with E are
+        the same on both sides and may be matched."""
+        return self.r.choice([b"0", b"-1", b"x", b"", b"1000000000000", b"1000000000000\r",
+                              b"+1000000000000", b"99999999999999999999", b"0x10", b"2000000000000"])
+
     def hold(self):
         """A delete hold-off time that is no race: none, refused, or longer than the test. Each
         node times a hold on its own clock, so a hold of a second or two could end on one side
@@ -106,7 +114,8 @@ class Gen:
             parts.append(r.choice([str(n).encode()] * 6 + [b"x", b"-1", b""]))
         for _ in range(r.randint(0, 6)):
             f = bytes([r.choice(self.FLAGS)])
-            pick = {b"T": self.ttl, b"N": self.ttl, b"H": self.hold, b"R": self.recache}
+            pick = {b"T": self.ttl, b"N": self.ttl, b"H": self.hold, b"R": self.recache,
+                    b"C": self.cas, b"E": self.cas}
             tok = pick.get(f, self.token)() if r.random() < 0.6 else b""
             parts.append(f + tok)
         line = b" ".join(parts)
@@ -125,7 +134,7 @@ class Gen:
                  r.choice([b"0", b"-1", b"1000", b"1000000000", b"x"]),
                  r.choice([str(n).encode()] * 8 + [b"-1", b"x"])]
         if cmd == b"cas":
-            parts.append(self.num())
+            parts.append(self.cas())
         if r.random() < 0.2:
             parts.append(b"noreply")
         if r.random() < 0.05:
