@@ -13,6 +13,12 @@ Against memcached nodes (SHOAL_TEST_SERVER=memcached) the answers are not compar
 parses requests as shoal-node does, which differs from memcached 1.6.18 where docs/protocol.md
 says so); the faults are.
 
+The two nodes differ in their clocks (started apart) and CAS counters (the router's node also
+serves the canaries and the well-behaved clients), so the generator never lets either decide an
+answer: TTLs, delete hold-offs and recache times are none, refused, already past or far longer
+than the test, and CAS values compared or set are 0, refused or far above any counter (see
+Gen.ttl, hold, recache, cas).
+
 Seeded (SHOAL_FUZZ_SEED, default 12) and bounded in time (SHOAL_FUZZ_SECONDS, default 8); a
 failure prints the seed, the client and the batch that differed."""
 
