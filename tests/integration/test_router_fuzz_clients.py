@@ -13,6 +13,12 @@ Against memcached nodes (SHOAL_TEST_SERVER=memcached) the answers are not compar
 parses requests as shoal-node does, which differs from memcached 1.6.18 where docs/protocol.md
 says so); the faults are.
 
+The two nodes differ in their clocks (started apart) and CAS counters (the router's node also
+serves the canaries and the well-behaved clients), so the generator never lets either decide an
+answer: TTLs, delete hold-offs and recache times are none, refused, already past or far longer
+than the test, and CAS values compared or set are 0, refused or far above any counter (see
+Gen.ttl, hold, recache, cas).
+
 Seeded (SHOAL_FUZZ_SEED, default 12) and bounded in time (SHOAL_FUZZ_SECONDS, default 8); a
 failure prints the seed, the client and the batch that differed."""
 
@@ -74,6 +80,26 @@ class Gen:
         return self.r.choice([b"0", b"-1", b"1000", b"1000000000", b"99999999999999999999",
                               b"x", b"", b"1000\r", b"+1000"])
 
+    def cas(self):
+        """A CAS value to compare with (cas, C) or to set (E) that no node hands out: each node
+        numbers its own writes, and the router's also numbers the canaries' and the well-behaved
+        clients', so `cas k 0 0 1 3` could match on the node alone only. Values set with E are
+        the same on both sides and may be matched."""
+        return self.r.choice([b"0", b"-1", b"x", b"", b"1000000000000", b"1000000000000\r",
+                              b"+1000000000000", b"99999999999999999999", b"0x10", b"2000000000000"])
+
+    def hold(self):
+        """A delete hold-off time that is no race: none, refused, or longer than the test. Each
+        node times a hold on its own clock, so a hold of a second or two could end on one side
+        and not the other, and an add or an N placeholder would then differ."""
+        return self.r.choice([b"0", b"-1", b"1000", b"99999999999999999999", b"x", b"", b"1000\r",
+                              b"+1000", b"1000 x"])
+
+    def recache(self):
+        """An R (recache) time that is no race against the TTLs above: an item set with T1000
+        has 1000 or 999 seconds left depending on where each node's clock tick falls."""
+        return self.r.choice([b"", b"1", b"-1", b"0", b"99999", b"x", b"\r", b"7\r", b"a" * 40])
+
     def data(self, n):
         return bytes(self.r.choice(b"abcdefgh0123456789") for _ in range(n))
 
@@ -94,7 +120,9 @@ class Gen:
             parts.append(r.choice([str(n).encode()] * 6 + [b"x", b"-1", b""]))
         for _ in range(r.randint(0, 6)):
             f = bytes([r.choice(self.FLAGS)])
-            tok = (self.ttl() if f in b"TN" else self.token()) if r.random() < 0.6 else b""
+            pick = {b"T": self.ttl, b"N": self.ttl, b"H": self.hold, b"R": self.recache,
+                    b"C": self.cas, b"E": self.cas}
+            tok = pick.get(f, self.token)() if r.random() < 0.6 else b""
             parts.append(f + tok)
         line = b" ".join(parts)
         if r.random() < 0.1:
@@ -112,7 +140,7 @@ class Gen:
                  r.choice([b"0", b"-1", b"1000", b"1000000000", b"x"]),
                  r.choice([str(n).encode()] * 8 + [b"-1", b"x"])]
         if cmd == b"cas":
-            parts.append(self.num())
+            parts.append(self.cas())
         if r.random() < 0.2:
             parts.append(b"noreply")
         if r.random() < 0.05:
@@ -134,7 +162,10 @@ class Gen:
         parts = [cmd, self.key()]
         if cmd == b"touch":
             parts.append(self.ttl())
-        elif cmd != b"delete" or r.random() < 0.3:
+        elif cmd == b"delete":
+            if r.random() < 0.3:
+                parts.append(self.hold())
+        else:
             parts.append(self.num())
         if r.random() < 0.2:
             parts.append(b"noreply")
@@ -213,6 +244,15 @@ class Side:
 
 
 def fuzz_client(cid, router, alone, deadline, diffs, counts):
+    """One fuzzing client; a failure of the test's own code is a difference too (a thread's
+    exception would otherwise only stop that client and leave the test passing)."""
+    try:
+        fuzz_one(cid, router, alone, deadline, diffs, counts)
+    except Exception as e:  # noqa: BLE001 - reported as the test's failure
+        diffs.append((cid, counts[cid], b"", f"fuzz client crashed: {e!r}"))
+
+
+def fuzz_one(cid, router, alone, deadline, diffs, counts):
     rng = random.Random(SEED * 1000 + cid)
     gen = Gen(rng, cid)
     sides = [Side(router.port), Side(alone.port)]
