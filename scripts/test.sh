@@ -91,7 +91,7 @@ for variant in "${built[@]}"; do
 done
 took integration
 
-if make fuzz >"$log/fuzz-build.txt" 2>&1; then
+if make -j"$(nproc)" fuzz >"$log/fuzz-build.txt" 2>&1; then
   took fuzz-build
   # one fuzzing budget (FUZZ_TOTAL_SECONDS of CPU, default 240) split over the targets, unless
   # FUZZ_SECONDS fixes each target's share; FUZZ_JOBS targets run at a time
