@@ -2,12 +2,25 @@
 # test.sh — every test: installs what is needed, builds the normal and the ASAN+UBSAN trees,
 # runs the C unit tests and the integration suite against both, and a bounded fuzz run of every
 # fuzz target. Ends with one line "N passed, N failed". Exit status 0 only if nothing failed.
+#
+# Time: the two integration suites run at once (each waits on sockets and timers far more than
+# it computes), on separate port ranges (tests/integration/ports.py) and temp directories;
+# INTEGRATION_SERIAL=1 runs them one after the other. Fuzz targets run FUZZ_JOBS (default: the
+# CPU count) at a time. Each phase's wall time is printed before the last line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 scripts/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 log=$(mktemp -d)
 passed=0
 failed=0
+phases=()
+phase_start=$(date +%s)
+took() { # phase name: record the time since the previous call
+  local now; now=$(date +%s)
+  phases+=("$1 $((now - phase_start))s"); phase_start=$now
+}
+took deps
 
 count_cmocka() { # file
   local p f
@@ -32,15 +45,29 @@ PY
   echo "integration: $t tests, $f failures, $e errors, $s skipped"
   passed=$((passed + t - f - e - s)); failed=$((failed + f + e))
 }
+bindir() { [ "$1" = san ] && echo build-san || echo build; }
+integration() { # variant ports marks tag: the suite's tests selected by the marker expression
+  # against that tree, output to $log/it-$tag.txt and $log/it-$tag.xml
+  local b; b="$PWD/$(bindir "$1")/bin"
+  SHOAL_TEST_PORTS="$2" SHOAL_NODE_BIN="$b/shoal-node" SHOAL_ROUTER_BIN="$b/shoal-router" \
+    SHOAL_BENCH_BIN="$b/shoal-bench" SHOAL_CONTROL_BIN="$b/shoal-control" SHOAL_CLI_BIN="$b/shoal" SHOAL_INVALIDATOR_BIN="$b/shoal-invalidator" \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+    /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider --confcutdir=tests \
+    -m "$3" --basetemp="$log/tmp-$4" --durations=10 --junitxml="$log/it-$4.xml" >"$log/it-$4.txt" 2>&1
+}
 
+built=()
 for variant in normal san; do
-  if [ "$variant" = san ]; then mk=(make SAN=1); bdir=build-san; else mk=(make); bdir=build; fi
+  if [ "$variant" = san ]; then mk=(make SAN=1); else mk=(make); fi
   echo "== build ($variant)"
   if ! "${mk[@]}" -j"$(nproc)" all unit-build >"$log/build-$variant.txt" 2>&1; then
-    cat "$log/build-$variant.txt"; echo "build ($variant) FAILED"; failed=$((failed + 1)); continue
+    cat "$log/build-$variant.txt"; echo "build ($variant) FAILED"; failed=$((failed + 1))
+    took "build-$variant"; continue
   fi
+  took "build-$variant"
+  built+=("$variant")
   echo "== unit tests ($variant)"
-  for t in "$bdir"/tests/test_*; do
+  for t in "$(bindir "$variant")"/tests/test_*; do
     [ -x "$t" ] || continue
     "$t" >"$log/unit.txt" 2>&1; rc=$?
     cat "$log/unit.txt"; count_cmocka "$log/unit.txt"
@@ -48,36 +75,74 @@ for variant in normal san; do
       echo "unit $t: FAILED (exit status $rc with no failed test reported)"; failed=$((failed + 1))
     fi
   done
-  echo "== integration tests ($variant)"
-  SHOAL_NODE_BIN="$PWD/$bdir/bin/shoal-node" SHOAL_ROUTER_BIN="$PWD/$bdir/bin/shoal-router" SHOAL_BENCH_BIN="$PWD/$bdir/bin/shoal-bench" SHOAL_CONTROL_BIN="$PWD/$bdir/bin/shoal-control" SHOAL_CLI_BIN="$PWD/$bdir/bin/shoal" SHOAL_INVALIDATOR_BIN="$PWD/$bdir/bin/shoal-invalidator" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
-    /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider --confcutdir=tests \
-    --junitxml="$log/it-$variant.xml" 2>&1 | tail -n 40
-  count_pytest "$log/it-$variant.xml"
+  took "unit-$variant"
 done
 
-if make fuzz >"$log/fuzz-build.txt" 2>&1; then
-  # one fuzzing budget (FUZZ_TOTAL_SECONDS, default 240) split over the targets, unless
-  # FUZZ_SECONDS fixes each target's share
+pids=()
+for variant in "${built[@]}"; do
+  if [ "$variant" = san ]; then ports=26000-31999; else ports=20000-25999; fi
+  if [ "${INTEGRATION_SERIAL:-0}" = 1 ]; then integration "$variant" "$ports" "not wallclock" "$variant"
+  else integration "$variant" "$ports" "not wallclock" "$variant" & pids+=($!); fi
+done
+[ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
+for variant in "${built[@]}"; do
+  echo "== integration tests ($variant)"
+  tail -n 40 "$log/it-$variant.txt"
+  count_pytest "$log/it-$variant.xml"
+done
+took integration
+# tests that bound wall-clock time (marked wallclock) run alone, one tree after the other, so
+# the other suite's load cannot break their bounds
+for variant in "${built[@]}"; do
+  echo "== integration tests bound by wall-clock time ($variant)"
+  integration "$variant" 20000-31999 "wallclock" "wallclock-$variant"
+  tail -n 15 "$log/it-wallclock-$variant.txt"
+  count_pytest "$log/it-wallclock-$variant.xml"
+done
+took integration-wallclock
+
+if make -j"$(nproc)" fuzz >"$log/fuzz-build.txt" 2>&1; then
+  took fuzz-build
+  # one fuzzing budget (FUZZ_TOTAL_SECONDS of CPU, default 240) split over the targets, unless
+  # FUZZ_SECONDS fixes each target's share; FUZZ_JOBS targets run at a time
   ntargets=$(ls build/fuzz/fuzz_* 2>/dev/null | wc -l)
   FUZZ_SECONDS=${FUZZ_SECONDS:-$(( ${FUZZ_TOTAL_SECONDS:-240} / (ntargets > 0 ? ntargets : 1) ))}
-  echo "== fuzz (${FUZZ_SECONDS}s per target, $ntargets targets)"
-  for f in build/fuzz/fuzz_*; do
-    [ -x "$f" ] || continue
+  jobs=${FUZZ_JOBS:-$(nproc)}
+  echo "== fuzz (${FUZZ_SECONDS}s per target, $ntargets targets, $jobs at a time)"
+  fuzz_one() { # target: runs it, its status in $log/fuzz-NAME.rc
+    local f=$1 name corpus
     name=$(basename "$f" | sed 's/^fuzz_//')
     corpus=$(mktemp -d); cp -r tests/fuzz/corpus/"$name"/. "$corpus"/ 2>/dev/null || true
     # undefined behaviour fails a target too, as in the ASAN+UBSAN build
-    if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 "$corpus" >"$log/fuzz.txt" 2>&1; then
-      echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log/fuzz.txt" | tail -1))"
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$f" -max_total_time="$FUZZ_SECONDS" \
+      -rss_limit_mb=2048 "$corpus" >"$log/fuzz-$name.txt" 2>&1
+    echo $? >"$log/fuzz-$name.rc"
+    rm -rf "$corpus"
+  }
+  running=0
+  for f in build/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    fuzz_one "$f" & running=$((running + 1))
+  done
+  wait
+  for f in build/fuzz/fuzz_*; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f" | sed 's/^fuzz_//')
+    if [ "$(cat "$log/fuzz-$name.rc" 2>/dev/null)" = 0 ]; then
+      echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log/fuzz-$name.txt" | tail -1))"
       passed=$((passed + 1))
     else
-      tail -n 30 "$log/fuzz.txt"; echo "fuzz $name: FAILED"; failed=$((failed + 1))
+      tail -n 30 "$log/fuzz-$name.txt"; echo "fuzz $name: FAILED"; failed=$((failed + 1))
     fi
-    rm -rf "$corpus"
   done
+  took fuzz
 else
   cat "$log/fuzz-build.txt"; echo "fuzz build FAILED"; failed=$((failed + 1))
+  took fuzz-build
 fi
 
 rm -rf "$log"
+echo "phases: ${phases[*]}; total $(( $(date +%s) - t0 ))s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -129,6 +129,18 @@ def _wait_ready(proc, port, stderr_path):
                 f"stderr:\n{Path(stderr_path).read_text(errors='replace')}")
 
 
+def _wait_admin(proc, extra):
+    """With --admin-port P among a node's flags, wait until P accepts too (or the process is
+    gone): the data port listens a moment before it, and a test that asks the admin API at once
+    was refused on a loaded machine."""
+    extra = [str(a) for a in extra]
+    if "--admin-port" in extra[:-1] and extra[extra.index("--admin-port") + 1] != "0":
+        from mcraw import accepts, wait_until
+        admin = int(extra[extra.index("--admin-port") + 1])
+        wait_until(lambda: accepts(admin) or proc.poll() is not None, timeout=READY_TIMEOUT,
+                   message=f"the admin port {admin}")
+
+
 def _spawn(binary, extra, tmp_dir, name):
     """Start `binary` with memcached's flags on a free port and wait for it. Retries when the
     port was taken meanwhile; fails the test with the server's stderr otherwise."""
@@ -143,6 +155,7 @@ def _spawn(binary, extra, tmp_dir, name):
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                     start_new_session=True, preexec_fn=_die_with_parent)
         if _wait_ready(proc, port, stderr_path):
+            _wait_admin(proc, extra)
             return Server(args, port, proc, stderr_path)
         text = Path(stderr_path).read_text(errors="replace")
         if "in use" not in text.lower() or attempt == 2:
@@ -193,6 +206,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "memcached_only(reason): memcached 1.6.18 behaviour that shoal-node deliberately "
                    "does not copy, as listed in docs/protocol.md (skipped for shoal)")
+    config.addinivalue_line(
+        "markers", "wallclock: asserts a bound on wall-clock time that CPU contention can break; "
+                   "scripts/test.sh runs these alone, after the two suites it runs at once")
 
 
 def pytest_collection_modifyitems(config, items):

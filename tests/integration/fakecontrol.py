@@ -18,6 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from ports import free_port
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -33,7 +35,7 @@ class FakeControl:
         self.auths = []  # each request's Authorization header (None when absent)
         self.routers_status = 201
         self.fail_status = None
-        self.port = 0
+        self.port = free_port()  # start() listens here again after a stop()
         self._conns = set()
         self._httpd = None
         self.start()

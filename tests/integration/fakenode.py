@@ -6,6 +6,8 @@ import socket
 import struct
 import threading
 
+from ports import free_port
+
 
 class Reset(Exception):
     """Raised by FakeNode.answer: reset the connection (RST) at once, as a node that dies with
@@ -17,7 +19,7 @@ class FakeNode:
         self.lst = socket.socket()
         # a test may close the listener and listen again on the port (stop_listening)
         self.lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lst.bind(("127.0.0.1", 0))
+        self.lst.bind(("127.0.0.1", free_port()))
         self.lst.listen(16)
         self.lst.settimeout(0.1)
         self.port = self.lst.getsockname()[1]

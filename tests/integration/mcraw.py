@@ -11,6 +11,9 @@ import time
 import urllib.error
 import urllib.request
 
+# the tests' one source of ports, re-exported for the modules that import them from here
+from ports import free_port, free_port_block  # noqa: F401
+
 DEFAULT_TIMEOUT = 5.0
 
 
@@ -224,11 +227,6 @@ def wait_until(predicate, timeout=5.0, interval=0.05, message="condition"):
         time.sleep(interval)
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def accepts(port):

@@ -11,7 +11,7 @@ import pytest
 
 from mcraw import McRaw, accepts, free_port, http, wait_until
 
-pytestmark = pytest.mark.shoal_only
+pytestmark = [pytest.mark.shoal_only, pytest.mark.wallclock]
 
 HELD = 200
 PROBE_BOUND = 1.0  # seconds a probe may take; they take a few ms

@@ -140,7 +140,7 @@ def test_a_silent_node_costs_one_timeout_not_the_sample(start_control, start_nod
     --stats-timeout-ms; samples go on at about that pace, the live node stays up."""
     import socket
     silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
+    silent.bind(("127.0.0.1", free_port()))
     silent.listen(64)
     live = start_node()
     ctl = start_control("--stats-interval-ms", "100", "--stats-timeout-ms", "300")

@@ -321,6 +321,7 @@ def test_node_rss_stays_bounded_with_100_clients_that_never_read(start_server):
     close_all(socks)
 
 
+@pytest.mark.wallclock
 def test_node_rss_stays_bounded_with_2000_slowloris_connections(start_server):
     node = start_server("-c", "8192")
     socks = slowloris_held(node, node.proc.pid, (64 + 128) * MIB, "shoal-node")
@@ -380,6 +381,7 @@ def test_router_rss_stays_bounded_with_100_clients_that_never_read(start_server,
     close_all(socks)
 
 
+@pytest.mark.wallclock
 def test_router_serves_others_from_the_start_of_a_never_reader_burst(start_server, start_router):
     """The burst's first pipelines (100 x 1,024 gets of 100 KB, all queued for the node before a
     reply can tell the router they are not read) must not hold the node for everyone else: a
@@ -416,6 +418,7 @@ def test_router_serves_others_from_the_start_of_a_never_reader_burst(start_serve
     close_all(socks)
 
 
+@pytest.mark.wallclock
 def test_router_rss_stays_bounded_with_2000_slowloris_connections(start_server, start_router):
     node = start_server()
     router, admin, _ = start_router([node], *ROUTER_FLAGS)

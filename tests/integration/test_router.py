@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROUTER_BIN, key_slot, topology
 from fakenode import FakeNode
-from mcraw import McRaw, http, wait_until
+from mcraw import McRaw, free_port, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -357,10 +357,7 @@ def metric(body, name, label):
 
 def test_metrics_per_pool_and_namespace(start_server, start_router):
     live = start_server()
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    dead_port = dead.getsockname()[1]
-    dead.close()  # nothing listens there now
+    dead_port = free_port()  # nothing listens there
     doc = topology([live])
     doc["pools"]["cold"] = {"nodes": [f"127.0.0.1:{dead_port}"]}
     doc["namespaces"]["a"] = {"pool": "main", "max_value_bytes": 10}
@@ -406,10 +403,7 @@ def test_metrics_per_pool_and_namespace(start_server, start_router):
 
 
 def test_unreachable_node_answers_server_error(start_router):
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    port = dead.getsockname()[1]
-    dead.close()  # nothing listens there now
+    port = free_port()  # nothing listens there
     router, _, _ = start_router([f"127.0.0.1:{port}"])
     r = router.raw()
     line = r.cmd("get k")
@@ -419,7 +413,7 @@ def test_unreachable_node_answers_server_error(start_router):
 
 def test_silent_node_times_out_with_server_error(start_router):
     lst = socket.socket()
-    lst.bind(("127.0.0.1", 0))
+    lst.bind(("127.0.0.1", free_port()))
     lst.listen(16)  # accepts (kernel backlog) but never answers
     try:
         router, _, _ = start_router([f"127.0.0.1:{lst.getsockname()[1]}"], "--timeout-ms", "200")
@@ -492,10 +486,7 @@ def test_clients_resetting_while_their_node_is_down(start_router):
     """Requests to a refused node fail at once, inside the same event-loop batch that reads
     them; a client that resets its connection meanwhile must be freed exactly once."""
     import struct
-    dead = socket.socket()
-    dead.bind(("127.0.0.1", 0))
-    port = dead.getsockname()[1]
-    dead.close()
+    port = free_port()  # nothing listens there
     router, _, _ = start_router([f"127.0.0.1:{port}"], "--retry-ms", "10000")
     for _ in range(100):
         s = socket.create_connection((router.host, router.port))

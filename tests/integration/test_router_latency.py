@@ -13,7 +13,7 @@ from conftest import topology
 from fakenode import FakeNode
 from mcraw import free_port, http, wait_until
 
-pytestmark = pytest.mark.shoal_only
+pytestmark = [pytest.mark.shoal_only, pytest.mark.wallclock]
 
 DELAY = 0.08
 DELAY_US = int(DELAY * 1_000_000)
@@ -100,7 +100,9 @@ def test_slow_pool_and_namespace_show_the_delay(start_server, start_router, slow
         assert lat(m, scope, name, "0.5") < DELAY_US // 4, f"{scope} {name}: p50 well below it"
     assert lat(m, "namespace", "fast", "0.99") >= DELAY_US, \
         "the fast namespace's split get waited for the slow pool"
-    assert lat(m, "pool", "main", "0.99") < DELAY_US // 4, "no request to main was slow"
+    # (quantiles are power-of-two bucket tops: a request that waited DELAY shows as 131072, and
+    # a loaded machine has been seen to take 33-65 ms for a local node, shown as 65536)
+    assert lat(m, "pool", "main", "0.99") < DELAY_US, "no request to main waited for the slow one"
     assert m['shoal_router_namespace_latency_us_sum{namespace="slow"}'] >= 9 * DELAY_US
     assert m['shoal_router_pool_latency_us_sum{pool="slow"}'] >= 10 * DELAY_US
 
@@ -132,7 +134,8 @@ def test_namespace_latency_includes_warm_up_lookups(start_server, start_router, 
     assert lat_count(m, "pool", "warm") == m['shoal_router_pool_requests{pool="warm"}'] == 3
     assert lat(m, "pool", "warm", "0.5") >= DELAY_US
     assert lat_count(m, "pool", "main") == 9
-    assert lat(m, "pool", "main", "0.99") < DELAY_US // 4
+    # no main-pool request waited for the warm lookup (bucket tops: see the test above)
+    assert lat(m, "pool", "main", "0.99") < DELAY_US
     assert lat_count(m, "namespace", "default") == 9
     assert lat(m, "namespace", "default", "0.9") >= DELAY_US, "the warmed gets waited for it"
     assert m['shoal_router_namespace_latency_us_sum{namespace="default"}'] >= 3 * DELAY_US

@@ -6,13 +6,12 @@ message naming it."""
 
 import os
 import signal
-import socket
 import subprocess
 
 import pytest
 
 from conftest import REPO_ROOT, default_owner, key_slot
-from mcraw import McRaw, accepts, free_port, http, wait_until
+from mcraw import McRaw, accepts, free_port, free_port_block, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -21,24 +20,7 @@ OFFSETS = (1, 2, 3, 9)  # node1..node3, gutter: data at BASE+offset, admin 100 a
 
 def free_base():
     """A base port whose node and admin ports (base+1..3, +9, +101..103, +109) are all free."""
-    for _ in range(200):
-        base = free_port() // 10 * 10
-        if base + 200 > 65535:
-            continue
-        ports = [base + o for o in OFFSETS] + [base + 100 + o for o in OFFSETS]
-        try:
-            socks = []
-            for p in ports:
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    pytest.fail("no free range of ports for the local cluster")
+    return free_port_block([o for o in OFFSETS] + [100 + o for o in OFFSETS])
 
 
 @pytest.fixture
