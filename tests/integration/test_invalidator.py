@@ -102,6 +102,7 @@ def products(pg, table, n):
            f"INSERT INTO {table} SELECT i, 'sku' || i, 10 FROM generate_series(1, {n}) i")
 
 
+@pytest.mark.wallclock
 def test_update_deletes_the_rows_keys_within_a_second(pg, start_server, start_invalidator):
     products(pg, "p_update", 10)
     node = start_server()
