@@ -8,6 +8,7 @@ a shoal-node as its cluster. Keys are set with pipelined quiet `ms` and checked 
 quiet `mg` (a miss answers nothing), so a check of thousands of keys is one round trip.
 """
 
+import json
 import os
 import re
 import socket
@@ -198,17 +199,46 @@ def test_rolled_back_invalidation_deletes_nothing(pg, start_server, start_invali
     assert inv.metrics()["shoal_invalidator_invalidation_rows_total"] == 1
 
 
-def test_truncate_flushes_what_the_table_maps_to(pg, start_server, start_invalidator):
+def ns_node(start_server, tmp_path, *names):
+    """A shoal-node that has the namespaces `names`."""
+    f = tmp_path / "namespaces.json"
+    f.write_text(json.dumps({"namespaces": {n: {} for n in names}}))
+    return start_server("--namespaces", str(f))
+
+
+def test_truncate_flushes_only_the_namespace_the_table_maps_to(pg, start_server,
+                                                               start_invalidator, tmp_path):
     products(pg, "p_trunc", 5)
-    node = start_server()
+    node = ns_node(start_server, tmp_path, "catalog", "users")
     inv = start_invalidator(node, {"public.p_trunc": {"keys": ["catalog:product:{id}"]}})
-    set_keys(node, [f"catalog:product:{i}" for i in range(1, 6)])
+    keys = [f"catalog:product:{i}" for i in range(1, 6)]
+    others = ["users:1", "users:2", "plain"]
+    set_keys(node, keys + others)
     pg.sql("TRUNCATE p_trunc")
-    wait_until(lambda: present(node, [f"catalog:product:{i}" for i in range(1, 6)]) == [],
+    wait_until(lambda: present(node, keys) == [],
                timeout=2, interval=0.01, message="the truncated table's keys to go")
+    assert sorted(present(node, others)) == sorted(others), "a flush_all, not a namespace flush"
     # counted once delivery returns, a moment after the flush itself
     wait_until(lambda: inv.metrics()["shoal_invalidator_truncates_total"] == 1, timeout=2,
                message="the truncate to be counted")
+    m = inv.metrics()
+    assert m['shoal_invalidator_cluster_flushes_total{cluster="local"}'] == 1
+    assert m['shoal_invalidator_cluster_flush_all_fallbacks_total{cluster="local"}'] == 0
+
+
+def test_truncate_of_a_namespace_the_cluster_lacks_falls_back_to_flush_all(
+        pg, start_server, start_invalidator):
+    products(pg, "p_trunc_all", 3)
+    node = start_server()  # no namespace "catalog": its keys are in default there
+    inv = start_invalidator(node, {"public.p_trunc_all": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, 4)] + ["users:1"]
+    set_keys(node, keys)
+    pg.sql("TRUNCATE p_trunc_all")
+    wait_until(lambda: present(node, keys) == [], timeout=2, interval=0.01,
+               message="flush_all to empty the node")
+    wait_until(lambda: inv.metrics().get(
+        'shoal_invalidator_cluster_flush_all_fallbacks_total{cluster="local"}') == 1,
+        timeout=2, message="the fallback to be counted")
 
 
 def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_invalidator):
