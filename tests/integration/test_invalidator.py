@@ -405,3 +405,93 @@ def test_bad_config_names_the_field(tmp_path):
                         str(path)], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2
     assert "tables.public.t.keys[0]" in r.stderr and "not closed" in r.stderr
+
+
+def test_replica_served_cluster_never_keeps_an_old_row(start_server, tmp_path, request):
+    """Point 6's race: readers fill the cache from a PostgreSQL replica that lags on purpose
+    (recovery_min_apply_delay) while updates commit on the primary. Cache-aside as shoal's
+    readers do it: `mg v c N30` on a miss wins a lease (W), the winner SELECTs the row on the
+    replica and fills with `ms ... C<cas>` (a delete in between voids the fill). Since the
+    cluster is marked as served by that replica, its deletes wait until the replica has replayed
+    the commit: a reader that misses after a delete reads the new row. So once the replica has
+    caught up, every cached value is the primary's latest within delivery's and a reader pass's
+    time, and stays so. (Without the gate a reader refills the old row from the lagging replica
+    right after the delete, and it stays cached.)"""
+    from pgreplica import PgReplicaPair
+    nrows, nupdates = 5, 150
+    with PgReplicaPair(replica_opts="-c recovery_min_apply_delay=200ms") as pair:
+        pair.primary("CREATE TABLE race (id int PRIMARY KEY, v int NOT NULL)")
+        pair.primary(f"INSERT INTO race SELECT g, 0 FROM generate_series(1, {nrows}) g")
+        wait_until(lambda: pair.replica("SELECT count(*) FROM pg_class WHERE relname = 'race'")
+                   == "1" and pair.replica("SELECT count(*) FROM race") == str(nrows),
+                   timeout=10, message="the rows on the replica")
+        node = start_server()
+        config = {"clusters": {"region": {"routers": [f"127.0.0.1:{node.port}"],
+                                          "replica": pair.conninfo(pair.rport)}},
+                  "tables": {"public.race": {"keys": ["race:{id}"]}}}
+        inv = Invalidator.start(pair.p, config, tmp_path, "--slot", "s_race", "--publication",
+                                "p_race", "--status-interval-ms", "100")
+        inv.args = [str(invalidator_binary())]
+        _register(request.node, inv)
+        stop = threading.Event()
+        passes = [0, 0]
+        errors = []
+
+        def reader(idx):
+            try:
+                db = pair.r.session()
+                with McRaw("127.0.0.1", node.port) as mc:
+                    while not stop.is_set():
+                        for i in range(1, nrows + 1):
+                            got = mc.meta(f"mg race:{i} v c N30")
+                            if "W" not in got:
+                                continue  # a hit, or someone else is filling
+                            rows = db.query(f"SELECT v FROM race WHERE id = {i}")
+                            value = rows[0][0].encode()
+                            # HD, or NF/EX when a delete voided the lease meanwhile
+                            mc.meta(f"ms race:{i} {len(value)} C{got.cas}", value)
+                        passes[idx] += 1
+                db.close()
+            except Exception as e:  # reported by the test, not lost in the thread
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            db = pair.p.session()
+            for n in range(1, nupdates + 1):
+                db.query(f"UPDATE race SET v = {n} WHERE id = {n % nrows + 1}")
+                time.sleep(0.005)
+            db.close()
+            latest = {int(i): v for i, v in (r.split("|") for r in
+                      pair.primary("SELECT id, v FROM race ORDER BY id").splitlines())}
+
+            def cached():
+                with McRaw("127.0.0.1", node.port) as mc:
+                    out = {}
+                    for i in range(1, nrows + 1):
+                        got = mc.meta(f"mg race:{i} v")
+                        out[i] = got.value.decode() if got.code == "VA" else None
+                    return out
+
+            wait_until(lambda: pair.replica("SELECT string_agg(v::text, ',' ORDER BY id) "
+                                            "FROM race") ==
+                       ",".join(latest[i] for i in range(1, nrows + 1)),
+                       timeout=15, message="the replica to catch up")
+            # delivery (replica poll, batch) plus a reader pass, with scheduling slack
+            wait_until(lambda: cached() == latest, timeout=5, interval=0.02,
+                       message=f"the cache to hold the latest rows {latest} (has {cached()}, "
+                               f"readers' errors {errors})")
+            seen = list(passes)
+            wait_until(lambda: all(p >= s + 3 for p, s in zip(passes, seen)), timeout=10,
+                       message="three more reader passes")
+            assert cached() == latest, "an old row was cached again after the latest"
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        assert not errors, errors
+        assert inv.metrics()['shoal_invalidator_cluster_replica_up{cluster="region"}'] == 1
+        assert inv.stop() is None
+        pair.primary("SELECT pg_drop_replication_slot('s_race')")
