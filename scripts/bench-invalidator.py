@@ -203,6 +203,7 @@ def main():
             "probe_samples": len(probe_lat),
             "probe_lost": probe_lost[0],
             "probe_p50_ms": round(pct(probe_lat, 50) * 1000, 2),
+            "probe_p90_ms": round(pct(probe_lat, 90) * 1000, 2),
             "probe_p99_ms": round(pct(probe_lat, 99) * 1000, 2),
             "probe_max_ms": round(max(probe_lat, default=float("nan")) * 1000, 2),
             "invalidator_cpu_s": round(cpu_s, 2),
