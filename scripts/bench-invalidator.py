@@ -189,6 +189,8 @@ def main():
         lab = '{cluster="local"'
         q = lambda qq: m1.get(f'shoal_invalidator_cluster_commit_to_delete_us{lab},quantile="{qq}"}}',
                                float("nan"))
+        d = lambda name: m1[f"shoal_invalidator_{name}_total"] - m0[f"shoal_invalidator_{name}_total"]
+        txs = d("transactions")
         out = {
             "offered_rows_per_s": a.rate,
             "rows_per_commit": a.rows_per_commit,
@@ -206,6 +208,12 @@ def main():
             "probe_p90_ms": round(pct(probe_lat, 90) * 1000, 2),
             "probe_p99_ms": round(pct(probe_lat, 99) * 1000, 2),
             "probe_max_ms": round(max(probe_lat, default=float("nan")) * 1000, 2),
+            # where the tail is: PostgreSQL's side (decoding, sending, and the reader) or delivery
+            "commit_to_delete_mean_ms (metrics)": round(
+                m1[f"shoal_invalidator_cluster_commit_to_delete_us_sum{lab}}}"] /
+                max(1, m1[f"shoal_invalidator_cluster_commit_to_delete_us_count{lab}}}"]) / 1000, 2),
+            "commit_to_received_mean_ms": round(d("receive_delay_us") / max(1, txs) / 1000, 2),
+            "commits_received_over_50ms_pct": round(100 * d("received_late") / max(1, txs), 2),
             "invalidator_cpu_s": round(cpu_s, 2),
             "invalidator_cpu_us_per_change": round(cpu_s * 1e6 / changes, 2) if changes else None,
             "deletes_per_batch": m1.get(f"shoal_invalidator_cluster_deletes_per_batch{lab}}}"),
