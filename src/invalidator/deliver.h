@@ -70,7 +70,9 @@ void deliver_destroy(struct deliver *d);
 int deliver_commit(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
                    const struct deliver_key *keys, size_t nkeys, int more);
 
-/* A truncate of a mapped table: flush every listed namespace (in order with the deletes). */
+/* A truncate of a mapped table: flush every listed namespace (in order with the deletes), as
+ * `flush_ns <name>`; `flush_all` when none is listed or the cluster refuses one (it does not have
+ * that namespace, or speaks no flush_ns), logged and counted. */
 int deliver_flush(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
                   const char *const *namespaces, size_t nns);
 
