@@ -1,7 +1,8 @@
 /* deliver.c — the invalidator's delivery (deliver.h): every commit's deletes go to every cluster
  * in commit order, one thread per cluster, so an unreachable or slow cluster holds up neither
  * the reader nor the other clusters; what it cannot take is kept in memory up to mem_max_bytes,
- * then spilled durably to its file, then, past spill_max_bytes, replaced by one flush_all.
+ * then spilled durably to its file, then, past spill_max_bytes, replaced by one flush of the
+ * namespaces it touches (flush_ns; flush_all when they are not all known).
  *
  * A cluster's thread loops: spill the memory queue if it is over its bound; take the next batch
  * off the head of the backlog (spilled records first, then memory; stopping at a commit its
@@ -139,23 +140,35 @@ static void publish(struct dcluster *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Past spill_max_bytes: everything spilled becomes one flush_all, logged loudly. */
+/* Past spill_max_bytes: everything spilled (and waiting to be retried) becomes one flush of the
+ * namespaces it touches (a flush_all when they are not all known), logged loudly. */
 static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
 {
     struct spill *s = &c->spill;
+    /* the namespaces of both files, once each */
+    const char *names[64];
+    size_t nnames = 0;
+    bool all = s->ns_overflow || c->retry.ns_overflow;
+    const struct spill *files[2] = {s, &c->retry};
+    for (int k = 0; k < 2 && !all; k++)
+        for (size_t i = 0; i < files[k]->nns; i++) {
+            size_t j = 0;
+            while (j < nnames && strcmp(names[j], files[k]->ns[i])) j++;
+            if (j == nnames) names[nnames++] = files[k]->ns[i];
+        }
+    if (!all && nnames == 0 && (s->keys || c->retry.keys)) all = true; /* cannot happen: safe */
     size_t ndata = 0;
-    if (!s->ns_overflow)
-        for (size_t i = 0; i < s->nns; i++) ndata += rec_item_size(0, strlen(s->ns[i]));
-    struct rec *f = rec_new(REC_FLUSH, s->ns_overflow ? 0 : (uint32_t)s->nns, (uint32_t)ndata);
+    for (size_t i = 0; !all && i < nnames; i++) ndata += rec_item_size(0, strlen(names[i]));
+    struct rec *f = rec_new(REC_FLUSH, all ? 0 : (uint32_t)nnames, (uint32_t)ndata);
     if (!f) return; /* tried again at the next spill */
     size_t at = 0;
     char nslist[512];
     size_t nl = 0;
     nslist[0] = 0;
-    for (size_t i = 0; !s->ns_overflow && i < s->nns; i++) {
-        at += rec_pack(f->data + at, NULL, 0, s->ns[i], strlen(s->ns[i]));
+    for (size_t i = 0; !all && i < nnames; i++) {
+        at += rec_pack(f->data + at, NULL, 0, names[i], strlen(names[i]));
         if (nl < sizeof nslist)
-            nl += (size_t)snprintf(nslist + nl, sizeof nslist - nl, "%s%s", i ? ", " : "", s->ns[i]);
+            nl += (size_t)snprintf(nslist + nl, sizeof nslist - nl, "%s%s", i ? ", " : "", names[i]);
     }
     f->last = 1;
     /* held for a replica until it has replayed the newest commit the flush stands for */
@@ -172,12 +185,19 @@ static void replace_by_flush(struct dcluster *c, const struct rec *lastrec)
         c->head_done = c->head_off = 0;
         c->gen++;
         DC_COUNT(c, flush_replacements, 1);
-        log_error("cluster %s: FLUSH: %llu undelivered deletes (%llu bytes spilled, over "
-                  "spill_max_bytes %llu) are replaced by flush_all of the whole cluster "
-                  "(namespaces touched: %s); the cluster loses its cached items when it takes it",
-                  c->name, (unsigned long long)keys, (unsigned long long)bytes,
-                  (unsigned long long)c->d->cfg.spill_max_bytes,
-                  s->ns_overflow ? "more than 32" : nl ? nslist : "none named");
+        if (all)
+            log_error("cluster %s: FLUSH: %llu undelivered deletes (%llu bytes spilled, over "
+                      "spill_max_bytes %llu) are replaced by flush_all of the whole cluster (they "
+                      "touch more than 32 namespaces, or keys of no known namespace); the "
+                      "cluster loses all its cached items when it takes it",
+                      c->name, (unsigned long long)keys, (unsigned long long)bytes,
+                      (unsigned long long)c->d->cfg.spill_max_bytes);
+        else
+            log_error("cluster %s: FLUSH: %llu undelivered deletes (%llu bytes spilled, over "
+                      "spill_max_bytes %llu) are replaced by a flush of the namespaces they "
+                      "touch: %s; those namespaces lose their cached items when it takes it",
+                      c->name, (unsigned long long)keys, (unsigned long long)bytes,
+                      (unsigned long long)c->d->cfg.spill_max_bytes, nslist);
     }
     rec_unref(f);
 }
@@ -511,18 +531,18 @@ static void *cluster_main(void *arg)
             cv_wait_ms(c, c->retry_at_ms > now ? c->retry_at_ms - now : 1);
             continue;
         }
-        enum batch_res res = b.flush ? wire_flush(c) : wire_delete(c, b.keys, b.nkeys);
+        enum batch_res res = b.flush ? wire_flush(c, b.flush) : wire_delete(c, b.keys, b.nkeys);
         last_io = deliver_mono_ms();
         set_answering(c, res != BATCH_DOWN);
         if (res == BATCH_OK) {
-            if (b.flush) log_notice("cluster %s: flush_all applied", c->name);
+            if (b.flush) log_notice("cluster %s: flush applied", c->name);
             batch_done(c, &b);
             batch_release(&b);
         } else if (res == BATCH_DOWN) {
             backoff(c);
         } else if (b.flush) {
-            /* a flush_all not taken (a router with a node down answers an error) is sent
-             * again, holding what follows: nothing can replace it */
+            /* a flush not taken (a router with a node down answers an error) is sent again,
+             * holding what follows: nothing can replace it */
             backoff(c);
             publish(c);
             cv_wait_ms(c, c->backoff_ms);

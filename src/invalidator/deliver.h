@@ -10,7 +10,7 @@
  * Ordering and durability: commits are handed over in LSN order. A cluster applies them in that
  * order, except keys it answered with an error to be retried (a router's node down), which go
  * to its retry file (fsync'ed, so safe) and are sent again apart from newer deletes (deletes
- * commute; see docs/invalidator-delivery.md). deliver_safe_lsn() is the LSN the reader may confirm to PostgreSQL (flush position of
+ * commute; see docs/invalidator.md, Delivery). deliver_safe_lsn() is the LSN the reader may confirm to PostgreSQL (flush position of
  * the replication stream): every commit at or below it has had each of its deletes applied, or
  * replaced by an applied namespace flush, in every cluster, or written durably (fsync) to that
  * cluster's spill file, which a restarted invalidator replays before anything newer. */
@@ -70,7 +70,9 @@ void deliver_destroy(struct deliver *d);
 int deliver_commit(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
                    const struct deliver_key *keys, size_t nkeys, int more);
 
-/* A truncate of a mapped table: flush every listed namespace (in order with the deletes). */
+/* A truncate of a mapped table: flush every listed namespace (in order with the deletes), as
+ * `flush_ns <name>`; `flush_all` when none is listed or the cluster refuses one (it does not have
+ * that namespace, or speaks no flush_ns), logged and counted. */
 int deliver_flush(struct deliver *d, uint64_t end_lsn, int64_t commit_time_us,
                   const char *const *namespaces, size_t nns);
 

@@ -85,7 +85,9 @@ struct spill {
     uint64_t records;  /* records in [rd, end) plus those loaded and not applied */
     uint64_t keys;     /* their keys */
     uint64_t max_lsn;  /* the highest commit LSN written since the file was last emptied */
-    /* namespaces the spilled records touch, for the log line of a flush that replaces them */
+    /* namespaces the spilled records touch: what a flush that replaces them flushes.
+     * ns_overflow: more than 32, or a key of no known namespace (or a flush_all) among them,
+     * so only a flush_all covers them */
     char *ns[32];
     size_t nns;
     bool ns_overflow;
@@ -150,8 +152,11 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(timeouts, COUNTER, "batches not answered within timeout_ms (connection dropped)")          \
     X(spilled_records, COUNTER, "records written to the spill file")                             \
     X(spill_errors, COUNTER, "spill writes that failed (the records stay in memory)")            \
-    X(flush_replacements, COUNTER, "backlogs past spill_max_bytes replaced by flush_all")        \
-    X(flushes, COUNTER, "flush_all applied (truncates and replacements)")                        \
+    X(flush_replacements, COUNTER, "backlogs past spill_max_bytes replaced by a flush of the "    \
+                                   "namespaces they touch")                                      \
+    X(flushes, COUNTER, "flushes applied (truncates and replacements)")                          \
+    X(flush_all_fallbacks, COUNTER, "flushes sent as flush_all: no namespace known, or the "     \
+                                    "cluster refused flush_ns (unknown namespace, or not shoal)") \
     X(replays, COUNTER, "keys queued again by deliver_replay")                                   \
     X(skipped, COUNTER, "commits not queued because an earlier run's spill file had them")
 
@@ -257,8 +262,12 @@ void wire_close(struct dcluster *c);
 enum batch_res wire_delete(struct dcluster *c, struct bkey *keys, size_t n);
 /* `mn`, answered MN: is the idle connection still there? */
 enum batch_res wire_probe(struct dcluster *c);
-/* flush_all, answered OK. */
-enum batch_res wire_flush(struct dcluster *c);
+/* A flush record: `flush_ns <name>` for each of its namespaces (pipelined), each answered OK.
+ * flush_all instead when it names none, when a name cannot go on the wire, or when the cluster
+ * answers ERROR (no flush_ns: memcached) or CLIENT_ERROR (a namespace it does not have: its keys
+ * are in `default` there) for any of them; logged, counted in flush_all_fallbacks. BATCH_RETRY
+ * when any other answer (SERVER_ERROR: a router's node down) comes back. */
+enum batch_res wire_flush(struct dcluster *c, const struct rec *r);
 /* How a key goes on the wire: 0 plain, 1 base64 (`b`), -1 no request can carry it. */
 int wire_key_form(const char *key, size_t nkey);
 

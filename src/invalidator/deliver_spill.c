@@ -96,8 +96,13 @@ static void note_ns(struct spill *s, const struct rec *r)
 {
     uint32_t off = 0;
     struct ritem it;
+    /* a flush of no named namespace is a flush_all: only a flush_all can stand for it */
+    if (r->kind == REC_FLUSH && r->n == 0) s->ns_overflow = true;
     while (!s->ns_overflow && rec_next(r, &off, &it)) {
-        if (!it.nns) continue;
+        if (!it.nns) { /* a key of no known namespace: no namespace flush covers it */
+            s->ns_overflow = true;
+            break;
+        }
         size_t i;
         for (i = 0; i < s->nns; i++)
             if (strlen(s->ns[i]) == it.nns && !memcmp(s->ns[i], it.ns, it.nns)) break;

@@ -321,34 +321,97 @@ down:
     return BATCH_DOWN;
 }
 
+/* The answers to a flush's lines, in order. */
+struct flush_ctx {
+    struct dcluster *c;
+    const struct rec *r; /* the namespaces asked, for the log (NULL: flush_all) */
+    uint32_t off;
+    size_t want, got;
+    size_t refused;      /* ERROR or CLIENT_ERROR: flush_all stands in */
+    size_t failed;       /* anything else but OK: the flush is sent again */
+};
+
 static int flush_line(void *vctx, const char *line, size_t n)
 {
-    int *ok = vctx;
-    *ok = n == 2 && !memcmp(line, "OK", 2);
-    if (!*ok) {
-        char el[160];
-        log_warn_limited("flush_all answered \"%s\"; sent again until it is taken",
-                         log_escape(el, sizeof el, line, n));
+    struct flush_ctx *f = vctx;
+    struct ritem it = {0};
+    if (f->r) rec_next(f->r, &f->off, &it);
+    if (!(n == 2 && !memcmp(line, "OK", 2))) {
+        char el[160], en[80];
+        bool refused = f->r && ((n == 5 && !memcmp(line, "ERROR", 5)) ||
+                                (n >= 12 && !memcmp(line, "CLIENT_ERROR", 12)));
+        if (refused) {
+            f->refused++;
+            log_warn("cluster %s: flush_ns %s answered \"%s\": flush_all stands in", f->c->name,
+                     log_escape(en, sizeof en, it.ns, it.nns), log_escape(el, sizeof el, line, n));
+        } else {
+            f->failed++;
+            log_warn_limited("cluster %s: %s%s answered \"%s\"; sent again until it is taken",
+                             f->c->name, f->r ? "flush_ns " : "flush_all",
+                             f->r ? log_escape(en, sizeof en, it.ns, it.nns) : "",
+                             log_escape(el, sizeof el, line, n));
+        }
     }
-    return 1;
+    return ++f->got == f->want;
 }
 
-enum batch_res wire_flush(struct dcluster *c)
+/* Can `flush_ns <ns>` carry this name? One token of 1..250 bytes without control bytes. */
+static bool ns_sendable(const char *ns, size_t n)
 {
-    struct buf out;
-    buf_init(&out);
-    int ok = 0;
-    if (buf_append_str(&out, "flush_all\r\n") < 0) {
-        buf_release(&out);
-        return BATCH_RETRY;
-    }
-    int rc = exchange(c, &out, flush_line, &ok);
-    buf_release(&out);
+    if (n == 0 || n > 250) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)ns[i] <= ' ' || ns[i] == 0x7f) return false;
+    return true;
+}
+
+/* Send `out` (one line per answer wanted) and classify the answers. */
+static enum batch_res flush_send(struct dcluster *c, struct buf *out, struct flush_ctx *f)
+{
+    int rc = exchange(c, out, flush_line, f);
+    buf_release(out);
     if (rc < 0) {
         wire_close(c);
         return BATCH_DOWN;
     }
-    return ok ? BATCH_OK : BATCH_RETRY;
+    return f->failed ? BATCH_RETRY : BATCH_OK;
+}
+
+enum batch_res wire_flush(struct dcluster *c, const struct rec *r)
+{
+    struct buf out;
+    buf_init(&out);
+    struct flush_ctx f = {.c = c, .r = r};
+    bool all = r->n == 0;
+    uint32_t off = 0;
+    struct ritem it;
+    while (!all && rec_next(r, &off, &it)) {
+        if (!ns_sendable(it.ns, it.nns)) {
+            char en[80];
+            log_warn("cluster %s: namespace \"%s\" cannot be sent in flush_ns: flush_all "
+                     "stands in", c->name, log_escape(en, sizeof en, it.ns, it.nns));
+            all = true;
+            break;
+        }
+        if (buf_append_str(&out, "flush_ns ") < 0 || buf_append(&out, it.ns, it.nns) < 0 ||
+            buf_append_str(&out, "\r\n") < 0)
+            goto nomem;
+        f.want++;
+    }
+    if (!all) {
+        enum batch_res res = flush_send(c, &out, &f);
+        if (res != BATCH_OK || f.refused == 0) return res;
+        all = true; /* some namespace was refused */
+    } else if (r->n == 0) {
+        log_warn("cluster %s: a flush of no known namespace: flush_all", c->name);
+    }
+    buf_release(&out);
+    DC_COUNT(c, flush_all_fallbacks, 1);
+    f = (struct flush_ctx){.c = c, .want = 1};
+    if (buf_append_str(&out, "flush_all\r\n") < 0) goto nomem;
+    return flush_send(c, &out, &f);
+nomem:
+    buf_release(&out);
+    return BATCH_RETRY;
 }
 
 static int probe_line(void *vctx, const char *line, size_t n)

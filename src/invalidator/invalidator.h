@@ -82,6 +82,11 @@ struct inv_options {
     X(keys_unusable, COUNTER,                                                                    \
       "keys dropped: longer than 250 bytes, holding a space or control byte, or a value not "   \
       "sent (unchanged TOAST without an old row)")                                               \
+    X(receive_delay_us, COUNTER, "sum over commits of their commit timestamp to their hand-over to " \
+                                 "delivery, microseconds (PostgreSQL's decoding and sending, and " \
+                                 "the reader's; delivery's part is commit_to_delete minus it)")    \
+    X(received_late, COUNTER, "commits handed to delivery more than 50 ms after their commit "  \
+                              "timestamp")                                                       \
     X(reconnects, COUNTER, "replication connections re-established")                             \
     X(cleaned_rows, COUNTER, "consumed invalidation table rows deleted")
 

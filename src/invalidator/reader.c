@@ -152,6 +152,12 @@ static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, u
     } while (i < ks->n);
     if (pend_push(r, end_lsn, ts, ks->max_inv_id) < 0) return -1;
     r->last_handed = end_lsn;
+    if (!idle) { /* where a commit-to-delete tail comes from: before delivery, or in it */
+        int64_t delay = now_us() - ts;
+        if (delay < 0) delay = 0;
+        atomic_fetch_add(&inv->figs.receive_delay_us, (uint64_t)delay);
+        if (delay > 50000) atomic_fetch_add(&inv->figs.received_late, 1);
+    }
     atomic_fetch_add(&inv->figs.transactions, idle ? 0 : 1);
     atomic_fetch_add(&inv->figs.keys, ks->n);
     atomic_fetch_add(&inv->figs.truncates, ks->nflush ? 1 : 0);

@@ -234,6 +234,8 @@ static int eval(const struct tmpl *k, const int *refcol, const struct pgo_tuple 
     return tmpl_eval(k, vals, out, TMPL_KEY_MAX);
 }
 
+static const char *intern(struct rows *r, const char *key, size_t n);
+
 static int table_keys(struct rows *r, const struct rel *rel, const struct pgo_msg *m,
                       struct keyset *ks)
 {
@@ -253,9 +255,12 @@ static int table_keys(struct rows *r, const struct rel *rel, const struct pgo_ms
             else if (res[i] == TMPL_TOO_LONG || res[i] == TMPL_BAD_BYTE)
                 FIG_ADD(r, keys_unusable, 1);
         }
-        if (la >= 0 && keyset_add(ks, a, (size_t)la, ns) < 0) return -1;
+        /* a template that does not fix its namespace: each key's own, so that a flush
+         * replacing a backlog can name it (deliver.h) */
+        if (la >= 0 && keyset_add(ks, a, (size_t)la, ns ? ns : intern(r, a, (size_t)la)) < 0)
+            return -1;
         if (lb >= 0 && !(la == lb && !memcmp(a, b, (size_t)la)) &&
-            keyset_add(ks, b, (size_t)lb, ns) < 0)
+            keyset_add(ks, b, (size_t)lb, ns ? ns : intern(r, b, (size_t)lb)) < 0)
             return -1;
     }
     return 0;

@@ -1,5 +1,5 @@
 /* cmd_text.c — memcached's classic text commands: get family, storage, delete, incr/decr,
- * touch, flush_all, version, verbosity, quit, shutdown, cache_memlimit. Replies and counters
+ * touch, flush_all, flush_ns (shoal's), version, verbosity, quit, shutdown, cache_memlimit. Replies and counters
  * follow memcached 1.6. */
 #include <ctype.h>
 #include <stdint.h>
@@ -323,6 +323,24 @@ static void text_flush(struct conn *c, struct proto_req *req)
     reply_unless_noreply(c, req, "OK\r\n");
 }
 
+/* flush_ns <namespace> [noreply]: the items of one namespace go, as flush_all's do (O(1):
+ * store_flush_ns). Only a namespace the node has counts: keys of a prefix it does not know are
+ * in `default`, and flushing `default` for them would be a surprise, so that is a client
+ * error and the caller decides (shoal-invalidator falls back to flush_all). Errors are
+ * silenced by noreply, as memcached does for its commands. */
+static void text_flush_ns(struct conn *c, struct proto_req *req)
+{
+    const struct ns *ns = ns_find(ns_current(&c->node->ns), req->arg, req->narg);
+    if (ns == NULL) {
+        reply_unless_noreply(c, req, "CLIENT_ERROR unknown namespace\r\n");
+        return;
+    }
+    c->w->m.cmd_flush_ns++;
+    store_flush_ns(c->node->store, ns->id, clock_now());
+    log_info("flush_ns %s", ns->name);
+    reply_unless_noreply(c, req, "OK\r\n");
+}
+
 void cmd_text_run(struct conn *c, struct proto_req *req)
 {
     switch (req->cmd) {
@@ -335,6 +353,7 @@ void cmd_text_run(struct conn *c, struct proto_req *req)
     case CMD_DECR: text_delta(c, req); break;
     case CMD_TOUCH: text_touch(c, req); break;
     case CMD_FLUSH_ALL: text_flush(c, req); break;
+    case CMD_FLUSH_NS: text_flush_ns(c, req); break;
     case CMD_VERSION: conn_reply_str(c, "VERSION " SHOAL_WIRE_VERSION "\r\n"); break;
     case CMD_VERBOSITY:
         log_set_level((int)(req->delta > 2 ? 2 : req->delta));

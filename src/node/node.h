@@ -92,6 +92,7 @@ struct node_config {
     X(cmd_get, COUNTER, "keys requested by get, gets, gat, gats and mg")                          \
     X(cmd_set, COUNTER, "storage requests")                                                      \
     X(cmd_flush, COUNTER, "flush_all requests")                                                  \
+    X(cmd_flush_ns, COUNTER, "flush_ns requests that flushed a namespace")                       \
     X(cmd_touch, COUNTER, "touch and gat requests")                                              \
     X(cmd_meta, COUNTER, "meta protocol requests")                                               \
     X(get_hits, COUNTER, "keys found by a get")                                                  \

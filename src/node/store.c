@@ -82,6 +82,12 @@ struct store {
     uint64_t drop_until;
     uint64_t dropped; /* items removed for it (relaxed atomic) */
 
+    /* Namespace flushes (store_flush_ns), written under flush_lock, read on every lookup: items
+     * of namespace id i with atime < ns_flush_time[i], or == and cas < ns_flush_cas[i], are
+     * dead (flush_all's rule, per namespace; 0 cas: never flushed). */
+    uint32_t ns_flush_time[STORE_NS_MAX];
+    uint64_t ns_flush_cas[STORE_NS_MAX];
+
     /* Stale grace per namespace id, seconds (store_set_grace); read without a lock. */
     uint32_t grace[STORE_NS_MAX];
 
@@ -108,6 +114,12 @@ static inline enum store_miss store_dead(const struct store *st, const struct it
     }
     uint32_t ol = LOAD(&st->oldest_live);
     if (__builtin_expect(ol != 0, 0) && now >= ol && atime <= ol) return STORE_MISS_FLUSHED;
+    uint8_t nsid = LOAD(&it->nsid);
+    uint64_t ncas = __atomic_load_n(&st->ns_flush_cas[nsid], __ATOMIC_ACQUIRE);
+    if (__builtin_expect(ncas != 0, 0)) {
+        uint32_t nt = LOAD(&st->ns_flush_time[nsid]);
+        if (atime < nt || (atime == nt && item_cas(it) < ncas)) return STORE_MISS_FLUSHED;
+    }
     if (__builtin_expect(__atomic_load_n(&st->drop_pending, __ATOMIC_ACQUIRE) != 0, 0)) {
         uint16_t s = slot_of_key(it->data, LOAD(&it->nkey));
         uint64_t dcas = __atomic_load_n(&st->drop_cas[s], __ATOMIC_ACQUIRE);
@@ -600,6 +612,17 @@ void store_flush(struct store *st, uint32_t when, uint32_t now)
     __atomic_store_n(&st->flush_time, ftime, __ATOMIC_RELAXED);
     __atomic_store_n(&st->flush_cas, fcas, __ATOMIC_RELEASE);
     __atomic_store_n(&st->oldest_live, ol, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&st->flush_lock);
+}
+
+void store_flush_ns(struct store *st, uint16_t nsid, uint32_t now)
+{
+    if (nsid >= STORE_NS_MAX) return;
+    pthread_mutex_lock(&st->flush_lock);
+    uint64_t cas = store_next_cas(st); /* above every cas stored so far */
+    /* time before cas: a reader that sees the new cas (acquire) sees its time */
+    __atomic_store_n(&st->ns_flush_time[nsid], now, __ATOMIC_RELAXED);
+    __atomic_store_n(&st->ns_flush_cas[nsid], cas, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&st->flush_lock);
 }
 

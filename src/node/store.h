@@ -256,6 +256,10 @@ uint64_t store_next_cas(struct store *st);
 /* flush_all: with delay 0, every item stored before now is invalid at once; with a delay, items
  * not stored or touched after `when` (store clock) are invalid from `when` on. */
 void store_flush(struct store *st, uint32_t when, uint32_t now);
+/* flush_ns: every item of namespace `nsid` stored before now is invalid at once (O(1): a stamp
+ * compared on every lookup and by the sweeper, which reclaims them; flush_all's rule). Items
+ * stored later in the same second live. */
+void store_flush_ns(struct store *st, uint16_t nsid, uint32_t now);
 
 /* Slot drops (shoal-node --control, node/slots.h): every item whose key is in one of the `n`
  * slots listed (common/slot.h's slot_of_key) and that was stored or touched before now is dead

@@ -223,7 +223,12 @@ enum proto_cmd proto_command(const char *s, size_t n)
         case 'v': return IS("version") ? CMD_VERSION : CMD_NONE;
         }
         return CMD_NONE;
-    case 8: return IS("shutdown") ? CMD_SHUTDOWN : CMD_NONE;
+    case 8:
+        switch (s[0]) {
+        case 's': return IS("shutdown") ? CMD_SHUTDOWN : CMD_NONE;
+        case 'f': return IS("flush_ns") ? CMD_FLUSH_NS : CMD_NONE;
+        }
+        return CMD_NONE;
     case 9:
         switch (s[0]) {
         case 'f': return IS("flush_all") ? CMD_FLUSH_ALL : CMD_NONE;
@@ -373,6 +378,27 @@ static enum proto_status parse_flush_all(struct proto_req *req, const char *p, c
     return PROTO_OK;
 }
 
+/* flush_ns <namespace> [noreply] (shoal's, docs/protocol.md): exactly one name, read as a key
+ * token; whether it names a namespace is the node's to say. A second token other than
+ * "noreply" is a format error rather than ignored (flush_all's leniency): a typo must not turn
+ * a quiet flush into a loud one or the reverse. */
+static enum proto_status parse_flush_ns(struct proto_req *req, const char *p, const char *end,
+                                        const char **errmsg)
+{
+    struct proto_tok t[2];
+    size_t n = proto_split(p, end, t, 2);
+    if (n == 0 || n > 2) return unknown(errmsg);
+    if (n == 2) {
+        if (!is_noreply(&t[1])) return client(errmsg, PROTO_E_BADFMT);
+        req->noreply = true;
+    }
+    if (!proto_key_ok(t[0].p, t[0].n)) return client(errmsg, PROTO_E_BADFMT);
+    req->arg = t[0].p;
+    req->narg = t[0].n;
+    req->has_arg = true;
+    return PROTO_OK;
+}
+
 /* verbosity <level> [noreply] and cache_memlimit <MB> [noreply]: one required number. A bad
  * cache_memlimit number is a plain ERROR in memcached. */
 static enum proto_status parse_one_num(struct proto_req *req, const char *p, const char *end,
@@ -455,6 +481,7 @@ enum proto_status proto_parse(const char *line, size_t len, size_t item_max, str
     case CMD_DECR:
     case CMD_TOUCH: return parse_key_num(req, p, end, errmsg);
     case CMD_FLUSH_ALL: return parse_flush_all(req, p, end, errmsg);
+    case CMD_FLUSH_NS: return parse_flush_ns(req, p, end, errmsg);
     case CMD_VERBOSITY:
     case CMD_CACHE_MEMLIMIT: return parse_one_num(req, p, end, errmsg);
     case CMD_VERSION:

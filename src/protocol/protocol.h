@@ -26,7 +26,9 @@ enum proto_cmd {
     /* storage: a data block of req->nbytes follows the line */
     CMD_SET, CMD_ADD, CMD_REPLACE, CMD_APPEND, CMD_PREPEND, CMD_CAS,
     CMD_DELETE, CMD_INCR, CMD_DECR, CMD_TOUCH,
-    CMD_FLUSH_ALL, CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
+    CMD_FLUSH_ALL,
+    CMD_FLUSH_NS, /* shoal's: flush one namespace; its name in req->arg/narg */
+    CMD_VERSION, CMD_VERBOSITY, CMD_QUIT, CMD_STATS,
     CMD_SHUTDOWN, CMD_CACHE_MEMLIMIT,
     /* memcached's tuning commands: req->arg holds the rest; see proto_tune_reply */
     CMD_SLABS, CMD_LRU, CMD_LRU_CRAWLER, CMD_WATCH,
@@ -95,7 +97,8 @@ struct proto_req {
     bool has_arg;         /* flush_all/verbosity/shutdown/cache_memlimit/delete had an argument */
     const char *keys;     /* retrieval commands: the rest of the line, keys separated by spaces */
     const char *keys_end;
-    const char *arg;      /* stats: argument text (may be NULL); shutdown: its argument text,
+    const char *arg;      /* stats: argument text (may be NULL); flush_ns: the namespace
+                             token (1..250 bytes, unchecked: the node judges it); shutdown: its argument text,
                              unchecked: memcached refuses a disabled shutdown before it looks at
                              the mode, so the node checks "graceful" (else "CLIENT_ERROR invalid
                              shutdown mode"). Both trimmed of surrounding spaces */

@@ -276,6 +276,10 @@ static size_t client_run_line(struct client *c, char *line, size_t len, size_t a
         w->m.cmd_other++;
         route_all(c, &req, line, len);
         break;
+    case CMD_FLUSH_NS:
+        w->m.cmd_other++;
+        route_flush_ns(c, &req, line, len);
+        break;
     case CMD_MN:
         client_local(c, "MN\r\n", 4);
         break;

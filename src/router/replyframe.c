@@ -367,7 +367,7 @@ enum reply_fit reply_check_want(const struct reply_want *w, const char *req, con
     case CMD_STATS: /* stats detail on|off, stats reset */
         ok = line_is(reply, ll, "OK") || line_is(reply, ll, "RESET");
         break;
-    case CMD_FLUSH_ALL: case CMD_VERBOSITY:
+    case CMD_FLUSH_ALL: case CMD_FLUSH_NS: case CMD_VERBOSITY:
         ok = line_is(reply, ll, "OK");
         break;
     default:

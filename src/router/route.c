@@ -413,7 +413,8 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
     struct replica_fanout *fan = NULL; /* a write's replicas' answers, weighed together */
     bool joined = false;
     if (rq == NULL || (rq->frags = calloc(n, sizeof *rq->frags)) == NULL) goto oom;
-    if (req->cmd != CMD_FLUSH_ALL && (fan = replica_fanout_new(n)) == NULL) goto oom;
+    bool flush = req->cmd == CMD_FLUSH_ALL || req->cmd == CMD_FLUSH_NS;
+    if (!flush && (fan = replica_fanout_new(n)) == NULL) goto oom;
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
     for (uint32_t i = 0; i < n; i++) {
@@ -422,7 +423,7 @@ static void route_fanout(struct client *c, const struct proto_req *req, const ch
         rq->frags[rq->nfrags++] = f;
         if (req->key && req->nkey) route_tag(c->w->topo, f, req->key, req->nkey, false);
         if (replica_tag(f, c->w->map[nodes[i]],
-                        req->cmd == CMD_FLUSH_ALL ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
+                        flush ? REPL_FLUSH_ALL : REPL_WRITE, req->key,
                         req->nkey) < 0)
             goto oom;
         if (fan) { /* each part's answer is weighed with the others' */
@@ -462,6 +463,43 @@ void route_all(struct client *c, const struct proto_req *req, const char *line,
     for (uint32_t i = 0; i < w->nmap; i++) nodes[i] = i;
     /* a node that misses it (down, or failing) is flushed when it can be repaired */
     route_fanout(c, req, line, len, NULL, 0, nodes, w->nmap, NULL, 0);
+    free(nodes);
+}
+
+/* flush_ns <name>: to every node of the pools the namespace's keys can be in: its pool (that of
+ * `default` when the topology does not name it, as for its keys), the warm pool that pool fills
+ * from, and the gutter pool. Each node judges the name itself. A node that misses it (down,
+ * failing) is flushed whole when it can be repaired, as for flush_all: the router keeps no
+ * per-namespace repair. */
+void route_flush_ns(struct client *c, const struct proto_req *req, const char *line, size_t len)
+{
+    struct rworker *w = c->w;
+    const struct topo *t = worker_topology_ready(w) ? w->topo : NULL;
+    uint32_t *nodes = t ? malloc(t->nnodes * sizeof *nodes) : NULL;
+    bool *seen = t ? calloc(t->nnodes ? t->nnodes : 1, sizeof *seen) : NULL;
+    if (nodes == NULL || seen == NULL) {
+        free(nodes);
+        free(seen);
+        client_oom(c);
+        return;
+    }
+    char key[PROTO_KEY_MAX + 2]; /* "<name>:" finds the namespace as its keys do */
+    memcpy(key, req->arg, req->narg);
+    key[req->narg] = ':';
+    const struct topo_ns *ns = topo_namespace(t, key, req->narg + 1);
+    int32_t pools[3] = {(int32_t)ns->pool, t->pools[ns->pool].warm_from, t->gutter_pool};
+    uint32_t n = 0;
+    for (int k = 0; k < 3; k++) {
+        if (pools[k] < 0) continue;
+        const struct topo_pool *p = &t->pools[pools[k]];
+        for (uint32_t i = 0; i < p->nnodes; i++) {
+            if (seen[p->nodes[i]]) continue;
+            seen[p->nodes[i]] = true;
+            nodes[n++] = p->nodes[i];
+        }
+    }
+    free(seen);
+    route_fanout(c, req, line, len, NULL, 0, nodes, n, NULL, 0);
     free(nodes);
 }
 

@@ -30,6 +30,9 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
 void route_get(struct client *c, const struct proto_req *req, const char *line, size_t len);
 /* flush_all: to every node of the topology; OK when all say OK. */
 void route_all(struct client *c, const struct proto_req *req, const char *line, size_t len);
+/* flush_ns <name>: to every node of the pools the namespace's keys live in (its own, the warm
+ * pool it fills from, the gutter pool); OK when all say OK, else the first error. */
+void route_flush_ns(struct client *c, const struct proto_req *req, const char *line, size_t len);
 
 /* Is a request line of `nline` bytes (through its \r\n) the router built for a node within
  * --line-max? An edit (a TTL rewritten longer, a hold-off, a bare \n sent as \r\n) can

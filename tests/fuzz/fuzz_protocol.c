@@ -173,6 +173,10 @@ static void check_parse(const char *line, size_t len, size_t item_max)
     case CMD_FLUSH_ALL:
         if (r.has_arg) CHECK(r.delta == (r.exptime > 0 ? (uint64_t)r.exptime : 0));
         break;
+    case CMD_FLUSH_NS:
+        CHECK(r.has_arg && r.arg != NULL && r.narg >= 1 && r.narg <= PROTO_KEY_MAX);
+        CHECK(memchr(r.arg, ' ', r.narg) == NULL);
+        break;
     case CMD_VERBOSITY:
     case CMD_CACHE_MEMLIMIT: CHECK(r.has_arg); break;
     case CMD_SLABS:

@@ -11,6 +11,7 @@ is the one most tests take.
     pg.sql("UPDATE products SET price = 2 WHERE id = 1")
     inv = Invalidator.start(pg, config_dict, tmp_dir)   # waits for /healthz 200
     inv.kill9(); inv = inv.restart()
+    replica = PgServer.start(replica_of=pg)              # a streaming replica (pgreplica.py)
 """
 
 import glob
@@ -60,7 +61,11 @@ class PgServer:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
     @classmethod
-    def start(cls, parent):
+    def start(cls, parent=None, replica_of=None, extra_opts=""):
+        """initdb and start a server; with `replica_of` (a running PgServer), a streaming
+        replica of it instead (pg_basebackup -R: hot standby, following the primary's WAL).
+        `extra_opts` are more `-c name=value` options (e.g. recovery_min_apply_delay on a
+        replica). `parent` is unused: the directory is under /tmp (see below)."""
         bindir = pg_bindir()
         if bindir is None or not os.path.exists(PSQL):
             message = "PostgreSQL not installed: apt-get install postgresql (scripts/deps.sh)"
@@ -74,18 +79,29 @@ class PgServer:
             pw = pwd.getpwnam("postgres")
             os.chown(base, pw.pw_uid, pw.pw_gid)
         os.chmod(base, 0o755)
-        r = _as_postgres([str(bindir / "initdb"), "-D", str(base / "data"), "-U", "postgres",
-                          "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
+        if replica_of is None:
+            # initdb's pg_hba.conf trusts replication connections from 127.0.0.1 too (-A trust)
+            r = _as_postgres([str(bindir / "initdb"), "-D", str(base / "data"), "-U", "postgres",
+                              "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
+            what = "initdb"
+        else:
+            r = _as_postgres([str(bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+                              str(replica_of.port), "-U", "postgres", "-D", str(base / "data"),
+                              "-R", "-X", "stream", "--no-sync"])
+            what = "pg_basebackup"
         if r.returncode != 0:
             shutil.rmtree(base, ignore_errors=True)
-            pytest.fail(f"initdb failed:\n{r.stdout}\n{r.stderr}")
+            pytest.fail(f"{what} failed:\n{r.stdout}\n{r.stderr}")
         for attempt in range(3):
             pg = cls(base, free_port(), bindir)
+            # the same settings on a replica: a hot standby needs max_wal_senders and the
+            # like at least as high as its primary's
             opts = (f"-c wal_level=logical -c port={pg.port} -c listen_addresses=127.0.0.1 "
                     f"-c unix_socket_directories={base} -c fsync=off -c synchronous_commit=off "
                     "-c full_page_writes=off -c logical_decoding_work_mem=64kB "
                     "-c max_wal_senders=10 -c max_replication_slots=10 -c shared_buffers=64MB "
-                    "-c wal_sender_timeout=10s -c max_wal_size=1GB")
+                    "-c wal_sender_timeout=10s -c max_wal_size=1GB -c hot_standby=on "
+                    f"-c wal_receiver_status_interval=1 {extra_opts}")
             pg.opts = opts
             r = pg._pg_ctl("start")
             if r.returncode == 0:
@@ -135,6 +151,48 @@ class PgServer:
     def value(self, text):
         rows = self.sql(text)
         return rows[0][0] if rows else None
+
+    def session(self):
+        """A psql session kept open (PsqlSession): a query costs a round trip, not a process."""
+        return PsqlSession(self.port)
+
+
+class PsqlSession:
+    """One psql process reading queries from a pipe; each query's output is read up to a marker
+    line. For tests that query in a loop (a reader racing writers, a load driver)."""
+
+    MARK = "__shoal_psql_done__"
+
+    def __init__(self, port):
+        self.proc = subprocess.Popen([PSQL, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                                      "-d", "postgres", "-X", "-q", "-A", "-t", "-F", "\t"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+
+    def query(self, text):
+        """Rows of `text` (one statement, no trailing semicolon needed) as lists of strings. An
+        error comes back as a row starting with ERROR: (psql goes on)."""
+        self.proc.stdin.write(text.rstrip().rstrip(";") + ";\n\\echo " + self.MARK + "\n")
+        self.proc.stdin.flush()
+        rows = []
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            if line == self.MARK:
+                return rows
+            if line:
+                rows.append(line.split("\t"))
+        raise AssertionError("psql exited")
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 class Invalidator:

@@ -8,6 +8,7 @@ a shoal-node as its cluster. Keys are set with pipelined quiet `ms` and checked 
 quiet `mg` (a miss answers nothing), so a check of thousands of keys is one round trip.
 """
 
+import json
 import os
 import re
 import socket
@@ -199,17 +200,46 @@ def test_rolled_back_invalidation_deletes_nothing(pg, start_server, start_invali
     assert inv.metrics()["shoal_invalidator_invalidation_rows_total"] == 1
 
 
-def test_truncate_flushes_what_the_table_maps_to(pg, start_server, start_invalidator):
+def ns_node(start_server, tmp_path, *names):
+    """A shoal-node that has the namespaces `names`."""
+    f = tmp_path / "namespaces.json"
+    f.write_text(json.dumps({"namespaces": {n: {} for n in names}}))
+    return start_server("--namespaces", str(f))
+
+
+def test_truncate_flushes_only_the_namespace_the_table_maps_to(pg, start_server,
+                                                               start_invalidator, tmp_path):
     products(pg, "p_trunc", 5)
-    node = start_server()
+    node = ns_node(start_server, tmp_path, "catalog", "users")
     inv = start_invalidator(node, {"public.p_trunc": {"keys": ["catalog:product:{id}"]}})
-    set_keys(node, [f"catalog:product:{i}" for i in range(1, 6)])
+    keys = [f"catalog:product:{i}" for i in range(1, 6)]
+    others = ["users:1", "users:2", "plain"]
+    set_keys(node, keys + others)
     pg.sql("TRUNCATE p_trunc")
-    wait_until(lambda: present(node, [f"catalog:product:{i}" for i in range(1, 6)]) == [],
+    wait_until(lambda: present(node, keys) == [],
                timeout=2, interval=0.01, message="the truncated table's keys to go")
+    assert sorted(present(node, others)) == sorted(others), "a flush_all, not a namespace flush"
     # counted once delivery returns, a moment after the flush itself
     wait_until(lambda: inv.metrics()["shoal_invalidator_truncates_total"] == 1, timeout=2,
                message="the truncate to be counted")
+    m = inv.metrics()
+    assert m['shoal_invalidator_cluster_flushes_total{cluster="local"}'] == 1
+    assert m['shoal_invalidator_cluster_flush_all_fallbacks_total{cluster="local"}'] == 0
+
+
+def test_truncate_of_a_namespace_the_cluster_lacks_falls_back_to_flush_all(
+        pg, start_server, start_invalidator):
+    products(pg, "p_trunc_all", 3)
+    node = start_server()  # no namespace "catalog": its keys are in default there
+    inv = start_invalidator(node, {"public.p_trunc_all": {"keys": ["catalog:product:{id}"]}})
+    keys = [f"catalog:product:{i}" for i in range(1, 4)] + ["users:1"]
+    set_keys(node, keys)
+    pg.sql("TRUNCATE p_trunc_all")
+    wait_until(lambda: present(node, keys) == [], timeout=2, interval=0.01,
+               message="flush_all to empty the node")
+    wait_until(lambda: inv.metrics().get(
+        'shoal_invalidator_cluster_flush_all_fallbacks_total{cluster="local"}') == 1,
+        timeout=2, message="the fallback to be counted")
 
 
 def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_invalidator):
@@ -340,7 +370,10 @@ def test_metrics_report_the_confirmed_lsn_postgresql_holds(pg, start_server, sta
     node = start_server()
     inv = start_invalidator(node, {"public.p_metrics": {"keys": ["catalog:product:{id}"]}})
     pg.sql("UPDATE p_metrics SET price = 1")
-    after = int(pg.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+    # the insert position, past the commit record: with synchronous_commit off (the harness)
+    # the write position pg_current_wal_lsn() may still be before it, and a keepalive's
+    # position could then pass it before the commit is even sent
+    after = int(pg.value("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"))
 
     def confirmed():
         lsn = pg.value(f"SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE "
@@ -376,3 +409,93 @@ def test_bad_config_names_the_field(tmp_path):
                         str(path)], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2
     assert "tables.public.t.keys[0]" in r.stderr and "not closed" in r.stderr
+
+
+def test_replica_served_cluster_never_keeps_an_old_row(start_server, tmp_path, request):
+    """Point 6's race: readers fill the cache from a PostgreSQL replica that lags on purpose
+    (recovery_min_apply_delay) while updates commit on the primary. Cache-aside as shoal's
+    readers do it: `mg v c N30` on a miss wins a lease (W), the winner SELECTs the row on the
+    replica and fills with `ms ... C<cas>` (a delete in between voids the fill). Since the
+    cluster is marked as served by that replica, its deletes wait until the replica has replayed
+    the commit: a reader that misses after a delete reads the new row. So once the replica has
+    caught up, every cached value is the primary's latest within delivery's and a reader pass's
+    time, and stays so. (Without the gate a reader refills the old row from the lagging replica
+    right after the delete, and it stays cached.)"""
+    from pgreplica import PgReplicaPair
+    nrows, nupdates = 5, 150
+    with PgReplicaPair(replica_opts="-c recovery_min_apply_delay=200ms") as pair:
+        pair.primary("CREATE TABLE race (id int PRIMARY KEY, v int NOT NULL)")
+        pair.primary(f"INSERT INTO race SELECT g, 0 FROM generate_series(1, {nrows}) g")
+        wait_until(lambda: pair.replica("SELECT count(*) FROM pg_class WHERE relname = 'race'")
+                   == "1" and pair.replica("SELECT count(*) FROM race") == str(nrows),
+                   timeout=10, message="the rows on the replica")
+        node = start_server()
+        config = {"clusters": {"region": {"routers": [f"127.0.0.1:{node.port}"],
+                                          "replica": pair.conninfo(pair.rport)}},
+                  "tables": {"public.race": {"keys": ["race:{id}"]}}}
+        inv = Invalidator.start(pair.p, config, tmp_path, "--slot", "s_race", "--publication",
+                                "p_race", "--status-interval-ms", "100")
+        inv.args = [str(invalidator_binary())]
+        _register(request.node, inv)
+        stop = threading.Event()
+        passes = [0, 0]
+        errors = []
+
+        def reader(idx):
+            try:
+                db = pair.r.session()
+                with McRaw("127.0.0.1", node.port) as mc:
+                    while not stop.is_set():
+                        for i in range(1, nrows + 1):
+                            got = mc.meta(f"mg race:{i} v c N30")
+                            if "W" not in got:
+                                continue  # a hit, or someone else is filling
+                            rows = db.query(f"SELECT v FROM race WHERE id = {i}")
+                            value = rows[0][0].encode()
+                            # HD, or NF/EX when a delete voided the lease meanwhile
+                            mc.meta(f"ms race:{i} {len(value)} C{got.cas}", value)
+                        passes[idx] += 1
+                db.close()
+            except Exception as e:  # reported by the test, not lost in the thread
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            db = pair.p.session()
+            for n in range(1, nupdates + 1):
+                db.query(f"UPDATE race SET v = {n} WHERE id = {n % nrows + 1}")
+                time.sleep(0.005)
+            db.close()
+            latest = {int(i): v for i, v in (r.split("|") for r in
+                      pair.primary("SELECT id, v FROM race ORDER BY id").splitlines())}
+
+            def cached():
+                with McRaw("127.0.0.1", node.port) as mc:
+                    out = {}
+                    for i in range(1, nrows + 1):
+                        got = mc.meta(f"mg race:{i} v")
+                        out[i] = got.value.decode() if got.code == "VA" else None
+                    return out
+
+            wait_until(lambda: pair.replica("SELECT string_agg(v::text, ',' ORDER BY id) "
+                                            "FROM race") ==
+                       ",".join(latest[i] for i in range(1, nrows + 1)),
+                       timeout=15, message="the replica to catch up")
+            # delivery (replica poll, batch) plus a reader pass, with scheduling slack
+            wait_until(lambda: cached() == latest, timeout=5, interval=0.02,
+                       message=f"the cache to hold the latest rows {latest} (has {cached()}, "
+                               f"readers' errors {errors})")
+            seen = list(passes)
+            wait_until(lambda: all(p >= s + 3 for p, s in zip(passes, seen)), timeout=10,
+                       message="three more reader passes")
+            assert cached() == latest, "an old row was cached again after the latest"
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        assert not errors, errors
+        assert inv.metrics()['shoal_invalidator_cluster_replica_up{cluster="region"}'] == 1
+        assert inv.stop() is None
+        pair.primary("SELECT pg_drop_replication_slot('s_race')")

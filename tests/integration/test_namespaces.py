@@ -243,3 +243,54 @@ def test_new_namespaces_default_to_s3fifo(node):
     """s3fifo is the default policy: it has the lowest miss ratio in scripts/bench-hitratio.sh."""
     assert json.loads(http(node.admin, "PUT", "/v1/namespaces/plain", {})[1])["eviction"] == "s3fifo"
     assert json.loads(http(node.admin, "GET", "/v1/namespaces/default")[1])["eviction"] == "s3fifo"
+
+
+# --- flush_ns <namespace> [noreply] on the data port ---------------------------------------------
+
+def test_flush_ns_drops_only_that_namespaces_keys(node):
+    for name in ("catalog", "users"):
+        assert http(node.admin, "PUT", f"/v1/namespaces/{name}", {})[0] == 201
+    r = node.raw()
+    keys = [f"catalog:{i}" for i in range(50)]
+    others = [f"users:{i}" for i in range(50)] + ["plain", "unknownprefix:1"]
+    for k in keys + others:
+        assert r.store("set", k, "v") == "STORED"
+    assert r.cmd("flush_ns catalog") == "OK"
+    assert r.get(*keys) == []
+    assert sorted(k for k, *_ in r.get(*others)) == sorted(others)
+    # a key stored after the flush, in the same second, lives
+    assert r.store("set", "catalog:new", "v") == "STORED"
+    assert [k for k, *_ in r.get("catalog:new")] == ["catalog:new"]
+
+
+def test_flush_ns_noreply_flushes_and_answers_nothing(node):
+    assert http(node.admin, "PUT", "/v1/namespaces/catalog", {})[0] == 201
+    r = node.raw()
+    assert r.store("set", "catalog:1", "v") == "STORED"
+    assert r.store("set", "other:1", "v") == "STORED"
+    r.send(b"flush_ns catalog noreply\r\nflush_ns nosuch noreply\r\nget catalog:1 other:1\r\n")
+    assert [k for k, *_ in r.read_get_reply()] == ["other:1"]
+
+
+def test_flush_ns_default_flushes_keys_of_no_namespace(node):
+    assert http(node.admin, "PUT", "/v1/namespaces/catalog", {})[0] == 201
+    r = node.raw()
+    for k in ("plain", "nosuch:1", "catalog:1"):
+        assert r.store("set", k, "v") == "STORED"
+    assert r.cmd("flush_ns default") == "OK"
+    assert [k for k, *_ in r.get("plain", "nosuch:1", "catalog:1")] == ["catalog:1"]
+
+
+@pytest.mark.parametrize("line, reply", [
+    ("flush_ns nosuch", "CLIENT_ERROR unknown namespace"),
+    ("flush_ns bad/name", "CLIENT_ERROR unknown namespace"),
+    ("flush_ns catalog extra", "CLIENT_ERROR bad command line format"),
+    ("flush_ns", "ERROR"),
+    ("flush_ns a b c", "ERROR"),
+])
+def test_flush_ns_bad_requests_are_errors_and_flush_nothing(node, line, reply):
+    assert http(node.admin, "PUT", "/v1/namespaces/catalog", {})[0] == 201
+    r = node.raw()
+    assert r.store("set", "catalog:1", "v") == "STORED"
+    assert r.cmd(line) == reply
+    assert [k for k, *_ in r.get("catalog:1")] == ["catalog:1"]

@@ -3,6 +3,7 @@ split and merged in order, text and meta commands (noreply, q, O, leases) pass t
 node's semantics, replies keep request order under pipelining, and pymemcache works unchanged.
 Skipped when SHOAL_TEST_SERVER=memcached (the nodes must be shoal-nodes)."""
 
+import json
 import re
 import socket
 import subprocess
@@ -162,6 +163,58 @@ def test_flush_all_reaches_every_node(cluster):
     assert r.get(*keys) == []
     for n in cluster.nodes:
         assert all(not node_has(n, k) for k in keys)
+
+
+def ns_nodes(start_server, tmp_path, n, names=("catalog", "users")):
+    """n shoal-nodes that each have the namespaces `names`."""
+    f = tmp_path / "ns.json"
+    f.write_text(json.dumps({"namespaces": {k: {} for k in names}}))
+    return [start_server("--namespaces", str(f)) for _ in range(n)]
+
+
+def two_pool_router(start_router, nodes):
+    """catalog on pool a (nodes 0, 1), users and default on pool b (node 2)."""
+    doc = {"version": 1,
+           "pools": {"a": {"nodes": [f"127.0.0.1:{n.port}" for n in nodes[:2]]},
+                     "b": {"nodes": [f"127.0.0.1:{nodes[2].port}"]}},
+           "namespaces": {"default": {"pool": "b"}, "catalog": {"pool": "a"},
+                          "users": {"pool": "b"}}}
+    return start_router(doc)[0]
+
+
+def test_flush_ns_reaches_every_node_of_the_namespaces_pool_only(start_server, start_router,
+                                                                  tmp_path):
+    nodes = ns_nodes(start_server, tmp_path, 3)
+    router = two_pool_router(start_router, nodes)
+    r = router.raw()
+    keys = [f"catalog:{i}" for i in range(40)]
+    others = [f"users:{i}" for i in range(20)]
+    for k in keys + others:
+        assert r.store("set", k, "v") == "STORED"
+    assert {i for i in (0, 1) for k in keys if node_has(nodes[i], k)} == {0, 1}, \
+        "the namespace's keys are spread over both nodes of its pool"
+    # a users key stored on pool a's nodes directly: flush_ns users must not reach them
+    with McRaw(nodes[0].host, nodes[0].port) as c:
+        assert c.store("set", "users:direct", "v") == "STORED"
+    assert r.cmd("flush_ns catalog") == "OK"
+    assert r.get(*keys) == []
+    assert all(not node_has(n, k) for n in nodes[:2] for k in keys)
+    assert sorted(k for k, *_ in r.get(*others)) == sorted(others)
+    assert r.cmd("flush_ns users") == "OK"
+    assert r.get(*others) == []
+    assert node_has(nodes[0], "users:direct"), "flush_ns users went to a node outside its pool"
+
+
+def test_flush_ns_through_the_router_noreply_and_errors(start_server, start_router, tmp_path):
+    nodes = ns_nodes(start_server, tmp_path, 3)
+    router = two_pool_router(start_router, nodes)
+    r = router.raw()
+    assert r.store("set", "catalog:1", "v") == "STORED"
+    assert r.cmd("flush_ns nosuch") == "CLIENT_ERROR unknown namespace"
+    assert r.cmd("flush_ns catalog extra") == "CLIENT_ERROR bad command line format"
+    assert [k for k, *_ in r.get("catalog:1")] == ["catalog:1"]
+    r.send(b"flush_ns catalog noreply\r\nget catalog:1\r\n")
+    assert r.read_get_reply() == []
 
 
 def test_protocol_errors_are_answered_by_the_router(cluster):

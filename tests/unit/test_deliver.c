@@ -39,14 +39,15 @@ struct fake {
     int running;
     volatile int stop;
     pthread_mutex_t lock;
-    char *log[FK_MAX]; /* deleted keys in order; "<flush_all>" for a flush */
+    char *log[FK_MAX]; /* deleted keys in order; "<flush_all>", "<flush_ns NAME>" for flushes */
     size_t loglen[FK_MAX];
     int n;
     char refuse[64];   /* answered CLIENT_ERROR */
     char flaky[64];    /* answered SERVER_ERROR while flaky_left > 0 */
     int flaky_left;
     int mds;           /* md requests seen (all) */
-    int flush_fail;    /* flush_all answered SERVER_ERROR this many more times */
+    int flush_fail;    /* flush_all or flush_ns answered SERVER_ERROR this many more times */
+    char no_ns[64];    /* flush_ns of this name answered CLIENT_ERROR unknown namespace */
 };
 
 static void fk_log(struct fake *f, const char *k, size_t n)
@@ -73,6 +74,18 @@ static void fk_line(struct fake *f, int fd, char *line, size_t n)
         pthread_mutex_unlock(&f->lock);
         if (!fail) fk_log(f, "<flush_all>", 11);
         reply = fail ? "SERVER_ERROR shoal-router: node 127.0.0.1:1 is down\r\n" : "OK\r\n";
+    } else if (n > 9 && !memcmp(line, "flush_ns ", 9)) {
+        char name[300];
+        snprintf(name, sizeof name, "<flush_ns %.*s>", (int)(n - 9), line + 9);
+        pthread_mutex_lock(&f->lock);
+        bool unknown = strlen(f->no_ns) == n - 9 && !memcmp(f->no_ns, line + 9, n - 9);
+        bool fail = !unknown && f->flush_fail > 0;
+        if (fail) f->flush_fail--;
+        pthread_mutex_unlock(&f->lock);
+        if (!fail && !unknown) fk_log(f, name, strlen(name));
+        reply = unknown ? "CLIENT_ERROR unknown namespace\r\n"
+                : fail  ? "SERVER_ERROR shoal-router: node 127.0.0.1:1 is down\r\n"
+                        : "OK\r\n";
     } else if (n > 3 && !memcmp(line, "md ", 3)) {
         line[n] = 0;
         char *save, *tok = strtok_r(line + 3, " ", &save), *fl;
@@ -542,8 +555,10 @@ static void test_backlog_past_spill_bound_becomes_a_flush(void **state)
     struct want_n w = {&f, 1};
     assert_true(wait_for(has_n, &w, 5000));
     usleep(200000);
-    /* a flush_all first, then at most the deletes spilled after the last replacement */
-    assert_string_equal(f.log[0], "<flush_all>");
+    /* a flush of the keys' namespace first, then at most the deletes spilled after the last
+     * replacement */
+    assert_string_equal(f.log[0], "<flush_ns ns>");
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_flush_all_fallbacks_total{cluster=\"east\"} "), 0);
     int n = fk_count(&f);
     assert_true(n < 100);
     for (int i = 1; i < n; i++) {
@@ -814,7 +829,7 @@ static void test_truncate_flush_in_order(void **state)
     commit_range(d, "k", 3, 5);
     WAIT_KEYS(&f, 6);
     assert_string_equal(f.log[2], "k2");
-    assert_string_equal(f.log[3], "<flush_all>");
+    assert_string_equal(f.log[3], "<flush_ns catalog>");
     assert_string_equal(f.log[4], "k3");
     WAIT_SAFE(d, 500);
     deliver_destroy(d);
@@ -839,9 +854,39 @@ static void test_failed_flush_is_sent_again_before_later_deletes(void **state)
     WAIT_SAFE(d, 400);
     assert_int_equal(f.flush_fail, 0);
     assert_int_equal(fk_count(&f), 5);
-    assert_string_equal(f.log[2], "<flush_all>");
+    assert_string_equal(f.log[2], "<flush_ns catalog>");
     assert_string_equal(f.log[3], "k2");
     assert_int_equal(metric(d, "shoal_invalidator_cluster_flushes_total{cluster=\"east\"} "), 1);
+    deliver_destroy(d);
+    fk_free(&f);
+    setup_done(&s);
+}
+
+/* A namespace the cluster does not have (its keys are in `default` there), or a flush naming
+ * none: flush_all stands in, counted. */
+static void test_unknown_namespace_flush_falls_back_to_flush_all(void **state)
+{
+    struct fake f;
+    memset(&f, 0, sizeof f);
+    fk_start(&f, 0);
+    pthread_mutex_lock(&f.lock);
+    strcpy(f.no_ns, "ghost");
+    pthread_mutex_unlock(&f.lock);
+    struct setup s;
+    setup_init(&s, 1);
+    setup_ports(&s, 0, f.port, 0);
+    struct deliver *d = make(&s);
+    const char *ns[] = {"catalog", "ghost"};
+    assert_int_equal(deliver_flush(d, 150, deliver_now_us(), ns, 2), 0);
+    assert_int_equal(deliver_flush(d, 250, deliver_now_us(), NULL, 0), 0);
+    commit_range(d, "k", 2, 3);
+    WAIT_KEYS(&f, 4);
+    assert_string_equal(f.log[0], "<flush_ns catalog>");
+    assert_string_equal(f.log[1], "<flush_all>");
+    assert_string_equal(f.log[2], "<flush_all>");
+    assert_string_equal(f.log[3], "k2");
+    WAIT_SAFE(d, 300);
+    assert_int_equal(metric(d, "shoal_invalidator_cluster_flush_all_fallbacks_total{cluster=\"east\"} "), 2);
     deliver_destroy(d);
     fk_free(&f);
     setup_done(&s);
@@ -898,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_truncate_flush_in_order),
         cmocka_unit_test(test_replay_while_committing),
         cmocka_unit_test(test_failed_flush_is_sent_again_before_later_deletes),
+        cmocka_unit_test(test_unknown_namespace_flush_falls_back_to_flush_all),
         cmocka_unit_test(test_bad_configs_refused),
         cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
     };

@@ -738,6 +738,25 @@ static void test_incr_decr_touch(void **state)
     assert_false(req.noreply);
 }
 
+/* flush_ns <namespace> [noreply]: one name token, noreply only as a second token. */
+static void test_flush_ns(void **state)
+{
+    (void)state;
+    OK("flush_ns catalog");
+    assert_int_equal(req.cmd, CMD_FLUSH_NS);
+    assert_true(req.has_arg);
+    assert_int_equal(req.narg, 7);
+    assert_memory_equal(req.arg, "catalog", 7);
+    assert_false(req.noreply);
+    OK("flush_ns catalog noreply");
+    assert_true(req.noreply);
+    assert_int_equal(req.narg, 7);
+    assert_int_equal(parse("flush_ns"), PROTO_ERR_UNKNOWN);
+    assert_int_equal(parse("flush_ns a b c"), PROTO_ERR_UNKNOWN);
+    assert_int_equal(parse("flush_ns a b"), PROTO_ERR_CLIENT);
+    assert_false(req.noreply);
+}
+
 static void test_flush_verbosity_memlimit(void **state)
 {
     OK("flush_all");
@@ -1288,6 +1307,7 @@ int main(void)
         cmocka_unit_test(test_delete),
         cmocka_unit_test(test_incr_decr_touch),
         cmocka_unit_test(test_flush_verbosity_memlimit),
+        cmocka_unit_test(test_flush_ns),
         cmocka_unit_test(test_misc_commands),
         cmocka_unit_test(test_unknown),
         cmocka_unit_test(test_meta_basic),
