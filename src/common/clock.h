@@ -18,6 +18,15 @@ void clock_setup(void);
 uint32_t clock_now(void);
 /* A monotonic clock in milliseconds, coarse (a few ms) and cheap: for timeouts and pacing. */
 uint64_t clock_now_ms(void);
+/* A precise monotonic clock in milliseconds (one clock_gettime): for timeouts and pacing off
+ * the request path, where clock_now_ms's coarseness would show. */
+uint64_t clock_mono_ms(void);
+/* Unix time in microseconds (the wall clock, which can step): for timestamps compared with
+ * another process's, such as a database commit's. */
+int64_t clock_wall_us(void);
+/* The CLOCK_MONOTONIC time `ms` from now: the deadline of a pthread_cond_timedwait on a
+ * condition made by clock_cond_init_monotonic. */
+struct timespec clock_deadline(uint64_t ms);
 /* pthread_cond_init with CLOCK_MONOTONIC as the clock of pthread_cond_timedwait's deadline,
  * so a wall-clock step neither stalls nor rushes a timed wait: deadlines are then
  * clock_gettime(CLOCK_MONOTONIC) + the wait. 0, or pthread_cond_init's error. */

@@ -36,11 +36,7 @@
 
 static void cv_wait_ms(struct dcluster *c, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    struct timespec ts = clock_deadline(ms);
     pthread_mutex_lock(&c->lock);
     while (!c->wake && !__atomic_load_n(&c->d->stop, __ATOMIC_ACQUIRE))
         if (pthread_cond_timedwait(&c->cv, &c->lock, &ts) == ETIMEDOUT) break;
@@ -316,7 +312,7 @@ static void batch_build(struct dcluster *c, struct batch *b)
 /* The batch went: pop what it finished, count, move the safe LSN. */
 static void batch_done(struct dcluster *c, struct batch *b)
 {
-    int64_t now = deliver_now_us();
+    int64_t now = clock_wall_us();
     uint64_t commits = 0, flushes = 0, safe = 0;
     for (size_t i = 0; i < b->nfull; i++) {
         struct rec *r = backlog_pop(c, b->refs[i]);
@@ -356,7 +352,7 @@ static void backoff(struct dcluster *c)
     c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : 20;
     uint64_t cap = c->d->cfg.timeout_ms < BACKOFF_MAX_MS ? c->d->cfg.timeout_ms : BACKOFF_MAX_MS;
     if (c->backoff_ms > cap) c->backoff_ms = cap;
-    c->retry_at_ms = deliver_mono_ms() + c->backoff_ms;
+    c->retry_at_ms = clock_mono_ms() + c->backoff_ms;
 }
 
 /* Keys a cluster answered with an error other than CLIENT_ERROR (a router's node down or timed
@@ -379,7 +375,7 @@ static int retry_later(struct dcluster *c, struct batch *b, size_t failed)
     int rc = spill_append(&c->retry, &r, 1);
     if (rc == 0) {
         DC_COUNT(c, retried_keys, failed);
-        if (!c->retry_next_ms) c->retry_next_ms = deliver_mono_ms() + 20;
+        if (!c->retry_next_ms) c->retry_next_ms = clock_mono_ms() + 20;
         if (c->spill.end + c->retry.end > c->d->cfg.spill_max_bytes) replace_by_flush(c, r);
     } else {
         DC_COUNT(c, spill_errors, 1);
@@ -395,7 +391,7 @@ static int retry_later(struct dcluster *c, struct batch *b, size_t failed)
 static void retry_round(struct dcluster *c)
 {
     struct spill *r = &c->retry;
-    if (!r->end || deliver_mono_ms() < c->retry_next_ms || c->fd < 0) return;
+    if (!r->end || clock_mono_ms() < c->retry_next_ms || c->fd < 0) return;
     size_t max = c->d->cfg.batch_max, nsurv = 0, capsurv = 0;
     struct bkey *keys = calloc(max, sizeof *keys);
     struct rec **surv = NULL;
@@ -452,7 +448,7 @@ static void retry_round(struct dcluster *c)
     if (progress) c->retry_backoff_ms = 0;
     else c->retry_backoff_ms = c->retry_backoff_ms ? c->retry_backoff_ms * 2 : 20;
     if (c->retry_backoff_ms > BACKOFF_MAX_MS) c->retry_backoff_ms = BACKOFF_MAX_MS;
-    c->retry_next_ms = r->end ? deliver_mono_ms() + (c->retry_backoff_ms ? c->retry_backoff_ms : 20) : 0;
+    c->retry_next_ms = r->end ? clock_mono_ms() + (c->retry_backoff_ms ? c->retry_backoff_ms : 20) : 0;
     publish(c);
 }
 
@@ -460,7 +456,7 @@ static void retry_round(struct dcluster *c)
 static int ensure_conn(struct dcluster *c)
 {
     if (c->fd >= 0) return 0;
-    if (deliver_mono_ms() < c->retry_at_ms) return -1;
+    if (clock_mono_ms() < c->retry_at_ms) return -1;
     if (wire_connect(c) == 0) {
         c->backoff_ms = 0;
         return 0;
@@ -479,7 +475,7 @@ static void *cluster_main(void *arg)
     /* a batch spans at most one record per key, plus records without keys: bounded by the
      * loop in batch_build, which stops at batch_max keys or REFS_MAX records */
     b.refs = calloc(REFS_MAX, sizeof *b.refs);
-    uint64_t last_io = deliver_mono_ms();
+    uint64_t last_io = clock_mono_ms();
     while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
         publish(c);
         maybe_spill(c);
@@ -499,7 +495,7 @@ static void *cluster_main(void *arg)
         pthread_mutex_unlock(&c->lock);
         if (!b.nfull && !b.nkeys) {
             /* nothing to send: keep the connection known to work, so up/healthy say the truth */
-            uint64_t now = deliver_mono_ms();
+            uint64_t now = clock_mono_ms();
             if (c->fd < 0) {
                 if (ensure_conn(c) == 0) { /* a cluster with nothing to send is known up too */
                     set_answering(c, wire_probe(c) == BATCH_OK);
@@ -527,12 +523,12 @@ static void *cluster_main(void *arg)
         }
         if (ensure_conn(c) < 0) {
             publish(c);
-            uint64_t now = deliver_mono_ms();
+            uint64_t now = clock_mono_ms();
             cv_wait_ms(c, c->retry_at_ms > now ? c->retry_at_ms - now : 1);
             continue;
         }
         enum batch_res res = b.flush ? wire_flush(c, b.flush) : wire_delete(c, b.keys, b.nkeys);
-        last_io = deliver_mono_ms();
+        last_io = clock_mono_ms();
         set_answering(c, res != BATCH_DOWN);
         if (res == BATCH_OK) {
             if (b.flush) log_notice("cluster %s: flush applied", c->name);
@@ -847,7 +843,7 @@ static struct rec *commit_rec(struct deliver *d, uint8_t kind, uint64_t end_lsn,
     r->lsn = end_lsn;
     r->last = !more;
     r->commit_us = commit_us;
-    r->queued_us = deliver_now_us();
+    r->queued_us = clock_wall_us();
     pthread_mutex_lock(&d->lock);
     if (!more && end_lsn > d->last_complete) d->last_complete = end_lsn;
     r->safe_after = d->last_complete;
@@ -920,7 +916,7 @@ long deliver_replay(struct deliver *d, const char *cluster, const uint16_t *slot
         want[slots[i] / 8] |= (uint8_t)(1u << (slots[i] % 8));
     }
     if (!since_s || since_s > d->cfg.replay_window_s) since_s = d->cfg.replay_window_s;
-    int64_t now = deliver_now_us(), cutoff = now - (int64_t)since_s * 1000000;
+    int64_t now = clock_wall_us(), cutoff = now - (int64_t)since_s * 1000000;
     pthread_mutex_lock(&d->lock);
     replay_expire(d, now);
     size_t first = d->replay.n, nkeys = 0, ndata = 0;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h"
+
 #include "invalidator/deliver.h"
 
 enum rec_kind { REC_KEYS = 1, REC_FLUSH = 2 };
@@ -276,8 +278,6 @@ int replica_start(struct dcluster *c);
 void replica_stop(struct dcluster *c);
 
 /* ---- helpers ---- */
-int64_t deliver_now_us(void);  /* unix time, µs */
-uint64_t deliver_mono_ms(void);
 /* Thread-side bump of a counter under the cluster's lock. */
 void dc_count(struct dcluster *c, size_t offset, uint64_t n);
 #define DC_COUNT(c, field, n) dc_count((c), offsetof(struct deliver_cstats, field), (n))

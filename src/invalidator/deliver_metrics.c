@@ -123,7 +123,7 @@ void deliver_metrics(struct deliver *d, struct buf *out)
                        (unsigned long long)*(const uint64_t *)((const char *)&st[i] + m->offset));
         }
     }
-    int64_t now_s = deliver_now_us() / 1000000;
+    int64_t now_s = clock_wall_us() / 1000000;
     buf_printf(out, "# HELP %sdeletes_per_second deletes applied per second over the last %d "
                     "seconds\n# TYPE %sdeletes_per_second gauge\n", pre, RATE_WINDOW, pre);
     for (size_t i = 0; i < n; i++) {

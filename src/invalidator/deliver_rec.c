@@ -97,20 +97,6 @@ void recq_free(struct recq *q)
     memset(q, 0, sizeof *q);
 }
 
-int64_t deliver_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-uint64_t deliver_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void dc_count(struct dcluster *c, size_t offset, uint64_t n)
 {
     pthread_mutex_lock(&c->lock);

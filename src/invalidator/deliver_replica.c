@@ -35,11 +35,7 @@ static bool stopping(struct dcluster *c) { return __atomic_load_n(&c->d->stop, _
 /* Wait up to ms, or until the cluster's thread asks for an LSN beyond what was seen. */
 static void rwait(struct dcluster *c, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    struct timespec ts = clock_deadline(ms);
     pthread_mutex_lock(&c->lock);
     while (!stopping(c) && __atomic_load_n(&c->gate_want, __ATOMIC_ACQUIRE) <=
                                __atomic_load_n(&c->replica_lsn, __ATOMIC_ACQUIRE))
@@ -64,7 +60,7 @@ static int ask(PGconn *pg, uint64_t *lsn, int *recovering, char *why, size_t why
         return -1;
     }
     PGresult *res = NULL, *r;
-    uint64_t deadline = deliver_mono_ms() + QUERY_TIMEOUT_MS;
+    uint64_t deadline = clock_mono_ms() + QUERY_TIMEOUT_MS;
     for (;;) {
         while (!PQisBusy(pg)) {
             r = PQgetResult(pg);
@@ -72,7 +68,7 @@ static int ask(PGconn *pg, uint64_t *lsn, int *recovering, char *why, size_t why
             if (res) PQclear(res);
             res = r;
         }
-        uint64_t now = deliver_mono_ms();
+        uint64_t now = clock_mono_ms();
         if (now >= deadline) {
             snprintf(why, whylen, "no answer within %d ms", QUERY_TIMEOUT_MS);
             if (res) PQclear(res);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "invalidator/deliver.h"
 #include "invalidator/invalidator.h"
@@ -58,20 +59,6 @@ struct reader {
     size_t npend, pend_head, pend_cap;
     struct deliver_key *hand;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void streams_clear(struct reader *r)
 {
@@ -153,7 +140,7 @@ static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, u
     if (pend_push(r, end_lsn, ts, ks->max_inv_id) < 0) return -1;
     r->last_handed = end_lsn;
     if (!idle) { /* where a commit-to-delete tail comes from: before delivery, or in it */
-        int64_t delay = now_us() - ts;
+        int64_t delay = clock_wall_us() - ts;
         if (delay < 0) delay = 0;
         atomic_fetch_add(&inv->figs.receive_delay_us, (uint64_t)delay);
         if (delay > 50000) atomic_fetch_add(&inv->figs.received_late, 1);
@@ -178,18 +165,18 @@ static int send_status(struct reader *r, int force)
     }
     if (r->npend == 0) r->pend_head = 0;
     atomic_store(&inv->cleanup_upto, upto);
-    int64_t lag = r->npend ? now_us() - r->pend[r->pend_head].commit_us : 0;
+    int64_t lag = r->npend ? clock_wall_us() - r->pend[r->pend_head].commit_us : 0;
     atomic_store(&inv->figs.lag_seconds, lag > 0 ? (uint64_t)(lag / 1000000) : 0);
     uint64_t conf = safe > r->last_sent ? safe : r->last_sent;
     atomic_store(&inv->figs.confirmed_lsn, conf);
     atomic_store(&inv->figs.lag_bytes, r->server_end > conf ? r->server_end - conf : 0);
-    int64_t now = mono_ms();
+    int64_t now = (int64_t)clock_mono_ms();
     if (!force && safe <= r->last_sent &&
         now - r->last_status_ms < (int64_t)inv->opt.status_interval_ms)
         return 0;
     uint8_t msg[34];
     uint64_t written = r->received > safe ? r->received : safe;
-    size_t n = pgo_status_update(msg, written, safe, safe, now_us() - PGO_EPOCH_OFFSET_US, 0);
+    size_t n = pgo_status_update(msg, written, safe, safe, clock_wall_us() - PGO_EPOCH_OFFSET_US, 0);
     if (PQputCopyData(r->conn, (const char *)msg, (int)n) != 1 || PQflush(r->conn) < 0) return -1;
     if (safe > r->last_sent) r->last_sent = safe;
     r->last_status_ms = now;
@@ -266,12 +253,12 @@ static int on_frame(struct reader *r, const uint8_t *p, size_t n)
         atomic_store(&r->inv->figs.received_lsn, r->received);
         return on_message(r, f.data, f.ndata);
     }
-    int64_t now = mono_ms();
+    int64_t now = (int64_t)clock_mono_ms();
     if (!r->in_txn && r->streams == NULL && f.wal_end > r->last_handed &&
         (f.reply_requested || now - r->last_idle_ms >= 1000)) {
         struct keyset empty = {0};
         r->last_idle_ms = now;
-        if (hand_over(r, &empty, f.wal_end, f.wal_end, now_us() - PGO_EPOCH_OFFSET_US, 1) < 0)
+        if (hand_over(r, &empty, f.wal_end, f.wal_end, clock_wall_us() - PGO_EPOCH_OFFSET_US, 1) < 0)
             return -1;
     }
     return send_status(r, f.reply_requested);
@@ -318,7 +305,7 @@ static void stream(struct reader *r)
             int rc = on_frame(r, (const uint8_t *)buf, (size_t)n);
             PQfreemem(buf);
             /* while data keeps coming, confirm what delivery finished every 100 ms anyway */
-            if (rc == 0 && mono_ms() - r->last_status_ms >= 100) rc = send_status(r, 0);
+            if (rc == 0 && (int64_t)clock_mono_ms() - r->last_status_ms >= 100) rc = send_status(r, 0);
             if (rc < 0) break;
             continue;
         }

@@ -317,7 +317,7 @@ static void commit_range(struct deliver *d, const char *prefix, int from, int to
         char k[64];
         int n = snprintf(k, sizeof k, "%s%d", prefix, i);
         struct deliver_key key = {k, (size_t)n, "ns"};
-        assert_int_equal(deliver_commit(d, 100 * (uint64_t)(i + 1), deliver_now_us(), &key, 1, 0), 0);
+        assert_int_equal(deliver_commit(d, 100 * (uint64_t)(i + 1), clock_wall_us(), &key, 1, 0), 0);
     }
 }
 
@@ -692,7 +692,7 @@ static void test_binary_keys_go_base64(void **state)
     memset(huge, 'h', sizeof huge);
     struct deliver_key keys[] = {{"a b", 3, NULL}, {"c\r\nd", 4, NULL}, {huge, 300, NULL},
                                  {"plain", 5, NULL}};
-    assert_int_equal(deliver_commit(d, 10, deliver_now_us(), keys, 4, 0), 0);
+    assert_int_equal(deliver_commit(d, 10, clock_wall_us(), keys, 4, 0), 0);
     WAIT_SAFE(d, 10);
     assert_int_equal(fk_count(&f), 3);
     assert_string_equal(f.log[0], "a b");
@@ -734,11 +734,11 @@ static void test_large_commit_in_parts_safe_only_when_whole(void **state)
     struct deliver *d = make(&s);
     commit_range(d, "k", 0, 1); /* LSN 100 */
     struct deliver_key k = {"part", 4, NULL};
-    assert_int_equal(deliver_commit(d, 900, deliver_now_us(), &k, 1, 1), 0);
+    assert_int_equal(deliver_commit(d, 900, clock_wall_us(), &k, 1, 1), 0);
     WAIT_SAFE(d, 100);
     usleep(100000);
     assert_int_equal(deliver_safe_lsn(d), 100); /* the commit at 900 is not whole yet */
-    assert_int_equal(deliver_commit(d, 900, deliver_now_us(), &k, 1, 0), 0);
+    assert_int_equal(deliver_commit(d, 900, clock_wall_us(), &k, 1, 0), 0);
     WAIT_SAFE(d, 900);
     fk_start(&f, port);
     WAIT_KEYS(&f, 3);
@@ -825,7 +825,7 @@ static void test_truncate_flush_in_order(void **state)
     struct deliver *d = make(&s);
     commit_range(d, "k", 0, 3);
     const char *ns[] = {"catalog"};
-    assert_int_equal(deliver_flush(d, 350, deliver_now_us(), ns, 1), 0);
+    assert_int_equal(deliver_flush(d, 350, clock_wall_us(), ns, 1), 0);
     commit_range(d, "k", 3, 5);
     WAIT_KEYS(&f, 6);
     assert_string_equal(f.log[2], "k2");
@@ -849,7 +849,7 @@ static void test_failed_flush_is_sent_again_before_later_deletes(void **state)
     struct deliver *d = make(&s);
     commit_range(d, "k", 0, 2);
     const char *ns[] = {"catalog"};
-    assert_int_equal(deliver_flush(d, 250, deliver_now_us(), ns, 1), 0);
+    assert_int_equal(deliver_flush(d, 250, clock_wall_us(), ns, 1), 0);
     commit_range(d, "k", 2, 4);
     WAIT_SAFE(d, 400);
     assert_int_equal(f.flush_fail, 0);
@@ -877,8 +877,8 @@ static void test_unknown_namespace_flush_falls_back_to_flush_all(void **state)
     setup_ports(&s, 0, f.port, 0);
     struct deliver *d = make(&s);
     const char *ns[] = {"catalog", "ghost"};
-    assert_int_equal(deliver_flush(d, 150, deliver_now_us(), ns, 2), 0);
-    assert_int_equal(deliver_flush(d, 250, deliver_now_us(), NULL, 0), 0);
+    assert_int_equal(deliver_flush(d, 150, clock_wall_us(), ns, 2), 0);
+    assert_int_equal(deliver_flush(d, 250, clock_wall_us(), NULL, 0), 0);
     commit_range(d, "k", 2, 3);
     WAIT_KEYS(&f, 4);
     assert_string_equal(f.log[0], "<flush_ns catalog>");
