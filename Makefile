@@ -13,7 +13,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpthread -lm
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lz -lpthread -lm
 # libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
 # client is first made, so libcurl and its TLS stack are not loaded into a node that does not
 # follow a control plane (resident memory is issue 11's measure). Nothing calls curl_* directly.

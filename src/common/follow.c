@@ -278,6 +278,7 @@ struct follower *follower_create(const struct follow_spec *spec, char *err, size
         snprintf(err, errlen, "--control: out of memory");
         return NULL;
     }
+    httpc_set_compressed(f->http, true); /* shoal-control gzips the topology for those who ask */
     if (follow_auth(f->http, spec->token_file, err, errlen) < 0) {
         httpc_destroy(&f->http);
         free(f->base);

@@ -121,14 +121,16 @@ struct pusher;
 struct ha;
 struct forwarder;
 struct sampler;
+struct topo_doc;
+struct render;
 
 struct control {
     struct control_config cfg;
     pthread_mutex_t lock; /* model, doc, version: written on the admin thread (a follower's
                            * sync thread too, with --etcd), read by every thread under it */
     json_t *model;        /* model.h */
-    char *doc;            /* the topology document of `model`, rendered */
-    size_t doclen;
+    struct topo_doc *doc; /* the topology document of `model`, as served (topodoc.h) */
+    struct render *render; /* renders doc and the stored state (render.h); under `lock` */
     uint64_t version;
     struct control_metrics m; /* atomics */
     struct state_store *store;

@@ -19,7 +19,9 @@ struct state_store;
 struct state_ops {
     /* *out: the stored model (a new reference), or NULL when none was ever stored. */
     int (*load)(struct state_store *s, json_t **out, char *err, size_t errlen);
-    int (*save)(struct state_store *s, const json_t *model, char *err, size_t errlen);
+    /* text: the model as render_state() writes it (len bytes), made once for every store */
+    int (*save)(struct state_store *s, const json_t *model, const char *text, size_t len,
+                char *err, size_t errlen);
     void (*close)(struct state_store *s);
 };
 
@@ -51,9 +53,10 @@ static inline int state_load(struct state_store *s, json_t **out, char *err, siz
 {
     return s->ops->load(s, out, err, errlen);
 }
-static inline int state_save(struct state_store *s, const json_t *m, char *err, size_t errlen)
+static inline int state_save(struct state_store *s, const json_t *m, const char *text,
+                             size_t len, char *err, size_t errlen)
 {
-    return s->ops->save(s, m, err, errlen);
+    return s->ops->save(s, m, text, len, err, errlen);
 }
 static inline void state_close(struct state_store **s)
 {

@@ -53,11 +53,10 @@ static int etcd_load(struct state_store *s, json_t **out, char *err, size_t errl
     return rc;
 }
 
-static int etcd_save(struct state_store *s, const json_t *m, char *err, size_t errlen)
+static int etcd_save(struct state_store *s, const json_t *m, const char *text, size_t len,
+                     char *err, size_t errlen)
 {
     struct etcd_store *st = (struct etcd_store *)s;
-    char *text = json_dumps(m, JSON_SORT_KEYS | JSON_COMPACT);
-    if (text == NULL) return snprintf(err, errlen, "out of memory rendering the state"), -1;
     pthread_mutex_lock(&st->mu);
     int rc = -1;
     if (st->guard == 0) {
@@ -71,7 +70,7 @@ static int etcd_save(struct state_store *s, const json_t *m, char *err, size_t e
         "{s:[{s:O,s:s,s:o},{s:O,s:s,s:o}],s:[{s:{s:O,s:o}}],s:[{s:{s:O,s:b}}]}",
         "compare", "key", lk, "target", "CREATE", "create_revision", etcd_i64(st->guard),
         "key", sk, "target", "MOD", "mod_revision", etcd_i64(st->state_rev),
-        "success", "request_put", "key", sk, "value", etcd_b64(text, strlen(text)),
+        "success", "request_put", "key", sk, "value", etcd_b64(text, len),
         "failure", "request_range", "key", lk, "keys_only", 1);
     json_decref(lk);
     json_decref(sk);
@@ -105,7 +104,6 @@ static int etcd_save(struct state_store *s, const json_t *m, char *err, size_t e
     json_decref(rep);
 out:
     pthread_mutex_unlock(&st->mu);
-    free(text);
     return rc;
 }
 
