@@ -536,8 +536,21 @@ static int pool_limits(const json_t *m, const json_t *which, struct model_err *e
     const char *k;
     json_t *v;
     int st = 0;
+    /* one pool to count (a change's usual case): a compare per namespace, no lookups */
+    const char *only = which && json_object_size(which) == 1
+                           ? json_object_iter_key(json_object_iter((json_t *)which))
+                           : NULL;
+    int n_only = 0;
     json_object_foreach((json_t *)json_object_get(m, "namespaces"), k, v) {
         const char *pool = json_string_value(json_object_get(v, "pool"));
+        if (only) {
+            if (pool == NULL || strcmp(pool, only) != 0 || ++n_only <= MODEL_NS_PER_POOL_MAX)
+                continue;
+            st = model_fail(e, 409, "pool", "limit",
+                            "pool %s would hold more than %d namespaces, as many as a node can: "
+                            "use another pool", pool, MODEL_NS_PER_POOL_MAX);
+            break;
+        }
         if (pool == NULL || json_object_get(pools, pool) == NULL ||
             (which && json_object_get(which, pool) == NULL))
             continue;
