@@ -89,8 +89,11 @@ def start_etcd(tmp):
 def start_control(args, tmp, etcd_urls):
     port_file = tmp / "port"
     cmd = [str(args.control_bin), "-p", "0", "--port-file", str(port_file),
-           "--data-dir", str(tmp / "data"), "--poll-max", str(max(args.followers) + 100),
-           "--admin-conn-max", str(max(args.followers) + 200), "--poll-timeout", "30"]
+           "--data-dir", str(tmp / "data"), "--poll-timeout", "30",
+           # a finished run's followers stay held (suspended: their close is not seen) until
+           # --poll-timeout, so the next run's must fit beside them
+           "--poll-max", str(sum(args.followers) + 100),
+           "--admin-conn-max", str(sum(args.followers) + 200)]
     if etcd_urls:
         cmd += ["--etcd", etcd_urls]
     (tmp / "data").mkdir(exist_ok=True)

@@ -43,7 +43,8 @@
       "keep the state in etcd instead of the state file, shared by several shoal-control "       \
       "processes (one leader): the members' client URLs, URL[,URL...]", NULL)                   \
     X(etcd_prefix, 0, STR, "/shoal/control/", 0, 0,                                             \
-      "etcd key prefix of this control plane (its keys: PREFIX state, PREFIX leader)", NULL)    \
+      "etcd key prefix of this control plane (its keys: PREFIX state, PREFIX ns/0..63, PREFIX "   \
+      "leader)", NULL)                                                                           \
     X(etcd_lease_ttl, 0, UINT, "3", 2, 60,                                                       \
       "seconds the leader's etcd lease lasts unrenewed (renewed every third of it): how soon "  \
       "another takes over when the leader dies", NULL)                                           \
