@@ -80,10 +80,46 @@ def pct(xs, p):
     return xs[k]
 
 
-def start_etcd(tmp):
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    import etcdharness  # noqa: E402  (the tests' harness: 3 members on free loopback ports)
-    return etcdharness
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """A 3-member etcd (Debian's etcd-server) on loopback, as the tests start one."""
+
+    def __init__(self, tmp):
+        ms = [(f"m{i}", f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}")
+              for i in range(3)]
+        initial = ",".join(f"{n}={p}" for n, _, p in ms)
+        self.urls = ",".join(c for _, c, _ in ms)
+        self.procs = [subprocess.Popen(
+            ["/usr/bin/etcd", "--name", n, "--data-dir", str(tmp / f"etcd-{n}"),
+             "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
+             "--initial-advertise-peer-urls", p, "--initial-cluster", initial,
+             "--initial-cluster-state", "new", "--initial-cluster-token", f"bench-{os.getpid()}"],
+            stdout=open(tmp / f"etcd-{n}.log", "w"), stderr=subprocess.STDOUT) for n, c, p in ms]
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                for _, c, _ in ms:
+                    h = http.client.HTTPConnection(c[7:].split(":")[0], int(c.rsplit(":", 1)[1]),
+                                                   timeout=2)
+                    h.request("GET", "/health")
+                    if b'"true"' not in h.getresponse().read():
+                        raise OSError("not healthy")
+                return
+            except OSError:
+                time.sleep(0.2)
+        sys.exit("etcd did not start")
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(10)
 
 
 def start_control(args, tmp, etcd_urls):
@@ -279,7 +315,7 @@ def main():
     try:
         urls = None
         if args.etcd:
-            etcd = start_etcd(tmp).EtcdCluster(tmp)
+            etcd = Etcd(tmp)
             urls = etcd.urls
         proc, port = start_control(args, tmp, urls)
         log(f"shoal-control pid {proc.pid} port {port} ({'etcd' if urls else 'embedded'} "

@@ -126,8 +126,12 @@ static int bucket_puts(struct etcd_store *st, const json_t *nss, json_t *ops)
     bool dirty[NS_BUCKETS] = {false};
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)nss, k, v)
-        if (st->stored == NULL || json_object_get(st->stored, k) != v) dirty[bucket_of(k)] = true;
+    json_object_foreach((json_t *)nss, k, v) {
+        /* a value read again from etcd is equal though not the same: compared whole then */
+        const json_t *was = json_object_get(st->stored, k);
+        if (st->stored == NULL || (was != v && !json_equal((json_t *)was, v)))
+            dirty[bucket_of(k)] = true;
+    }
     json_object_foreach(st->stored, k, v)
         if (json_object_get(nss, k) == NULL) dirty[bucket_of(k)] = true;
     if (st->stored == NULL)
