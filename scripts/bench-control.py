@@ -174,16 +174,21 @@ def populate(args, port, pid):
     curve = []  # (namespaces, median ms of a create around then)
     window = []
 
+    failed = []
+
     def worker(w):
         a = Api(port)
         for i in range(w, len(names), args.workers):
+            if failed:
+                return
             t0 = time.monotonic()
             st, body = a.call("POST", "/v1/namespaces",
                               {"name": names[i], "pool": f"p{i // NS_PER_POOL}",
                                "memory": 1 << 20, "team": f"t{i % 50}"})
             dt = (time.monotonic() - t0) * 1000
             if st != 201:
-                sys.exit(f"namespace {names[i]}: {st} {body}")
+                failed.append(f"namespace {names[i]}: {st} {body}")  # a thread cannot exit
+                return
             with lock:
                 done[0] += 1
                 window.append(dt)
@@ -201,6 +206,12 @@ def populate(args, port, pid):
         t.start()
     for t in ts:
         t.join()
+    if failed:
+        raise SystemExit(failed[0])
+    st, body = api.call("GET", "/v1/namespaces")
+    if len(body["namespaces"]) != len(names) + 1:  # and "default"
+        raise SystemExit(f"control holds {len(body['namespaces'])} namespaces, not "
+                         f"{len(names) + 1}")
     log(f"  created {len(names)} namespaces in {pools} pools in "
         f"{time.monotonic() - t0:.1f} s")
     return curve
@@ -311,7 +322,7 @@ def main():
     args = ap.parse_args()
     args.followers = [int(x) for x in args.followers.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-control."))
-    etcd = None
+    etcd = proc = None
     try:
         urls = None
         if args.etcd:
@@ -333,6 +344,9 @@ def main():
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
     finally:
+        if proc and proc.poll() is None:  # stopped on an error: do not leave it running
+            proc.kill()
+            proc.wait(10)
         if etcd:
             etcd.stop()
     print(f"\nshoal-control: {args.namespaces} namespaces, "
