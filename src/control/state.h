@@ -44,8 +44,8 @@ struct state_store *state_etcd_open(const char *endpoints, const char *prefix,
 void state_etcd_guard(struct state_store *s, int64_t leader_rev);
 /* A save found the leader key gone or another's: the guard is cleared (the leader steps down). */
 bool state_etcd_lost(struct state_store *s);
-/* True when mod_rev (the state key's, as etcd reports it now; every save writes it) is not
- * the revision this store last read or wrote: the state changed elsewhere and should be
+/* True when mod_rev (the state key's, as etcd reports it now; every save writes it) is newer
+ * than the revision this store last read or wrote: the state changed elsewhere and should be
  * loaded again. */
 bool state_etcd_stale(struct state_store *s, int64_t mod_rev);
 /* End its etcd request in progress, and every later one (shutdown). */

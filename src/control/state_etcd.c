@@ -291,7 +291,10 @@ bool state_etcd_stale(struct state_store *s, int64_t mod_rev)
 {
     struct etcd_store *st = (struct etcd_store *)s;
     pthread_mutex_lock(&st->mu);
-    bool stale = st->state_rev != mod_rev;
+    /* revisions only grow: an older one is a read made before this store's own last write
+     * (the leader's tick racing its saves), not a change made elsewhere; reloading then would
+     * cost a whole read and parse of the state per change */
+    bool stale = mod_rev > st->state_rev;
     pthread_mutex_unlock(&st->mu);
     return stale;
 }
