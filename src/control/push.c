@@ -160,7 +160,8 @@ static void want(struct pusher *p, const char *node, const char *admin, const ch
 static void want_ns(struct pusher *p, const json_t *m, const json_t *pools, const char *name,
                     const json_t *ns)
 {
-    const json_t *pool = json_object_get(pools, json_string_value(json_object_get(ns, "pool")) ?: "");
+    const char *pname = json_string_value(json_object_get(ns, "pool"));
+    const json_t *pool = json_object_get(pools, pname ? pname : "");
     uint64_t share = model_ns_share(m, name);
     char *body = NULL; /* the same for every node of the pool: rendered once */
     size_t i;
@@ -193,7 +194,8 @@ void push_notify(struct pusher *p)
     struct control *c = p->c;
     pthread_mutex_lock(&c->lock);
     pthread_mutex_lock(&p->mu);
-    json_t *nss = json_object_get(c->model, "namespaces"), *pools = json_object_get(c->model, "pools");
+    json_t *nss = json_object_get(c->model, "namespaces");
+    json_t *pools = json_object_get(c->model, "pools");
     /* only the namespaces that changed since the last notify are recomputed: a change costs
      * what it touches, not the model's size */
     json_t *changed = json_object();
