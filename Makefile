@@ -16,7 +16,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # under pg_config's include directory, found with pkg-config
 PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 CPPFLAGS += -Isrc -Iinclude -D_GNU_SOURCE $(PQ_CFLAGS)
-LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpq -lpthread -lm
+LDLIBS  := -lxxhash -ljansson -lmicrohttpd -luring -lpq -lz -lpthread -lm
 # libcurl is not linked: src/common/httpc.c, the one HTTP client, opens it with dlopen when a
 # client is first made, so libcurl and its TLS stack are not loaded into a node that does not
 # follow a control plane (resident memory is issue 11's measure). Nothing calls curl_* directly.

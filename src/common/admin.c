@@ -33,6 +33,9 @@ struct admin_held {
     int status;
     char *body;
     size_t len;
+    void (*release)(void *); /* admin_answer_shared: body is shared, release(arg) frees it */
+    void *arg;
+    char *hdrs[2 * ADMIN_HEADERS_MAX]; /* extra header names and values */
 };
 
 /* Per-request state: the body as it arrives, and the hold if the handler took one. */
@@ -78,6 +81,61 @@ void admin_answer(struct admin_held *h, int status, const char *body, size_t len
     }
     __atomic_store_n(&h->answered, 1, __ATOMIC_RELEASE);
     MHD_resume_connection(h->conn);
+}
+
+void admin_answer_shared(struct admin_held *h, int status, const char *body, size_t len,
+                         void (*release)(void *), void *arg, const char *const *headers)
+{
+    h->status = status;
+    h->body = (char *)body;
+    h->len = len;
+    h->release = release;
+    h->arg = arg;
+    for (size_t i = 0; headers && headers[i] && i < 2 * ADMIN_HEADERS_MAX; i += 2)
+        if ((h->hdrs[i] = strdup(headers[i])) == NULL ||
+            (h->hdrs[i + 1] = strdup(headers[i + 1])) == NULL)
+            break; /* out of memory: the answer goes without the rest */
+    __atomic_store_n(&h->answered, 1, __ATOMIC_RELEASE);
+    MHD_resume_connection(h->conn);
+}
+
+/* Free a held request's answer (the shared body given back) and the handle. */
+static void held_free(struct admin_held *h)
+{
+    if (h->release) {
+        if (h->body) h->release(h->arg);
+    } else {
+        free(h->body);
+    }
+    for (size_t i = 0; i < 2 * ADMIN_HEADERS_MAX; i++) free(h->hdrs[i]);
+    free(h);
+}
+
+/* A held request's answer, queued on its connection: a shared body goes as it is. */
+static enum MHD_Result held_reply(struct MHD_Connection *conn, struct admin_held *h)
+{
+    struct MHD_Response *r;
+    if (h->release) {
+        r = MHD_create_response_from_buffer_with_free_callback_cls(h->len, h->body, h->release,
+                                                                   h->arg);
+        if (r) h->body = NULL; /* the response gives it back */
+    } else {
+        r = MHD_create_response_from_buffer(h->len, h->body ? h->body : "",
+                                            MHD_RESPMEM_MUST_COPY);
+    }
+    if (r == NULL) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    for (size_t i = 0; i < 2 * ADMIN_HEADERS_MAX && h->hdrs[i] && h->hdrs[i + 1]; i += 2)
+        MHD_add_response_header(r, h->hdrs[i], h->hdrs[i + 1]);
+    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)h->status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+const char *admin_header(const char *name)
+{
+    return admin_cur.conn ? MHD_lookup_connection_value(admin_cur.conn, MHD_HEADER_KIND, name)
+                          : NULL;
 }
 
 /* "?k=v&k2" appended to the route's rest, for ADMIN_ROUTE_QUERY routes. */
@@ -178,10 +236,8 @@ static enum MHD_Result admin_handle(void *cls, struct MHD_Connection *conn, cons
             MHD_suspend_connection(conn);
             return MHD_YES;
         }
-        enum MHD_Result r = admin_reply(conn, (unsigned)h->status, "application/json",
-                                        h->body ? h->body : "", h->len);
-        free(h->body);
-        free(h);
+        enum MHD_Result r = held_reply(conn, h);
+        held_free(h);
         rq->held = NULL;
         __atomic_fetch_sub(&a->held, 1, __ATOMIC_RELAXED);
         return r;
@@ -280,10 +336,7 @@ static void admin_done(void *cls, struct MHD_Connection *conn, void **state,
 {
     struct admin_req *rq = *state;
     if (rq) {
-        if (rq->held) { /* only when the listener stops with the request still held */
-            free(rq->held->body);
-            free(rq->held);
-        }
+        if (rq->held) held_free(rq->held); /* the listener stopped with it still held */
         buf_release(&rq->body);
         free(rq);
         *state = NULL;

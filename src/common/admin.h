@@ -31,6 +31,7 @@
 #define ADMIN_BODY_MAX (1 << 20)
 #define ADMIN_ROUTES_MAX 8
 #define ADMIN_BODY_TIMEOUT 10
+#define ADMIN_HEADERS_MAX 3 /* extra headers on a shared answer */
 
 /* The admin listener's options, in each daemon's options table (its config struct has a
  * uint64_t field of each number's name and `const char *auth_file`). */
@@ -102,6 +103,16 @@ void admin_set_type(const char *content_type);
 /* Answer a held request with `status` and a JSON body (copied; len 0: none). The handle is
  * gone once this returns. */
 void admin_answer(struct admin_held *h, int status, const char *body, size_t len);
+
+/* Answer a held request with `body` shared rather than copied (a long poll's document, the
+ * same megabytes for every follower): release(arg) is called exactly once, when the answer
+ * has been sent or dropped (on the listener's thread), and
+ * the body must stay valid until then. `headers`: NULL, or "Name", "value" pairs ended by
+ * NULL, at most ADMIN_HEADERS_MAX (copied). The handle is gone once this returns. */
+void admin_answer_shared(struct admin_held *h, int status, const char *body, size_t len,
+                         void (*release)(void *), void *arg, const char *const *headers);
+/* Inside a handler: a request header's value (NULL: absent), valid until it returns. */
+const char *admin_header(const char *name);
 
 /* Start listening on host:port (port 0 picks one; see admin_port()) with the given routes
  * (copied; at most ADMIN_ROUTES_MAX) and limits. Returns NULL with a message in err on

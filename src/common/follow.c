@@ -31,7 +31,9 @@
 struct follower {
     struct follow_spec spec;
     struct httpc *http;
-    char *base; /* the URL without its trailing '/' */
+    char *bases[FOLLOW_URLS_MAX]; /* the URLs of --control, without trailing '/' */
+    size_t nbases, cur;           /* cur: the one followed now (the thread's own) */
+    unsigned misses;              /* failures in a row, over every member (the thread's own) */
     pthread_t thread;
     bool running;         /* the thread was started */
     pthread_mutex_t lock;
@@ -50,6 +52,8 @@ struct follower {
     char last_err[512];   /* the last refusal logged, so a repeated one is logged once */
 };
 
+#define BASE(f) ((f)->bases[(f)->cur])
+
 uint64_t follow_mono_ms(void)
 {
     struct timespec ts;
@@ -57,21 +61,47 @@ uint64_t follow_mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static bool one_url_ok(const char *url, size_t n)
+{
+    if (n > 7 && !strncmp(url, "http://", 7)) return url[7] != '/' && url[7] != ',';
+    if (n > 8 && !strncmp(url, "https://", 8)) return url[8] != '/' && url[8] != ',';
+    return false;
+}
+
 bool follow_url_ok(const char *url)
 {
-    if (url == NULL) return false;
-    if (!strncmp(url, "http://", 7)) return url[7] != 0 && url[7] != '/';
-    if (!strncmp(url, "https://", 8)) return url[8] != 0 && url[8] != '/';
-    return false;
+    if (url == NULL || *url == 0) return false;
+    size_t count = 0;
+    for (const char *p = url;; p++) {
+        size_t n = strcspn(p, ",");
+        if (!one_url_ok(p, n) || ++count > FOLLOW_URLS_MAX) return false;
+        p += n;
+        if (*p == 0) return true;
+    }
 }
 
 char *follow_base(const char *url)
 {
-    char *b = strdup(url);
+    char *b = strndup(url, strcspn(url, ","));
     if (b == NULL) return NULL;
     size_t n = strlen(b);
     while (n > 0 && b[n - 1] == '/') b[--n] = 0;
     return b;
+}
+
+size_t follow_bases(const char *list, char **out, size_t max)
+{
+    size_t k = 0;
+    for (const char *p = list; p && k < max;) {
+        if ((out[k] = follow_base(p)) == NULL) {
+            while (k > 0) free(out[--k]);
+            return 0;
+        }
+        k++;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    return k;
 }
 
 uint64_t follow_peek_version(const char *text, size_t len)
@@ -123,7 +153,7 @@ static int follow_register(struct follower *f, struct httpc_reply *rep, char *er
         return 0; /* not the control plane's fault: do not count it as down */
     }
     char url[1100];
-    snprintf(url, sizeof url, "%.1000s%s", f->base, f->spec.register_path);
+    snprintf(url, sizeof url, "%.1000s%s", BASE(f), f->spec.register_path);
     int rc = httpc_request(f->http, "POST", url, body, strlen(body), FOLLOW_REGISTER_TIMEOUT_MS,
                            rep, err, errlen);
     free(body);
@@ -133,18 +163,18 @@ static int follow_register(struct follower *f, struct httpc_reply *rep, char *er
         return -1;
     }
     if (rep->status >= 200 && rep->status < 300)
-        log_info("registered with the control plane %s as %s", f->base, id);
+        log_info("registered with the control plane %s as %s", BASE(f), id);
     else if (rep->status == 404 || rep->status == 405) /* no such call (yet) */
-        log_info("the control plane %s has no %s: following without registering", f->base,
+        log_info("the control plane %s has no %s: following without registering", BASE(f),
                  f->spec.register_path);
     else if (rep->status == 401 || rep->status == 403) { /* --auth-file there: expected */
         if (!f->auth_noted)
             log_info("the control plane %s takes registrations with an admin token only (HTTP "
-                     "%ld): following without registering", f->base, rep->status);
+                     "%ld): following without registering", BASE(f), rep->status);
         f->auth_noted = true; /* once: it answers the same each time it comes back */
     } else
         log_warn("the control plane %s refused the registration (HTTP %ld): following anyway",
-                 f->base, rep->status);
+                 BASE(f), rep->status);
     return 0;
 }
 
@@ -155,7 +185,7 @@ static void follow_away(struct follower *f, const char *why, bool lost)
     __atomic_fetch_add(&f->failures, 1, __ATOMIC_RELAXED);
     if (__atomic_exchange_n(&f->up, 0, __ATOMIC_RELAXED) != 0)
         log_warn("control plane %s unreachable: %s; serving topology version %llu meanwhile and "
-                 "retrying", f->base, why, (unsigned long long)f->spec.version(f->spec.ctx));
+                 "retrying", BASE(f), why, (unsigned long long)f->spec.version(f->spec.ctx));
     if (lost) f->registered = false;
 }
 
@@ -165,9 +195,9 @@ static void follow_answered(struct follower *f)
     int was = __atomic_exchange_n(&f->up, 1, __ATOMIC_RELAXED);
     if (was == 0)
         log_notice("control plane %s answers again; following from topology version %llu",
-                   f->base, (unsigned long long)f->spec.version(f->spec.ctx));
+                   BASE(f), (unsigned long long)f->spec.version(f->spec.ctx));
     else if (was < 0)
-        log_notice("following the control plane %s from topology version %llu", f->base,
+        log_notice("following the control plane %s from topology version %llu", BASE(f),
                    (unsigned long long)f->spec.version(f->spec.ctx));
 }
 
@@ -226,7 +256,7 @@ static void *follow_main(void *arg)
             if (rc == 0) follow_answered(f); /* up at once, not after the first poll's hold */
         }
         if (rc == 0) {
-            snprintf(url, sizeof url, "%.1000s/v1/topology?after=%llu", f->base,
+            snprintf(url, sizeof url, "%.1000s/v1/topology?after=%llu", BASE(f),
                      (unsigned long long)after);
             __atomic_fetch_add(&f->polls, 1, __ATOMIC_RELAXED);
             rc = httpc_get(f->http, url, f->spec.timeout_ms, &rep, err, sizeof err);
@@ -239,12 +269,19 @@ static void *follow_main(void *arg)
         }
         if (rc < 0) {
             follow_away(f, err, lost);
+            if (f->nbases > 1) { /* the next member; it needs a registration of its own */
+                f->cur = (f->cur + 1) % f->nbases;
+                f->registered = false;
+            }
+            /* the members in turn without a pause, then back off before the next round */
+            if (++f->misses % f->nbases != 0) continue;
             backoff = backoff ? backoff * 2 : FOLLOW_BACKOFF_MIN_MS;
             if (backoff > f->spec.backoff_max_ms) backoff = f->spec.backoff_max_ms;
             if (follow_wait(f, backoff)) break;
             continue;
         }
         backoff = 0;
+        f->misses = 0;
         follow_answered(f);
         if (rep.status == 200) progress = follow_take(f, &rep, in_use);
         uint64_t took = follow_mono_ms() - t0;
@@ -271,16 +308,17 @@ int follow_auth(struct httpc *h, const char *token_file, char *err, size_t errle
 struct follower *follower_create(const struct follow_spec *spec, char *err, size_t errlen)
 {
     struct follower *f = calloc(1, sizeof *f);
-    if (f == NULL || (f->base = follow_base(spec->url)) == NULL ||
+    if (f == NULL || (f->nbases = follow_bases(spec->url, f->bases, FOLLOW_URLS_MAX)) == 0 ||
         (f->http = httpc_create(0)) == NULL) {
-        if (f) free(f->base);
+        for (size_t i = 0; f && i < f->nbases; i++) free(f->bases[i]);
         free(f);
         snprintf(err, errlen, "--control: out of memory");
         return NULL;
     }
+    httpc_set_compressed(f->http, true); /* shoal-control gzips the topology for those who ask */
     if (follow_auth(f->http, spec->token_file, err, errlen) < 0) {
         httpc_destroy(&f->http);
-        free(f->base);
+        for (size_t i = 0; i < f->nbases; i++) free(f->bases[i]);
         free(f);
         return NULL;
     }
@@ -322,7 +360,7 @@ void follower_free(struct follower **fp)
     httpc_destroy(&f->http);
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);
-    free(f->base);
+    for (size_t i = 0; i < f->nbases; i++) free(f->bases[i]);
     free(f);
     *fp = NULL;
 }

@@ -9,6 +9,11 @@
  * backoff of 100 ms doubling up to backoff_max_ms; one line is logged when it goes away and one
  * when it answers again, and the first poll after that catches up.
  *
+ * --control may name several shoal-control processes of one group (--etcd), "URL,URL,...":
+ * any of them serves the topology (a standby follows the stored state within --etcd-poll-ms
+ * and passes changes on to the leader), so the follower polls one and moves to the next when
+ * it gives no answer or a 5xx, going round them all before it backs off.
+ *
  * Before its first poll, and again each time the control plane comes back, the follower
  * registers: `POST URL<register_path>` with the owner's body ({"id", "listen", "admin"}).
  * Registration is best effort: a control plane without that call (404), or any other answer,
@@ -69,10 +74,16 @@ struct follow_spec {
     void (*refused)(void *ctx, const char *err);
 };
 
-/* Whether `url` is one --control accepts (http:// or https://, something after it). */
+#define FOLLOW_URLS_MAX 8
+
+/* Whether `url` is one --control accepts: up to FOLLOW_URLS_MAX URLs separated by ',', each
+ * http:// or https:// with something after it. */
 bool follow_url_ok(const char *url);
-/* The URL without its trailing '/' (malloc'd; NULL when out of memory). */
+/* The (first) URL without its trailing '/' (malloc'd; NULL when out of memory). */
 char *follow_base(const char *url);
+/* Each URL of the list, as follow_base makes it, into out[0..max): their count (0 when out of
+ * memory; the list has passed follow_url_ok). */
+size_t follow_bases(const char *list, char **out, size_t max);
 /* Send token_file's token (or SHOAL_TOKEN's) with every request of `h`, for a control plane
  * that runs with --auth-file. 0, or -1 with err. */
 int follow_auth(struct httpc *h, const char *token_file, char *err, size_t errlen);

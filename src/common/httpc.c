@@ -90,6 +90,7 @@ struct httpc {
     CURL *easy;
     size_t body_max;
     unsigned connect_ms; /* httpc_set_connect_timeout's, or 0 */
+    bool compressed;     /* httpc_set_compressed's */
     int cancelled;      /* atomic: set by httpc_cancel from any thread */
     struct buf *sink;   /* the reply body being read */
     bool over;          /* the reply was longer than body_max */
@@ -160,6 +161,7 @@ static struct curl_slist *httpc_headers(const struct httpc *h, bool *ok)
 }
 
 void httpc_set_connect_timeout(struct httpc *h, unsigned ms) { h->connect_ms = ms; }
+void httpc_set_compressed(struct httpc *h, bool on) { h->compressed = on; }
 
 void httpc_cancel(struct httpc *h)
 {
@@ -255,6 +257,7 @@ int httpc_request_hdr(struct httpc *h, const char *method, const char *url, cons
     curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "shoal-httpc");
+    if (h->compressed) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, ""); /* "": all it decodes */
     if (strcmp(method, "GET") != 0) {
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
         if (body != NULL || strcmp(method, "DELETE") != 0) {

@@ -16,7 +16,9 @@
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
+#include "control/render.h"
 #include "control/state.h"
+#include "control/topodoc.h"
 
 static const struct metric_desc control_metric_descs[] = {
 #define X(name, kind, help) METRIC_DESC(struct control_metrics, name, kind, help),
@@ -54,22 +56,14 @@ static int fail(struct buf *out, int status, const char *field, const char *rule
 
 int control_install(struct control *c, json_t *model)
 {
-    json_t *doc = model_topology(model);
-    char *s = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (s == NULL) return -1;
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (t == NULL) {
-        free(s);
-        return -1;
-    }
-    memcpy(t + n, "\n", 2);
+    size_t len;
+    char *text = render_topology(c->render, model, &len);
+    struct topo_doc *d = text ? topo_doc_new(text, len, model_version(model)) : NULL;
+    if (d == NULL) return -1;
     json_decref(c->model);
-    free(c->doc);
+    topo_doc_unref(c->doc);
     c->model = model;
-    c->doc = t;
-    c->doclen = n + 1;
+    c->doc = d;
     c->version = model_version(model);
     CTL_SET(c, topology_version, c->version);
     return 0;
@@ -137,29 +131,40 @@ static const char *const op_names[] = {"namespace created", "namespace changed",
                                        "namespace removed", "pool created", "node added",
                                        "node removed"};
 
-/* Apply one change: copy, change, check whole, store, install. 0, or an HTTP status with the
- * error written to `out` (nothing changed). */
+/* The namespace and the pool a change edits in place: deep copies in its fork of the model. */
+static void touched(const struct change *ch, const char **ns, const char **pool)
+{
+    *ns = ch->op == OP_NS_UPDATE ? ch->name : NULL;
+    *pool = ch->op == OP_NODE_ADD || ch->op == OP_NODE_REMOVE ? ch->name : NULL;
+}
+
+/* Apply one change: fork, change, check whole, store, install. 0, or an HTTP status with the
+ * error written to `out` (nothing changed). The fork shares every value the change does not
+ * touch with the model served, so its cost follows the change, not the model's size: the
+ * check skips shared values and the texts are rendered from each namespace's cached text. */
 static int apply(struct control *c, struct change *ch, struct buf *out)
 {
     struct model_err e;
     char err[300];
+    const char *tns, *tpool;
+    touched(ch, &tns, &tpool);
     pthread_mutex_lock(&c->lock);
-    json_t *next = json_deep_copy(c->model);
+    json_t *next = model_fork(c->model, tns, tpool);
     int st = next ? run_op(next, ch, &e) : model_fail(&e, 507, "body", "memory", "out of memory");
-    if (st == 0) st = model_check(next, &e);
+    if (st == 0) st = model_check_since(next, c->model, &e);
     uint64_t version = c->version + 1;
     if (st == 0) {
         json_object_set_new(next, "version", json_integer((json_int_t)version));
         /* the document is rendered before the store is written, so nothing can fail after */
-        json_t *doc = model_topology(next);
-        char *s = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
-        json_decref(doc);
-        char *t = s ? realloc(s, strlen(s) + 2) : NULL;
-        if (t == NULL) {
-            free(s);
+        size_t len = 0, slen = 0;
+        char *text = render_topology(c->render, next, &len);
+        struct topo_doc *d = text ? topo_doc_new(text, len, version) : NULL;
+        char *state = d ? render_state(c->render, next, &slen) : NULL;
+        if (state == NULL) {
+            topo_doc_unref(d);
             st = model_fail(&e, 507, "body", "memory", "out of memory");
-        } else if (state_save(c->store, next, err, sizeof err) < 0) {
-            free(t);
+        } else if (state_save(c->store, next, state, slen, err, sizeof err) < 0) {
+            topo_doc_unref(d);
             CTL_INC(c, state_write_failures);
             if (c->ha && (state_etcd_lost(c->store) || !ha_is_leader(c->ha)))
                 CTL_INC(c, deposed_refusals);
@@ -168,16 +173,15 @@ static int apply(struct control *c, struct change *ch, struct buf *out)
                             "nothing changed: %s", err);
         } else {
             CTL_INC(c, state_writes);
-            strcat(t, "\n");
             json_decref(c->model);
-            free(c->doc);
+            topo_doc_unref(c->doc);
             c->model = next;
             next = NULL;
-            c->doc = t;
-            c->doclen = strlen(t);
+            c->doc = d;
             c->version = version;
             CTL_SET(c, topology_version, version);
         }
+        free(state);
     }
     pthread_mutex_unlock(&c->lock);
     json_decref(next);
@@ -487,13 +491,25 @@ static int pool_route_in(struct control *c, const char *method, const char *rest
 
 /* ---- topology ----------------------------------------------------------------------------- */
 
+/* Answer with the current document, shared (topodoc.h): held and answered at once. */
 static int doc_now(struct control *c, struct buf *out)
 {
     CTL_INC(c, requests_topology);
+    bool gzip = topo_doc_gzip_accepted(admin_header("Accept-Encoding"));
+    struct admin_held *h = admin_hold();
     pthread_mutex_lock(&c->lock);
-    buf_append(out, c->doc, c->doclen);
+    struct topo_doc *d = topo_doc_ref(c->doc);
     pthread_mutex_unlock(&c->lock);
-    return 200;
+    if (h == NULL) { /* no memory to hold it: a copy */
+        size_t len;
+        const char *text = topo_doc_text(d, &len);
+        buf_append(out, text, len);
+        topo_doc_unref(d);
+        return 200;
+    }
+    topo_doc_answer(d, h, gzip);
+    topo_doc_unref(d);
+    return ADMIN_HELD;
 }
 
 static int topology_route(void *ctx, const char *method, const char *rest, const char *body,
@@ -519,7 +535,8 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
     CTL_INC(c, requests_topology_polls);
     struct admin_held *h = admin_hold();
     if (h == NULL) return fail(out, 503, "after", "memory", "out of memory; poll again");
-    if (poll_add(c->poll, h, after) < 0) {
+    if (poll_add(c->poll, h, after,
+                 topo_doc_gzip_accepted(admin_header("Accept-Encoding"))) < 0) {
         CTL_INC(c, polls_refused);
         struct buf e;
         buf_init(&e);

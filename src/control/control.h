@@ -43,7 +43,8 @@
       "keep the state in etcd instead of the state file, shared by several shoal-control "       \
       "processes (one leader): the members' client URLs, URL[,URL...]", NULL)                   \
     X(etcd_prefix, 0, STR, "/shoal/control/", 0, 0,                                             \
-      "etcd key prefix of this control plane (its keys: PREFIX state, PREFIX leader)", NULL)    \
+      "etcd key prefix of this control plane (its keys: PREFIX state, PREFIX ns/0..63, PREFIX "   \
+      "leader)", NULL)                                                                           \
     X(etcd_lease_ttl, 0, UINT, "3", 2, 60,                                                       \
       "seconds the leader's etcd lease lasts unrenewed (renewed every third of it): how soon "  \
       "another takes over when the leader dies", NULL)                                           \
@@ -121,14 +122,16 @@ struct pusher;
 struct ha;
 struct forwarder;
 struct sampler;
+struct topo_doc;
+struct render;
 
 struct control {
     struct control_config cfg;
     pthread_mutex_t lock; /* model, doc, version: written on the admin thread (a follower's
                            * sync thread too, with --etcd), read by every thread under it */
     json_t *model;        /* model.h */
-    char *doc;            /* the topology document of `model`, rendered */
-    size_t doclen;
+    struct topo_doc *doc; /* the topology document of `model`, as served (topodoc.h) */
+    struct render *render; /* renders doc and the stored state (render.h); under `lock` */
     uint64_t version;
     struct control_metrics m; /* atomics */
     struct state_store *store;

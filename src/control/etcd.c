@@ -108,8 +108,10 @@ int etcd_call(struct etcd *e, const char *path, const json_t *req, json_t **out,
             continue;
         }
         if (r.status != 200) {
-            snprintf(err, errlen, "etcd %s answered %ld: %.200s", url, r.status,
-                     buf_used(&r.body) ? buf_start(&r.body) : "");
+            /* the body is not NUL-terminated: at most its own length */
+            int shown = buf_used(&r.body) < 200 ? (int)buf_used(&r.body) : 200;
+            snprintf(err, errlen, "etcd %s answered %ld: %.*s", url, r.status, shown,
+                     shown ? buf_start(&r.body) : "");
             /* 4xx: the request itself is wrong, another member would say the same */
             if (r.status >= 400 && r.status < 500 && r.status != 408 && r.status != 429) break;
             continue;

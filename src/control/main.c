@@ -28,7 +28,9 @@
 #include "control/push.h"
 #include "control/dash.h"
 #include "control/sampler.h"
+#include "control/render.h"
 #include "control/state.h"
+#include "control/topodoc.h"
 
 static struct control ctl;
 
@@ -123,6 +125,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&ctl.lock, NULL);
+    if ((ctl.render = render_create()) == NULL) {
+        fprintf(stderr, "shoal-control: out of memory\n");
+        return 2;
+    }
     pthread_cond_init(&ctl.idle, NULL);
     if (ctl.cfg.etcd) {
         /* the state as etcd holds it now; etcd unreachable at start stops the process, as an
@@ -212,7 +218,8 @@ int main(int argc, char **argv)
     dash_teardown();
     state_close(&ctl.store);
     json_decref(ctl.model);
-    free(ctl.doc);
+    topo_doc_unref(ctl.doc);
+    render_destroy(&ctl.render);
     free(state_path);
     free(ctl.auth_header);
     options_release();

@@ -203,16 +203,6 @@ static int ns_apply(json_t *ns, json_t *body, const char *name, struct model_err
     return 0;
 }
 
-static int pool_count_ns(const json_t *m, const char *pool)
-{
-    int n = 0;
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)json_object_get(m, "namespaces"), k, v)
-        if (!strcmp(json_string_value(json_object_get(v, "pool")) ?: "", pool)) n++;
-    return n;
-}
-
 int model_ns_create(json_t *m, json_t *body, const char **name, struct model_err *e)
 {
     if (!json_is_object(body))
@@ -239,11 +229,7 @@ int model_ns_create(json_t *m, json_t *body, const char **name, struct model_err
     if (ns == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
     int st = ns_apply(ns, body, NULL, e);
     if (st == 0) st = ns_rules(m, n, ns, "", e);
-    if (st == 0 && pool_count_ns(m, json_string_value(json_object_get(ns, "pool"))) >=
-                       MODEL_NS_PER_POOL_MAX)
-        st = model_fail(e, 409, "pool", "limit",
-                        "pool %s holds %d namespaces, as many as a node can: use another pool",
-                        json_string_value(json_object_get(ns, "pool")), MODEL_NS_PER_POOL_MAX);
+    /* the pool's namespace limit is model_check's (one count for every rule) */
     if (st) {
         json_decref(ns);
         return st;
@@ -259,17 +245,9 @@ int model_ns_update(json_t *m, const char *name, json_t *body, struct model_err 
     if (ns == NULL)
         return model_fail(e, 404, "name", "exists",
                           "no namespace %.64s; create it with POST /v1/namespaces", name);
-    const char *old_pool = json_string_value(json_object_get(ns, "pool"));
-    char was[MODEL_NAME_MAX + 1];
-    snprintf(was, sizeof was, "%s", old_pool ? old_pool : "");
     int st = ns_apply(ns, body, name, e);
     if (st == 0) st = ns_rules(m, name, ns, "", e);
-    const char *pool = json_string_value(json_object_get(ns, "pool"));
-    if (st == 0 && strcmp(was, pool) && pool_count_ns(m, pool) > MODEL_NS_PER_POOL_MAX)
-        st = model_fail(e, 409, "pool", "limit",
-                        "pool %s holds %d namespaces, as many as a node can: use another pool",
-                        pool, MODEL_NS_PER_POOL_MAX);
-    return st;
+    return st; /* the pool's namespace limit is model_check's */
 }
 
 int model_ns_delete(json_t *m, const char *name, struct model_err *e)
@@ -547,7 +525,56 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
     return 0;
 }
 
+/* No pool holds more than MODEL_NS_PER_POOL_MAX namespaces; only those named in `which` are
+ * counted when it is not NULL. One pass over the namespaces. */
+static int pool_limits(const json_t *m, const json_t *which, struct model_err *e)
+{
+    const json_t *pools = json_object_get(m, "pools");
+    if (which && json_object_size(which) == 0) return 0;
+    json_t *count = json_object();
+    if (count == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
+    const char *k;
+    json_t *v;
+    int st = 0;
+    /* one pool to count (a change's usual case): a compare per namespace, no lookups */
+    const char *only = which && json_object_size(which) == 1
+                           ? json_object_iter_key(json_object_iter((json_t *)which))
+                           : NULL;
+    int n_only = 0;
+    json_object_foreach((json_t *)json_object_get(m, "namespaces"), k, v) {
+        const char *pool = json_string_value(json_object_get(v, "pool"));
+        if (only) {
+            if (pool == NULL || strcmp(pool, only) != 0 || ++n_only <= MODEL_NS_PER_POOL_MAX)
+                continue;
+            st = model_fail(e, 409, "pool", "limit",
+                            "pool %s would hold more than %d namespaces, as many as a node can: "
+                            "use another pool", pool, MODEL_NS_PER_POOL_MAX);
+            break;
+        }
+        if (pool == NULL || json_object_get(pools, pool) == NULL ||
+            (which && json_object_get(which, pool) == NULL))
+            continue;
+        json_t *c = json_object_get(count, pool);
+        json_int_t n = c ? json_integer_value(c) + 1 : 1;
+        if (n > MODEL_NS_PER_POOL_MAX) {
+            st = model_fail(e, 409, "pool", "limit",
+                            "pool %s would hold more than %d namespaces, as many as a node can: "
+                            "use another pool", pool, MODEL_NS_PER_POOL_MAX);
+            break;
+        }
+        if (c) json_integer_set(c, n);
+        else json_object_set_new(count, pool, json_integer(n));
+    }
+    json_decref(count);
+    return st;
+}
+
 int model_check(const json_t *m, struct model_err *e)
+{
+    return model_check_since(m, NULL, e);
+}
+
+int model_check_since(const json_t *m, const json_t *prev, struct model_err *e)
 {
     if (!json_is_object(m) || json_integer_value(json_object_get(m, "format")) != MODEL_FORMAT)
         return model_fail(e, 500, "format", "format", "not a shoal-control state (format %d)",
@@ -559,7 +586,10 @@ int model_check(const json_t *m, struct model_err *e)
         return model_fail(e, 500, "pools", "object", "pools and namespaces must be objects");
     const char *k;
     json_t *v;
+    const json_t *prev_pools = json_object_get(prev, "pools"),
+                 *prev_nss = json_object_get(prev, "namespaces");
     json_object_foreach((json_t *)pools, k, v) {
+        if (json_object_get(prev_pools, k) == v) continue; /* the same value, checked before */
         int st = pool_check(k, v, e);
         if (st) return st;
     }
@@ -570,35 +600,50 @@ int model_check(const json_t *m, struct model_err *e)
         return model_fail(e, 500, "gutter_ttl", "range", "gutter_ttl must be 1 to 86400");
     if (json_object_size(nss) > MODEL_NS_MAX)
         return model_fail(e, 500, "namespaces", "limit", "more than %d namespaces", MODEL_NS_MAX);
+    /* pools that may hold more namespaces than before: those of new or changed ones */
+    json_t *grown = json_object();
+    if (grown == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
+    bool pools_same = prev != NULL && json_object_size(pools) == json_object_size(prev_pools);
+    json_object_foreach((json_t *)pools, k, v)
+        if (pools_same && json_object_get(prev_pools, k) != v) pools_same = false;
     json_object_foreach((json_t *)nss, k, v) {
+        /* a namespace value shared with the checked model, in a pool that did not change, was
+         * checked then and nothing its rules read has changed since */
+        if (prev && json_object_get(prev_nss, k) == v) {
+            if (pools_same) continue;
+            const char *pool = json_string_value(json_object_get(v, "pool"));
+            if (pool && json_object_get(prev_pools, pool) == json_object_get(pools, pool))
+                continue;
+        }
+        const char *pool = json_string_value(json_object_get(v, "pool"));
+        if (pool) json_object_set_new(grown, pool, json_true());
         char path[100];
         snprintf(path, sizeof path, "namespaces.%s.", k);
         if (!name_ok(k) || !json_is_object(v))
-            return model_fail(e, 500, path, "name", "%s: bad namespace", path);
+            return json_decref(grown), model_fail(e, 500, path, "name", "%s: bad namespace", path);
         const char *f;
         json_t *x;
         json_object_foreach(v, f, x) {
             int st = ns_field_check(f, x, path, e);
-            if (st) return st;
+            if (st) return json_decref(grown), st;
         }
         if (json_object_size(v) != nsf_nints + 3)
-            return model_fail(e, 500, path, "fields", "%s: every field must be present", path);
+            return json_decref(grown),
+                   model_fail(e, 500, path, "fields", "%s: every field must be present", path);
         int st = ns_rules(m, k, v, path, e);
-        if (st) return st;
+        if (st) return json_decref(grown), st;
     }
     size_t data_pools = json_object_size(pools) - (g ? 1 : 0);
     if (data_pools > 0 && json_object_get(nss, "default") == NULL)
-        return model_fail(e, 500, "namespaces.default", "required",
+        return json_decref(grown), model_fail(e, 500, "namespaces.default", "required",
                           "namespace default is required once a pool other than the gutter "
                           "exists");
-    json_object_foreach((json_t *)pools, k, v)
-        if (pool_count_ns(m, k) > MODEL_NS_PER_POOL_MAX)
-            return model_fail(e, 409, "pool", "limit", "pool %s holds more than %d namespaces", k,
-                              MODEL_NS_PER_POOL_MAX);
-    return 0;
+    int st = pool_limits(m, prev ? grown : NULL, e);
+    json_decref(grown);
+    return st;
 }
 
-json_t *model_topology(const json_t *m)
+json_t *model_topology_frame(const json_t *m)
 {
     json_t *doc = json_object(), *pools = json_object();
     if (doc == NULL || pools == NULL) {
@@ -622,8 +667,48 @@ json_t *model_topology(const json_t *m)
     if (json_object_get(m, "gutter_pool"))
         json_object_set(doc, "gutter_pool", json_object_get(m, "gutter_pool"));
     json_object_set(doc, "gutter_ttl", json_object_get(m, "gutter_ttl"));
-    json_object_set_new(doc, "namespaces", json_deep_copy(json_object_get(m, "namespaces")));
     return doc;
+}
+
+json_t *model_topology(const json_t *m)
+{
+    json_t *doc = model_topology_frame(m);
+    if (doc && json_object_set_new(doc, "namespaces",
+                                   json_deep_copy(json_object_get(m, "namespaces"))) < 0) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+json_t *model_fork(const json_t *m, const char *ns, const char *pool)
+{
+    json_t *f = json_copy((json_t *)m);
+    json_t *nss = json_copy(json_object_get(m, "namespaces"));
+    json_t *pools = json_copy(json_object_get(m, "pools"));
+    if (f == NULL || nss == NULL || pools == NULL) goto fail;
+    json_t *x;
+    if (ns && (x = json_object_get(nss, ns)) != NULL &&
+        json_object_set_new(nss, ns, json_deep_copy(x)) < 0)
+        goto fail;
+    if (pool && (x = json_object_get(pools, pool)) != NULL &&
+        json_object_set_new(pools, pool, json_deep_copy(x)) < 0)
+        goto fail;
+    if (json_object_set_new(f, "namespaces", nss) < 0) {
+        nss = NULL;
+        goto fail;
+    }
+    nss = NULL;
+    if (json_object_set_new(f, "pools", pools) < 0) {
+        pools = NULL;
+        goto fail;
+    }
+    return f;
+fail:
+    json_decref(f);
+    json_decref(nss);
+    json_decref(pools);
+    return NULL;
 }
 
 uint64_t model_ns_share(const json_t *m, const char *name)

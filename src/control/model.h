@@ -8,8 +8,12 @@
  *    "namespaces": {N: {"team", "pool", "memory", "copies", "eviction", "default_ttl",
  *                       "max_ttl", "lease_ttl", "stale_ttl", "lease_period",
  *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec"}}}
- * Every namespace stores every field. A change is made on a copy of the current model and
- * checked whole (model_check) before it replaces it, so a refused change changes nothing.
+ * Every namespace stores every field. A change is made on a fork of the current model
+ * (model_fork: its own top level, pools and namespaces objects, sharing every pool and
+ * namespace value the change does not touch) and checked whole (model_check_since) before it
+ * replaces it, so a refused change changes nothing. A value installed in a model is never
+ * changed in place again: later versions share it, and the renderer (render.h) and the check
+ * know an unchanged value by its address.
  *
  * Errors fill a model_err: the HTTP status, the field (as sent, or a path such as
  * "namespaces.x.copies" for a rule another object breaks), the rule's short name and a message
@@ -39,6 +43,14 @@ json_t *model_new(void);
 /* 0 when `m` satisfies every rule (used on every change and on load), else the HTTP status of
  * the first broken rule with `e` filled. */
 int model_check(const json_t *m, struct model_err *e);
+/* The same rules for `m` made from `prev` (a model that passed them) by one change on a fork:
+ * pool and namespace values `m` shares with `prev` are not checked again (nothing their rules
+ * read changed when the pool they name is the same value too). prev NULL: model_check. */
+int model_check_since(const json_t *m, const json_t *prev, struct model_err *e);
+/* A model to change: `m`'s top level, "pools" and "namespaces" objects copied, their values
+ * shared, except namespace `ns` and pool `pool` (either may be NULL or absent), which are deep
+ * copies the change may edit in place. A new reference; NULL when out of memory. */
+json_t *model_fork(const json_t *m, const char *ns, const char *pool);
 uint64_t model_version(const json_t *m);
 
 /* The changes. Each returns 0, or an HTTP status with `e` filled; `m` may be partly changed on
@@ -57,6 +69,8 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
 
 /* The router's topology document (docs/router.md) for `m`: a new reference, NULL on memory. */
 json_t *model_topology(const json_t *m);
+/* The same without "namespaces" (render.h adds their text). */
+json_t *model_topology_frame(const json_t *m);
 /* A namespace's memory share on each node of its pool: memory / nodes, rounded down. */
 uint64_t model_ns_share(const json_t *m, const char *ns);
 

@@ -10,11 +10,13 @@
 
 #include "common/clock.h"
 #include "control/control.h"
+#include "control/topodoc.h"
 
 struct held_poll {
     struct admin_held *h;
     uint64_t after;
     uint64_t deadline_ms;
+    bool gzip; /* the client accepts a gzip'd answer */
 };
 
 struct poller {
@@ -37,32 +39,24 @@ static uint64_t mono_ms(void)
 }
 
 /* Answer the polls in `ready` (taken out of the list): those behind the current version get
- * the document, the rest 304. */
+ * the document (the same bytes for all: topodoc.h), the rest 304. */
 static void answer(struct poller *p, struct held_poll *ready, size_t n)
 {
     struct control *c = p->c;
-    char *doc = NULL;
-    size_t len = 0;
-    uint64_t version;
     pthread_mutex_lock(&c->lock);
-    version = c->version;
-    for (size_t i = 0; i < n && doc == NULL; i++)
-        if (ready[i].after < version && (doc = malloc(c->doclen)) != NULL) {
-            memcpy(doc, c->doc, c->doclen);
-            len = c->doclen;
-        }
+    struct topo_doc *d = topo_doc_ref(c->doc);
     pthread_mutex_unlock(&c->lock);
+    uint64_t version = topo_doc_version(d);
     for (size_t i = 0; i < n; i++) {
         if (ready[i].after < version) {
-            if (doc) admin_answer(ready[i].h, 200, doc, len);
-            else admin_answer(ready[i].h, 503, NULL, 0);
+            topo_doc_answer(d, ready[i].h, ready[i].gzip);
             CTL_INC(c, polls_answered);
         } else {
             admin_answer(ready[i].h, 304, NULL, 0);
             CTL_INC(c, polls_timed_out);
         }
     }
-    free(doc);
+    topo_doc_unref(d);
 }
 
 static void *poll_main(void *arg)
@@ -124,14 +118,14 @@ struct poller *poll_create(struct control *c, char *err, size_t errlen)
     return p;
 }
 
-int poll_add(struct poller *p, struct admin_held *h, uint64_t after)
+int poll_add(struct poller *p, struct admin_held *h, uint64_t after, bool gzip)
 {
     pthread_mutex_lock(&p->mu);
     if (p->n >= p->max || p->stop) {
         pthread_mutex_unlock(&p->mu);
         return -1;
     }
-    p->v[p->n++] = (struct held_poll){h, after, mono_ms() + p->c->cfg.poll_timeout * 1000};
+    p->v[p->n++] = (struct held_poll){h, after, mono_ms() + p->c->cfg.poll_timeout * 1000, gzip};
     CTL_SET(p->c, polls_held, p->n);
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);

@@ -7,6 +7,7 @@
 #ifndef SHOAL_CONTROL_POLL_H
 #define SHOAL_CONTROL_POLL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/admin.h"
@@ -16,9 +17,9 @@ struct poller;
 
 /* Start the poller's thread. NULL with a message on failure. */
 struct poller *poll_create(struct control *c, char *err, size_t errlen);
-/* Hold `h` until a version above `after` or the timeout. -1 when --poll-max are held (the
- * caller answers `h` itself). */
-int poll_add(struct poller *p, struct admin_held *h, uint64_t after);
+/* Hold `h` until a version above `after` or the timeout; `gzip`: the client accepts a gzip'd
+ * document. -1 when --poll-max are held (the caller answers `h` itself). */
+int poll_add(struct poller *p, struct admin_held *h, uint64_t after, bool gzip);
 /* Version `v` is current: answer every poll waiting for it. */
 void poll_notify(struct poller *p, uint64_t v);
 /* Answer every held poll (304) and stop the thread; later poll_add calls are refused. The

@@ -4,6 +4,7 @@
 #include "control/push.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,10 @@ struct pusher {
     json_t *index; /* "node/ns" -> position in v: a change touches every entry, so no scans */
     int stop;
     int paused; /* --etcd: not the leader, so nothing is sent (push_pause) */
+    /* The model's namespaces and pools objects as of the last push_notify (references; NULL:
+     * none yet, or all to be recomputed). Values are never changed in place once installed
+     * (model.h), so a namespace whose value and pool value are the same as then wants the same. */
+    json_t *seen_nss, *seen_pools;
 };
 
 static uint64_t mono_ms(void)
@@ -151,31 +156,80 @@ static void want(struct pusher *p, const char *node, const char *admin, const ch
     e->share = share;
 }
 
+/* Want namespace `name` (value ns) on every node of its pool with an admin address. */
+static void want_ns(struct pusher *p, const json_t *m, const json_t *pools, const char *name,
+                    const json_t *ns)
+{
+    const char *pname = json_string_value(json_object_get(ns, "pool"));
+    const json_t *pool = json_object_get(pools, pname ? pname : "");
+    uint64_t share = model_ns_share(m, name);
+    char *body = NULL; /* the same for every node of the pool: rendered once */
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(pool, "nodes"), i, n) {
+        const char *admin = json_string_value(json_object_get(n, "admin"));
+        if (admin == NULL) continue;
+        if (body == NULL && (body = node_body(ns, share)) == NULL) break;
+        char *mine = strdup(body);
+        if (mine) want(p, json_string_value(json_object_get(n, "node")), admin, name, mine,
+                       share, 1);
+    }
+    free(body);
+}
+
+/* Whether namespace `name` (value ns, NULL: gone) wants what it wanted at the last notify;
+ * pools_same: no pool changed since. */
+static bool ns_same(const struct pusher *p, const json_t *pools, bool pools_same,
+                    const char *name, const json_t *ns)
+{
+    if (p->seen_nss == NULL || ns == NULL || json_object_get(p->seen_nss, name) != ns)
+        return false;
+    if (pools_same) return true;
+    const char *pool = json_string_value(json_object_get(ns, "pool")) ?: "";
+    return json_object_get(p->seen_pools, pool) == json_object_get(pools, pool);
+}
+
 void push_notify(struct pusher *p)
 {
     struct control *c = p->c;
     pthread_mutex_lock(&c->lock);
     pthread_mutex_lock(&p->mu);
-    for (size_t i = 0; i < p->n; i++) p->v[i].keep = -1; /* not seen yet */
-    const json_t *pools = json_object_get(c->model, "pools");
+    json_t *nss = json_object_get(c->model, "namespaces");
+    json_t *pools = json_object_get(c->model, "pools");
+    /* only the namespaces that changed since the last notify are recomputed: a change costs
+     * what it touches, not the model's size */
+    json_t *changed = json_object();
     const char *name;
     json_t *ns;
-    json_object_foreach(json_object_get(c->model, "namespaces"), name, ns) {
-        const json_t *pool = json_object_get(pools, json_string_value(json_object_get(ns, "pool")));
-        uint64_t share = model_ns_share(c->model, name);
-        char *body = NULL; /* the same for every node of the pool: rendered once */
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(pool, "nodes"), i, n) {
-            const char *admin = json_string_value(json_object_get(n, "admin"));
-            if (admin == NULL) continue;
-            if (body == NULL && (body = node_body(ns, share)) == NULL) break;
-            char *mine = strdup(body);
-            if (mine) want(p, json_string_value(json_object_get(n, "node")), admin, name, mine,
-                           share, 1);
-        }
-        free(body);
+    bool all = p->seen_nss == NULL || changed == NULL;
+    if (!all) {
+        bool pools_same = json_object_size(pools) == json_object_size(p->seen_pools);
+        json_object_foreach(pools, name, ns)
+            if (pools_same && json_object_get(p->seen_pools, name) != ns) pools_same = false;
+        json_object_foreach(nss, name, ns)
+            if (!ns_same(p, pools, pools_same, name, ns))
+                json_object_set_new(changed, name, json_true());
+        json_object_foreach(p->seen_nss, name, ns)
+            if (json_object_get(nss, name) == NULL) json_object_set_new(changed, name, json_true());
     }
+    size_t nchanged = all ? 0 : json_object_size(changed);
+    const char *one = nchanged == 1 ? json_object_iter_key(json_object_iter(changed)) : NULL;
+    for (size_t i = 0; i < p->n; i++)
+        if (all || (one ? !strcmp(p->v[i].ns, one)
+                        : nchanged && json_object_get(changed, p->v[i].ns)))
+            p->v[i].keep = -1; /* not seen yet */
+    if (all) {
+        json_object_foreach(nss, name, ns) want_ns(p, c->model, pools, name, ns);
+    } else {
+        json_t *x;
+        json_object_foreach(changed, name, x)
+            if ((ns = json_object_get(nss, name)) != NULL) want_ns(p, c->model, pools, name, ns);
+    }
+    json_decref(changed);
+    json_decref(p->seen_nss);
+    json_decref(p->seen_pools);
+    p->seen_nss = json_incref(nss);
+    p->seen_pools = json_incref(pools);
     static const char zero[] = "{\"default_ttl\":0,\"eviction\":\"s3fifo\",\"lease_period\":0,"
                                "\"lease_ttl\":0,\"max_ttl\":0,\"memory\":0,\"stale_ttl\":0}";
     for (size_t i = 0; i < p->n; i++) {
@@ -327,6 +381,9 @@ void push_resume(struct pusher *p)
         e->next_ms = 0;
         e->error[0] = 0;
     }
+    json_decref(p->seen_nss); /* recompute every namespace */
+    json_decref(p->seen_pools);
+    p->seen_nss = p->seen_pools = NULL;
     pthread_mutex_unlock(&p->mu);
     push_notify(p);
 }
@@ -397,6 +454,8 @@ void push_destroy(struct pusher **pp)
     for (size_t i = 0; i < p->n; i++) entry_free(&p->v[i]);
     free(p->v);
     json_decref(p->index);
+    json_decref(p->seen_nss);
+    json_decref(p->seen_pools);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);

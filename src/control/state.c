@@ -42,19 +42,15 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static int file_save(struct state_store *s, const json_t *m, char *err, size_t errlen)
+static int file_save(struct state_store *s, const json_t *m, const char *text, size_t len,
+                     char *err, size_t errlen)
 {
     struct file_store *f = (struct file_store *)s;
-    char *text = json_dumps(m, JSON_SORT_KEYS | JSON_INDENT(1));
-    if (text == NULL) {
-        snprintf(err, errlen, "out of memory rendering the state");
-        return -1;
-    }
     const char *step = "create";
     int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
         step = "write";
-        int bad = write_all(fd, text, strlen(text)) < 0 || write_all(fd, "\n", 1) < 0;
+        int bad = write_all(fd, text, len) < 0 || write_all(fd, "\n", 1) < 0;
         if (!bad) step = "fsync";
         bad = bad || fsync(fd) < 0;
         if (close(fd) < 0) bad = 1;
@@ -65,7 +61,6 @@ static int file_save(struct state_store *s, const json_t *m, char *err, size_t e
                 int dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dfd >= 0 && fsync(dfd) == 0) {
                     close(dfd);
-                    free(text);
                     return 0;
                 }
                 if (dfd >= 0) close(dfd);
@@ -74,7 +69,6 @@ static int file_save(struct state_store *s, const json_t *m, char *err, size_t e
     }
     snprintf(err, errlen, "cannot %s state file %s: %s", step, f->tmp, strerror(errno));
     unlink(f->tmp);
-    free(text);
     return -1;
 }
 

@@ -38,16 +38,18 @@ static int follow_parse(const struct httpc_reply *rep, struct topo **out, char *
 int follow_first(const struct router_config *cfg, struct topo **out, char *err, size_t errlen)
 {
     *out = NULL;
-    char *base = follow_base(cfg->control);
+    char *bases[FOLLOW_URLS_MAX];
+    size_t nbases = follow_bases(cfg->control, bases, FOLLOW_URLS_MAX), cur = 0;
+    const char *base = nbases ? bases[0] : NULL;
     struct httpc *h = httpc_create(0);
-    if (base == NULL || h == NULL) {
-        free(base);
+    if (nbases == 0 || h == NULL) {
+        while (nbases > 0) free(bases[--nbases]);
         httpc_destroy(&h);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     if (follow_auth(h, cfg->token_file, err, errlen) < 0) {
-        free(base);
+        while (nbases > 0) free(bases[--nbases]);
         httpc_destroy(&h);
         return -1;
     }
@@ -93,6 +95,10 @@ int follow_first(const struct router_config *cfg, struct topo **out, char *err, 
             snprintf(err, errlen, "control plane %s: %s", base, msg);
             if (!told) log_notice("waiting for the control plane at %s: %s", base, msg);
             told = true;
+            if (nbases > 1) { /* the next member of --control's list, at once */
+                base = bases[cur = (cur + 1) % nbases];
+                if (cur != 0) continue;
+            }
         }
         backoff = backoff ? backoff * 2 : FOLLOW_BACKOFF_MIN_MS;
         if (backoff > cfg->control_backoff_max_ms) backoff = cfg->control_backoff_max_ms;
@@ -103,7 +109,7 @@ int follow_first(const struct router_config *cfg, struct topo **out, char *err, 
     }
     httpc_reply_release(&rep);
     httpc_destroy(&h);
-    free(base);
+    while (nbases > 0) free(bases[--nbases]);
     return rc;
 }
 

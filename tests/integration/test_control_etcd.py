@@ -68,6 +68,24 @@ def ns_names(ctl):
     return set(ctl.topology()["namespaces"])
 
 
+def stored_buckets(etcd_cluster, prefix):
+    """{key: (mod_revision, namespaces)} of the namespace buckets stored under prefix ns/."""
+    import base64
+    from etcdharness import b64
+    rep = etcd_cluster.call("/v3/kv/range", {"key": b64(prefix + "ns/"),
+                                             "range_end": b64(prefix + "ns0")})
+    return {base64.b64decode(kv["key"]).decode(): (int(kv["mod_revision"]),
+                                                   json.loads(base64.b64decode(kv["value"])))
+            for kv in rep.get("kvs", [])}
+
+
+def stored_namespaces(etcd_cluster, prefix):
+    out = {}
+    for _, nss in stored_buckets(etcd_cluster, prefix).values():
+        out.update(nss)
+    return out
+
+
 def test_change_through_follower_is_applied_and_seen_by_all(group):
     ctls = group(3)
     leader = one_leader(ctls)
@@ -301,7 +319,7 @@ def test_deposed_leader_write_is_refused_by_the_guard(group, etcd_cluster, start
     assert status == 503, body
     assert body["field"] == "state" and "leader" in body["error"]
     assert slow.metrics()["shoal_control_deposed_refusals_total"] == 1
-    assert "stale" not in json.loads(etcd_cluster.get(group.prefix + "state"))["namespaces"]
+    assert "stale" not in stored_namespaces(etcd_cluster, group.prefix)
     # the other process is elected and writes; the deposed one then forwards to it
     wait_until(lambda: is_leader(other), timeout=5, message="the other process to lead")
     status, body = other.post("/v1/namespaces", {"name": "fresh", "pool": "main"})
@@ -431,3 +449,50 @@ def test_writes_during_a_followers_shutdown_get_503_and_it_exits_cleanly(group):
         for st, body in answers:
             assert st == 201 or st == 503, (st, body)
         leader.stop()
+
+
+def test_namespaces_are_stored_in_buckets_and_a_change_writes_one(group, etcd_cluster):
+    """The state key holds no namespaces (10,000 would pass etcd's 1.5 MiB request limit): they
+    are spread over buckets, and a namespace change rewrites only its own bucket."""
+    ctl = group(1)[0]
+    wait_until(lambda: is_leader(ctl), timeout=10, message="the process to lead")
+    assert ctl.post("/v1/pools", {"name": "main", "nodes": ["127.0.0.1:21001"]})[0] == 201
+    for i in range(20):
+        assert ctl.post("/v1/namespaces", {"name": f"n{i}", "pool": "main"})[0] == 201
+    head = json.loads(etcd_cluster.get(group.prefix + "state"))
+    assert "namespaces" not in head and head["version"] == 21
+    buckets = stored_buckets(etcd_cluster, group.prefix)
+    assert len(buckets) == head["namespace_buckets"]
+    assert set(stored_namespaces(etcd_cluster, group.prefix)) == {"default"} | {
+        f"n{i}" for i in range(20)}
+    home = next(k for k, (_, nss) in buckets.items() if "n3" in nss)
+    assert ctl.put("/v1/namespaces/n3", {"default_ttl": 77})[0] == 200
+    after = stored_buckets(etcd_cluster, group.prefix)
+    changed = {k for k in buckets if after[k][0] != buckets[k][0]}
+    assert changed == {home}
+    assert after[home][1]["n3"]["default_ttl"] == 77
+
+
+def test_state_of_the_one_key_layout_is_read_and_rewritten_split(etcd_cluster, start_control):
+    """A state stored by an earlier shoal-control (namespaces inside the state key) is served as
+    it is, and the first change stores it split."""
+    from etcdharness import b64
+    prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
+    first = start_control("--etcd", etcd_cluster.urls, "--etcd-prefix", prefix)
+    wait_until(lambda: is_leader(first), timeout=10, message="the process to lead")
+    assert first.post("/v1/pools", {"name": "main", "nodes": ["127.0.0.1:21001"]})[0] == 201
+    assert first.post("/v1/namespaces", {"name": "old", "pool": "main"})[0] == 201
+    model = json.loads(etcd_cluster.get(prefix + "state"))
+    model.pop("namespace_buckets")
+    model["namespaces"] = stored_namespaces(etcd_cluster, prefix)
+    first.stop()
+    etcd_cluster.call("/v3/kv/deleterange", {"key": b64(prefix + "ns/"),
+                                             "range_end": b64(prefix + "ns0")})
+    etcd_cluster.call("/v3/kv/put", {"key": b64(prefix + "state"),
+                                     "value": b64(json.dumps(model))})
+    ctl = start_control("--etcd", etcd_cluster.urls, "--etcd-prefix", prefix)
+    wait_until(lambda: is_leader(ctl), timeout=10, message="the new process to lead")
+    assert ns_names(ctl) == {"default", "old"} and ctl.version() == 2
+    assert ctl.post("/v1/namespaces", {"name": "new", "pool": "main"})[0] == 201
+    assert "namespaces" not in json.loads(etcd_cluster.get(prefix + "state"))
+    assert set(stored_namespaces(etcd_cluster, prefix)) == {"default", "old", "new"}

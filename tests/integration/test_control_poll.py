@@ -125,3 +125,48 @@ def test_shutdown_answers_held_polls_and_exits_cleanly(ctl):
     for p in polls:
         p.join(5)
         assert p.status == 304
+
+
+def raw_get(ctl, path, headers):
+    """(status, headers dict (lower-case names), body bytes) without decoding."""
+    import http.client
+    conn = http.client.HTTPConnection(ctl.host, ctl.port, timeout=10)
+    try:
+        conn.request("GET", path, headers=headers)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_topology_is_gzipped_for_a_client_that_asks(ctl):
+    import gzip
+    import json
+    status, hdrs, body = raw_get(ctl, "/v1/topology?after=0", {"Accept-Encoding": "gzip"})
+    assert status == 200 and hdrs.get("content-encoding") == "gzip"
+    plain = raw_get(ctl, "/v1/topology?after=0", {})
+    assert "content-encoding" not in plain[1]
+    assert gzip.decompress(body) == plain[2]  # the same document, compressed
+    assert json.loads(plain[2])["version"] == 1
+
+
+def test_held_poll_answer_names_its_version_in_a_header(ctl):
+    import json
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=raw_get(
+        ctl, "/v1/topology?after=1", {"Accept-Encoding": "deflate, gzip;q=1.0"})), daemon=True)
+    t.start()
+    wait_until(lambda: held(ctl) == 1, message="the poll to be held")
+    assert ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main"})[0] == 201
+    t.join(5)
+    status, hdrs, body = out["r"]
+    assert status == 200 and hdrs["x-shoal-version"] == "2"
+    assert hdrs["content-encoding"] == "gzip"
+    import gzip
+    assert json.loads(gzip.decompress(body))["version"] == 2
+
+
+def test_gzip_refused_with_q0_gets_plain_text(ctl):
+    status, hdrs, body = raw_get(ctl, "/v1/topology", {"Accept-Encoding": "gzip;q=0"})
+    assert status == 200 and "content-encoding" not in hdrs
+    assert body.startswith(b"{")

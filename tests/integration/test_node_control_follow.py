@@ -383,3 +383,25 @@ def test_shutdown_while_metrics_are_scraped_exits_cleanly(fake, tmp_path):
         status = scrape_while_stopping(a.proc, a.admin_port)
         err = a.stderr_text()
         assert status == 0 and "Sanitizer" not in err and "runtime error" not in err, err
+
+
+def test_node_follows_the_next_control_url_when_one_does_not_answer(start_control, start_server):
+    """--control URL,URL (one --etcd group's members): a member that gives no answer is passed
+    over, and when the one followed goes away the node moves on to the next."""
+    first, second = start_control(), start_control()
+    admin = free_port()
+    a = start_server("--admin-port", str(admin), "--control-backoff-max-ms", "200", "--control",
+                     f"http://127.0.0.1:{free_port()},http://127.0.0.1:{first.port},"
+                     f"http://127.0.0.1:{second.port}")
+    a.admin_port, a.addr = admin, f"127.0.0.1:{a.port}"
+    wait_until(lambda: accepts(admin), message="the node's admin port")
+    first.post("/v1/pools", {"name": "main", "nodes": [{"node": a.addr}]})
+    synced(first, a)  # version 1, from the second URL: the first gives no answer
+    # the second member is ahead (as a standby that read a newer state would be)
+    second.post("/v1/pools", {"name": "main", "nodes": [{"node": a.addr}]})
+    second.post("/v1/namespaces", {"name": "fromsecond", "pool": "main", "max_ttl": 100})
+    assert node_ns(a, "fromsecond") is None
+    first.stop()
+    wait_until(lambda: (node_ns(a, "fromsecond") or {}).get("max_ttl") == 100, timeout=5,
+               message="the namespace from the next member once the first is gone")
+    assert node_version(a) == 2

@@ -398,3 +398,14 @@ def test_registration_refused_for_want_of_a_token_is_logged_once_at_info(start_s
     lines = [l for l in err.splitlines() if "admin token only" in l]
     assert len(lines) == 1 and " info:" in lines[0], err
     assert "refused the registration" not in err
+
+
+def test_router_starts_from_the_second_control_url_when_the_first_does_not_answer(
+        start_server, control, start_follower):
+    a = start_server()
+    control.publish(doc_for([a], 6))
+    dead = f"http://127.0.0.1:{free_port()}"
+    router, admin = start_follower(f"{dead},{control.url}")
+    assert version_of(admin) == 6
+    control.publish(doc_for([a], 7))
+    wait_until(lambda: version_of(admin) == 7, timeout=3, message="version 7 from the live one")

@@ -1,15 +1,20 @@
 /* test_control_model.c — unit tests for shoal-control's model (src/control/model.c): changes
  * and their refusals, the whole-state rules a state file must meet on load (a map that is not
- * even, a slot twice, a namespace missing a field), and the topology document it renders. */
+ * even, a slot twice, a namespace missing a field), and the topology document it renders;
+ * changes on a fork that shares untouched values (model_fork), the check that skips them
+ * (model_check_since), and the texts rendered from cached namespace texts (render.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "control/model.h"
+#include "control/render.h"
 
 static json_t *pool_of(const char *spec)
 {
@@ -153,6 +158,156 @@ static void test_topology_has_router_shape(void **state)
     json_decref(m);
 }
 
+static json_t *nss_of(json_t *m) { return json_object_get(m, "namespaces"); }
+
+/* A fork shares what the change does not touch and copies what it does, so changing the fork
+ * leaves the model it came from as it was. */
+static void test_fork_shares_untouched_and_copies_touched(void **state)
+{
+    json_t *m = three();
+    struct model_err e;
+    const char *name;
+    json_t *b = pool_of("{\"name\": \"c\", \"pool\": \"main\"}");
+    assert_int_equal(model_ns_create(m, b, &name, &e), 0);
+    json_decref(b);
+    json_t *f = model_fork(m, "c", NULL);
+    assert_non_null(f);
+    assert_ptr_equal(json_object_get(nss_of(f), "default"), json_object_get(nss_of(m), "default"));
+    assert_ptr_not_equal(json_object_get(nss_of(f), "c"), json_object_get(nss_of(m), "c"));
+    assert_ptr_not_equal(nss_of(f), nss_of(m));
+    b = pool_of("{\"default_ttl\": 7}");
+    assert_int_equal(model_ns_update(f, "c", b, &e), 0);
+    json_decref(b);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(nss_of(f), "c"),
+                                                        "default_ttl")), 7);
+    assert_int_not_equal(json_integer_value(json_object_get(json_object_get(nss_of(m), "c"),
+                                                            "default_ttl")), 7);
+    assert_int_equal(model_ns_delete(f, "c", &e), 0); /* a removal is the fork's own too */
+    assert_non_null(json_object_get(nss_of(m), "c"));
+    json_decref(f);
+
+    f = model_fork(m, NULL, "main");
+    uint32_t moved;
+    b = pool_of("{\"node\": \"10.0.0.4:1\"}");
+    assert_int_equal(model_node_add(f, "main", b, &moved, &e), 0);
+    json_decref(b);
+    const json_t *old = json_object_get(json_object_get(m, "pools"), "main");
+    assert_int_equal(json_array_size(json_object_get(old, "nodes")), 3);
+    assert_int_equal(model_check(m, &e), 0);
+    assert_int_equal(model_check_since(f, m, &e), 0);
+    json_decref(f);
+    json_decref(m);
+}
+
+/* A namespace value the fork shares is not checked again, unless its pool changed: a pool
+ * that lost nodes below a namespace's copies is refused though the namespace did not change. */
+static void test_check_since_rechecks_namespaces_of_a_changed_pool(void **state)
+{
+    json_t *m = three();
+    struct model_err e;
+    const char *name;
+    json_t *b = pool_of("{\"name\": \"c\", \"pool\": \"main\", \"copies\": 2}");
+    assert_int_equal(model_ns_create(m, b, &name, &e), 0);
+    json_decref(b);
+    json_t *f = model_fork(m, NULL, "main");
+    uint32_t moved;
+    assert_int_equal(model_node_remove(f, "main", "10.0.0.1:1", &moved, &e), 0);
+    assert_int_equal(model_check_since(f, m, &e), 0); /* two nodes: copies 2 still fit */
+    json_t *g = model_fork(f, NULL, "main");
+    assert_int_equal(model_node_remove(g, "main", "10.0.0.2:1", &moved, &e), 0);
+    assert_int_equal(model_check_since(g, f, &e), 409);
+    assert_string_equal(e.rule, "at_most_nodes");
+    json_decref(g);
+    json_decref(f);
+    json_decref(m);
+}
+
+/* The pool's namespace limit holds on a fork checked since its model. */
+static void test_check_since_counts_the_pool_limit(void **state)
+{
+    json_t *m = three(); /* "default" is the pool's first */
+    struct model_err e;
+    const char *name;
+    char body[120];
+    for (int i = 1; i < MODEL_NS_PER_POOL_MAX; i++) {
+        snprintf(body, sizeof body, "{\"name\": \"n%d\", \"pool\": \"main\"}", i);
+        json_t *b = pool_of(body);
+        assert_int_equal(model_ns_create(m, b, &name, &e), 0);
+        json_decref(b);
+    }
+    assert_int_equal(model_check(m, &e), 0);
+    json_t *f = model_fork(m, NULL, NULL);
+    json_t *b = pool_of("{\"name\": \"one-more\", \"pool\": \"main\"}");
+    assert_int_equal(model_ns_create(f, b, &name, &e), 0);
+    assert_int_equal(model_check_since(f, m, &e), 409);
+    assert_string_equal(e.field, "pool");
+    assert_string_equal(e.rule, "limit");
+    json_decref(b);
+    json_decref(f);
+    json_decref(m);
+}
+
+/* The renderer's texts are what json_dumps makes of the document and of the model, version
+ * after version, with namespaces created, changed and removed between them. */
+static void test_render_matches_whole_dumps_across_changes(void **state)
+{
+    struct render *r = render_create();
+    json_t *m = three();
+    struct model_err e;
+    const char *name;
+    static const char *const steps[] = {
+        "+{\"name\": \"b\", \"pool\": \"main\"}", "+{\"name\": \"a.x\", \"pool\": \"main\"}",
+        "~b{\"max_ttl\": 99, \"default_ttl\": 9}", "-a.x", "+{\"name\": \"a.x\", \"pool\": \"main\"}",
+        "~default{\"eviction\": \"lru\"}",
+    };
+    for (size_t i = 0; i <= sizeof steps / sizeof steps[0]; i++) {
+        size_t len;
+        char *doc = render_topology(r, m, &len);
+        json_t *want_doc = model_topology(m);
+        char *want = json_dumps(want_doc, JSON_SORT_KEYS | JSON_COMPACT);
+        assert_int_equal(len, strlen(want) + 1);
+        assert_memory_equal(doc, want, len - 1);
+        assert_int_equal(doc[len - 1], '\n');
+        free(doc);
+        free(want);
+        json_decref(want_doc);
+        char *st = render_state(r, m, &len);
+        want = json_dumps(m, JSON_SORT_KEYS | JSON_COMPACT);
+        assert_string_equal(st, want);
+        assert_int_equal(len, strlen(want));
+        free(st);
+        free(want);
+        if (i == sizeof steps / sizeof steps[0]) break;
+        const char *s = steps[i];
+        json_t *f;
+        if (s[0] == '+') {
+            f = model_fork(m, NULL, NULL);
+            json_t *b = pool_of(s + 1);
+            assert_int_equal(model_ns_create(f, b, &name, &e), 0);
+            json_decref(b);
+        } else if (s[0] == '-') {
+            f = model_fork(m, NULL, NULL);
+            assert_int_equal(model_ns_delete(f, s + 1, &e), 0);
+        } else {
+            char ns[32];
+            size_t n = (size_t)(strchr(s, '{') - s - 1);
+            memcpy(ns, s + 1, n);
+            ns[n] = 0;
+            f = model_fork(m, ns, NULL);
+            json_t *b = pool_of(strchr(s, '{'));
+            assert_int_equal(model_ns_update(f, ns, b, &e), 0);
+            json_decref(b);
+        }
+        assert_int_equal(model_check_since(f, m, &e), 0);
+        json_object_set_new(f, "version", json_integer((json_int_t)i + 1));
+        json_decref(m);
+        m = f;
+    }
+    json_decref(m);
+    render_destroy(&r);
+    assert_null(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +318,10 @@ int main(void)
         cmocka_unit_test(test_node_add_and_remove_keep_map_even),
         cmocka_unit_test(test_check_refuses_broken_slot_maps),
         cmocka_unit_test(test_topology_has_router_shape),
+        cmocka_unit_test(test_fork_shares_untouched_and_copies_touched),
+        cmocka_unit_test(test_check_since_rechecks_namespaces_of_a_changed_pool),
+        cmocka_unit_test(test_check_since_counts_the_pool_limit),
+        cmocka_unit_test(test_render_matches_whole_dumps_across_changes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
