@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "cli/cli.h"
 #include "cli/probe.h"
 #include "cli/proc.h"
@@ -56,13 +57,6 @@ struct member {
 static volatile sig_atomic_t stop_sig;
 
 static void on_signal(int s) { stop_sig = s; }
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static int mkdirs(const char *path)
 {
@@ -213,7 +207,7 @@ static bool log_says_in_use(const struct member *mb)
 static int await(struct member *mb, bool (*ok)(const struct member *), const char *what,
                  unsigned timeout_s, bool port_retry)
 {
-    uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_s * 1000;
     for (;;) {
         if (ok(mb)) return 0;
         if (stop_sig) return cli_err("shoal: interrupted; stopping what was started"), -1;
@@ -223,7 +217,7 @@ static int await(struct member *mb, bool (*ok)(const struct member *), const cha
             print_log_tail(mb->log);
             return -1;
         }
-        if (now_ms() >= deadline) {
+        if (clock_mono_ms() >= deadline) {
             cli_err("shoal: %s did not become %s within %u s (log %s); raise --timeout if the "
                     "machine is slow", mb->name, what, timeout_s, mb->log);
             print_log_tail(mb->log);

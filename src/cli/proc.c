@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "cli/proc.h"
 
 pid_t proc_spawn(char *const argv[], const char *log, char *err, size_t errlen)
@@ -88,13 +89,6 @@ bool proc_alive(pid_t pid, const char *argv0)
     return strcmp(buf, argv0) == 0;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Wait until none of the flagged processes runs, or deadline; true when all are gone. */
 static bool wait_gone(const pid_t *pids, const char *const *argv0s, int n, const int *flag,
                       uint64_t deadline)
@@ -104,7 +98,7 @@ static bool wait_gone(const pid_t *pids, const char *const *argv0s, int n, const
         for (int i = 0; i < n; i++)
             if (flag[i] && proc_alive(pids[i], argv0s[i])) any = true;
         if (!any) return true;
-        if (now_ms() >= deadline) return false;
+        if (clock_mono_ms() >= deadline) return false;
         usleep(20000);
     }
 }
@@ -116,13 +110,13 @@ void proc_stop_all(const pid_t *pids, const char *const *argv0s, int n, unsigned
         stopped[i] = proc_alive(pids[i], argv0s[i]) ? 1 : 0;
         if (stopped[i]) kill(pids[i], SIGTERM);
     }
-    if (wait_gone(pids, argv0s, n, stopped, now_ms() + term_ms)) return;
+    if (wait_gone(pids, argv0s, n, stopped, clock_mono_ms() + term_ms)) return;
     for (int i = 0; i < n; i++)
         if (stopped[i] && proc_alive(pids[i], argv0s[i])) {
             kill(pids[i], SIGKILL);
             stopped[i] = 2;
         }
-    wait_gone(pids, argv0s, n, stopped, now_ms() + 5000);
+    wait_gone(pids, argv0s, n, stopped, clock_mono_ms() + 5000);
 }
 
 json_t *proc_record_load(const char *dir)

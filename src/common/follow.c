@@ -117,14 +117,7 @@ uint64_t follow_peek_version(const char *text, size_t len)
 /* Sleep up to `ms` unless stopping. Returns true when the follower is stopping. */
 static bool follow_wait(struct follower *f, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_deadline(ms);
     pthread_mutex_lock(&f->lock);
     while (!f->stopping)
         if (pthread_cond_timedwait(&f->cond, &f->lock, &ts) == ETIMEDOUT) break;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/httpc.h"
 
 #define ETCD_MEMBERS_MAX 16
@@ -71,13 +72,6 @@ void etcd_destroy(struct etcd **ep)
 void etcd_cancel(struct etcd *e) { httpc_cancel(e->h); }
 void etcd_uncancel(struct etcd *e) { httpc_uncancel(e->h); }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int etcd_call(struct etcd *e, const char *path, const json_t *req, json_t **out, char *err,
               size_t errlen)
 {
@@ -91,14 +85,14 @@ int etcd_call(struct etcd *e, const char *path, const json_t *req, json_t **out,
     /* members in turn, round after round, until one answers or the budget is spent: a member
      * that lost its raft leader stalls until the others elect one (a second or two), which a
      * change should ride out rather than fail */
-    uint64_t start = mono_ms(), budget = (uint64_t)e->timeout_ms * 3;
+    uint64_t start = clock_mono_ms(), budget = (uint64_t)e->timeout_ms * 3;
     for (size_t k = 0; rc < 0 && !httpc_cancelled(e->h); k++) {
         if (k > 0 && k % e->n == 0) {
-            if (mono_ms() - start >= budget) break;
+            if (clock_mono_ms() - start >= budget) break;
             struct timespec pause = {0, 50 * 1000000L};
             nanosleep(&pause, NULL);
         }
-        if (k >= e->n && mono_ms() - start >= budget) break;
+        if (k >= e->n && clock_mono_ms() - start >= budget) break;
         size_t i = (e->cur + k) % e->n;
         char url[512], why[300];
         snprintf(url, sizeof url, "%s%s", e->urls[i], path);

@@ -40,13 +40,6 @@ struct ha {
     uint64_t ticks;
 };
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void set_leader_seen(struct ha *h, int leader, int64_t rev, const char *url)
 {
     pthread_mutex_lock(&h->mu);
@@ -131,7 +124,7 @@ static void campaign(struct ha *h)
     struct control *c = h->c;
     char err[400];
     int64_t lease;
-    uint64_t granted = mono_ms();
+    uint64_t granted = clock_mono_ms();
     if (etcd_lease_grant(h->e, h->ttl, &lease, err, sizeof err) < 0) {
         CTL_INC(c, etcd_errors);
         log_warn_limited("cannot campaign, no lease from etcd: %s", err);
@@ -208,7 +201,7 @@ static void keepalive(struct ha *h, uint64_t now)
     }
     CTL_INC(h->c, etcd_errors);
     log_warn_limited("cannot renew the leader lease: %s", err);
-    if (mono_ms() >= h->lease_deadline)
+    if (clock_mono_ms() >= h->lease_deadline)
         step_down(h, "the lease could not be renewed for its whole TTL");
     else
         h->next_keepalive = now + h->poll_ms;
@@ -219,7 +212,7 @@ static void tick(struct ha *h)
 {
     struct control *c = h->c;
     char err[400];
-    uint64_t now = mono_ms();
+    uint64_t now = clock_mono_ms();
     bool leader = __atomic_load_n(&h->leader, __ATOMIC_SEQ_CST);
     if (leader && state_etcd_lost(c->store)) {
         step_down(h, "a write found another leader's key in etcd");
@@ -301,7 +294,7 @@ static void *ha_main(void *arg)
             h->kick = false;
             continue;
         }
-        uint64_t wake = mono_ms() + h->poll_ms;
+        uint64_t wake = clock_mono_ms() + h->poll_ms;
         if (h->leader && h->next_keepalive < wake) wake = h->next_keepalive;
         struct timespec ts = {(time_t)(wake / 1000), (long)(wake % 1000) * 1000000};
         while (!h->stop && !h->kick && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
@@ -369,7 +362,7 @@ bool ha_is_leader(struct ha *h) { return __atomic_load_n(&h->leader, __ATOMIC_SE
 
 static void deadline_ts(struct timespec *ts, unsigned wait_ms)
 {
-    uint64_t t = mono_ms() + wait_ms;
+    uint64_t t = clock_mono_ms() + wait_ms;
     ts->tv_sec = (time_t)(t / 1000);
     ts->tv_nsec = (long)(t % 1000) * 1000000;
 }

@@ -31,13 +31,6 @@ struct poller {
     bool joined; /* poll_stop has joined the thread */
 };
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Answer the polls in `ready` (taken out of the list): those behind the current version get
  * the document (the same bytes for all: topodoc.h), the rest 304. */
 static void answer(struct poller *p, struct held_poll *ready, size_t n)
@@ -65,7 +58,7 @@ static void *poll_main(void *arg)
     struct held_poll *ready = malloc(p->max * sizeof *ready);
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        uint64_t now = mono_ms(), next = now + 60000;
+        uint64_t now = clock_mono_ms(), next = now + 60000;
         size_t k = 0;
         for (size_t i = 0; i < p->n;) {
             struct held_poll *h = &p->v[i];
@@ -125,7 +118,7 @@ int poll_add(struct poller *p, struct admin_held *h, uint64_t after, bool gzip)
         pthread_mutex_unlock(&p->mu);
         return -1;
     }
-    p->v[p->n++] = (struct held_poll){h, after, mono_ms() + p->c->cfg.poll_timeout * 1000, gzip};
+    p->v[p->n++] = (struct held_poll){h, after, clock_mono_ms() + p->c->cfg.poll_timeout * 1000, gzip};
     CTL_SET(p->c, polls_held, p->n);
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);

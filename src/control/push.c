@@ -46,13 +46,6 @@ struct pusher {
     json_t *seen_nss, *seen_pools;
 };
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int needs_work(const struct push_entry *e)
 {
     return e->want ? (e->have == NULL || strcmp(e->have, e->want) != 0) : !e->absent;
@@ -281,7 +274,7 @@ static void *push_main(void *arg)
     struct control *c = p->c;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        uint64_t now = mono_ms(), next = UINT64_MAX;
+        uint64_t now = clock_mono_ms(), next = UINT64_MAX;
         struct push_entry *e = NULL;
         uint64_t pending = 0;
         for (size_t i = 0; i < p->n; i++) {
@@ -343,7 +336,7 @@ static void *push_main(void *arg)
                 snprintf(e->error, sizeof e->error, "%s", err);
                 uint64_t wait = 100ull << (e->failures < 16 ? e->failures - 1 : 15);
                 if (wait > c->cfg.push_retry_ms) wait = c->cfg.push_retry_ms;
-                e->next_ms = mono_ms() + wait;
+                e->next_ms = clock_mono_ms() + wait;
                 /* the node is likely down: its other pushes wait as long, not in turn */
                 for (size_t i = 0; i < p->n; i++)
                     if (p->v[i].admin && admin && !strcmp(p->v[i].admin, admin) &&
