@@ -42,14 +42,11 @@ static void node_ns_published(void *ctx, const struct ns_table *t)
         store_set_grace(st, (uint16_t)id, t->byid[id] ? (uint32_t)t->byid[id]->cfg.stale_ttl : 0);
 }
 
+/* The options table: shoal-node's own, then the engine's (whose X-macro has no short flags or
+ * aliases: store_short gives them). */
 static size_t build_options(struct opt_def *defs, struct node_config *cfg)
 {
-    size_t n = 0;
-#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
-    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
-                                 &cfg->name_, alias_};
-    NODE_OPTIONS(X)
-#undef X
+    size_t n = OPTIONS_DEFS(NODE_OPTIONS, defs, cfg);
 #define X(name_, type_, def_, lo_, hi_, help_)                                                   \
     defs[n] = (struct opt_def){#name_, 0, OPT_##type_, NULL, def_, lo_, hi_, help_,              \
                                &cfg->store.name_, NULL};                                         \
@@ -60,27 +57,16 @@ static size_t build_options(struct opt_def *defs, struct node_config *cfg)
     return n;
 }
 
-
 int main(int argc, char **argv)
 {
-    struct opt_def defs[64];
+    static const struct opt_program prog = {
+        "shoal-node", "A memcached-compatible cache node: text and meta protocol, leases.",
+        "shoal-node " SHOAL_VERSION " (memcached protocol 1.6)", NULL, NULL};
+    struct opt_def defs[OPTIONS_COUNT(NODE_OPTIONS) + OPTIONS_COUNT(STORE_OPTIONS)];
     size_t ndefs = build_options(defs, &node.cfg);
-    struct opt_extra extra;
     char err[512];
-    log_set_name("shoal-node");
-    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-node: %s\n", err);
-        return 2;
-    }
-    if (extra.help) {
-        options_usage(defs, ndefs, "shoal-node",
-                      "A memcached-compatible cache node: text and meta protocol, leases.");
-        return 0;
-    }
-    if (extra.version) {
-        printf("shoal-node %s (memcached protocol %s)\n", SHOAL_VERSION, "1.6");
-        return 0;
-    }
+    int exit_now = options_start(&prog, defs, ndefs, argc, argv, NULL);
+    if (exit_now >= 0) return exit_now;
     log_set_level((int)(node.cfg.verbose > 2 ? 2 : node.cfg.verbose));
     if (node.cfg.inflight_max == 0) { /* auto: a share of -m, but room for the largest item */
         uint64_t share = node.cfg.store.memory_mb * (1024 * 1024 / 8);
