@@ -19,6 +19,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "control/api.h"
 #include "control/control.h"
 #include "control/forward.h"
@@ -99,11 +100,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&sigs, 0);
     pthread_mutex_init(&ctl.lock, NULL);
     if ((ctl.render = render_create()) == NULL) {
         fprintf(stderr, "shoal-control: out of memory\n");

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "node/control.h"
 #include "node/node.h"
 #include "node/node_admin.h"
@@ -86,11 +87,7 @@ int main(int argc, char **argv)
      * mask and the main thread collects them with sigwait() below; one that arrives early
      * (even before the port opens) stays pending instead of killing the process. */
     sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&stop, 0);
     clock_setup();
     membudget_setup_allocator();
     membudget_init(&node.budget, node.cfg.buffers_max);

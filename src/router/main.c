@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "router/follow.h"
 #include "router/reload.h"
 #include "router/router.h"
@@ -86,12 +87,7 @@ int main(int argc, char **argv)
     /* Blocked before any thread starts, so every thread inherits the mask and the main thread
      * collects them with sigwait(). */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&sigs, SIGHUP);
 
     /* Descriptors for -c clients, the admin listener's, and the node connections of every
      * worker (at most 1024 of them, a generous guess: the topology may change). */
