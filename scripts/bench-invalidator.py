@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from mcraw import McRaw, free_port, http, wait_until  # noqa: E402
+from mcraw import McRaw, accepts, free_port, healthz_ok, scrape_metrics, wait_until  # noqa: E402
 from pgharness import PgServer, pg_bindir  # noqa: E402
 
 
@@ -44,17 +43,6 @@ def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-
-
-def metrics(admin):
-    status, text = http(admin, "GET", "/metrics")
-    assert status == 200, text
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def pct(values, p):
@@ -113,7 +101,7 @@ def main():
         node = start([a.node_bin, "-p", str(port), "-l", "127.0.0.1", "-t", "1", "-m", "256",
                       "-U", "0"], log)
         procs.append(node)
-        wait_until(lambda: _accepts(port), message="shoal-node")
+        wait_until(lambda: accepts(port), message="shoal-node")
 
         admin = free_port()
         cfg = work / "invalidator.json"
@@ -123,7 +111,7 @@ def main():
                    str(admin), "--spill-dir", str(work / "spill")]
         inv = start(inv_cmd, log)
         procs.append(inv)
-        wait_until(lambda: _healthy(admin), timeout=20, message="shoal-invalidator /healthz")
+        wait_until(lambda: healthz_ok(admin), timeout=20, message="shoal-invalidator /healthz")
 
         script = work / "update.sql"
         body = "".join(f"\\set id{i} random(1, {a.rows})\n" for i in range(a.rows_per_commit))
@@ -166,7 +154,7 @@ def main():
             db.close()
             mc.close()
 
-        m0 = metrics(admin)
+        m0 = scrape_metrics(admin)
         c0, t0 = cpu_ticks(inv.pid), time.monotonic()
         th = threading.Thread(target=probe)
         th.start()
@@ -176,10 +164,10 @@ def main():
         t1 = time.monotonic()
         # what pgbench committed is decoded and delivered a moment after it returns
         target = m0["shoal_invalidator_changes_total"]
-        wait_until(lambda: metrics(admin)["shoal_invalidator_lag_seconds"] == 0, timeout=120,
+        wait_until(lambda: scrape_metrics(admin)["shoal_invalidator_lag_seconds"] == 0, timeout=120,
                    interval=0.1, message="the invalidator to catch up")
         c1, t2 = cpu_ticks(inv.pid), time.monotonic()
-        m1 = metrics(admin)
+        m1 = scrape_metrics(admin)
         if r.returncode != 0:
             sys.exit(f"pgbench failed:\n{r.stdout}\n{r.stderr}")
         tps_got = float(re.search(r"tps = ([0-9.]+)", r.stdout).group(1))
@@ -240,21 +228,6 @@ def main():
             subprocess.run(["rm", "-rf", str(work)])
         else:
             print("logs:", work)
-
-
-def _accepts(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def _healthy(admin):
-    try:
-        return http(admin, "GET", "/healthz")[0] == 200
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":

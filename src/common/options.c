@@ -409,3 +409,40 @@ int options_take_config(int argc, char **argv, const char **path)
     argv[out] = NULL;
     return out;
 }
+
+/* See options.h. */
+int options_start(const struct opt_program *p, const struct opt_def *defs, size_t n, int argc,
+                  char **argv, const char **config)
+{
+    char err[800];
+    struct opt_extra extra;
+    log_set_name(p->name);
+    if (p->config_doc) {
+        argc = options_take_config(argc, argv, config);
+        if (argc < 0) {
+            fprintf(stderr, "%s: --config needs %s's name, --options the options file's\n",
+                    p->name, p->config_doc);
+            return 2;
+        }
+    }
+    if (options_parse(defs, n, argc, argv, &extra, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", p->name, err);
+        return 2;
+    }
+    if (extra.help) {
+        char help[1024];
+        if (p->config_doc)
+            snprintf(help, sizeof help,
+                     "%s\n      --options FILE           read the options above from FILE: "
+                     "`name = value` lines (names with _ for -, # comments); the command line "
+                     "wins",
+                     p->config_help);
+        options_usage_config(defs, n, p->name, p->summary, p->config_doc ? help : NULL);
+        return 0;
+    }
+    if (extra.version) {
+        printf("%s\n", p->version);
+        return 0;
+    }
+    return -1;
+}

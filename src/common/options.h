@@ -64,6 +64,44 @@ void options_usage(const struct opt_def *defs, size_t n, const char *prog, const
 void options_usage_config(const struct opt_def *defs, size_t n, const char *prog,
                           const char *summary, const char *config_help);
 
+/* The struct opt_def of each entry of TABLE, an options X-macro table whose entries are
+ * X(name, short flag, type, default, lo, hi, help, alias), written to defs[0..] with each
+ * option's value in the same-named field of *cfg. Evaluates to the number written, which is
+ * OPTIONS_COUNT(TABLE): size defs with that. */
+#define OPTIONS_DEFS(TABLE, defs, cfg)                                                           \
+    __extension__({                                                                              \
+        struct opt_def *opt_defs_ = (defs);                                                      \
+        __typeof__(cfg) opt_cfg_ = (cfg);                                                        \
+        size_t opt_n_ = 0;                                                                       \
+        TABLE(OPTION_DEF_)                                                                       \
+        opt_n_;                                                                                  \
+    })
+#define OPTION_DEF_(name_, short_, type_, def_, lo_, hi_, help_, alias_)                         \
+    opt_defs_[opt_n_++] = (struct opt_def){#name_, short_,        OPT_##type_, def_, 0, lo_, hi_, \
+                                           help_,  &opt_cfg_->name_, alias_};
+/* How many entries an X-macro table has (a constant expression). */
+#define OPTIONS_COUNT(TABLE) (0 TABLE(OPTION_ONE_))
+#define OPTION_ONE_(...) +1
+
+/* What a program says about itself to options_start(). */
+struct opt_program {
+    const char *name;    /* "shoal-router": log lines, messages, --help */
+    const char *summary; /* --help's line under the usage */
+    const char *version; /* --version's line, e.g. "shoal-router 0.1.0 (memcached protocol 1.6)" */
+    /* NULL: --config FILE holds `name = value` options. Otherwise --config FILE names the
+     * program's own document (options_take_config; --options FILE is then the options file):
+     * config_doc is its name in messages ("the topology file"), config_help its --help text. */
+    const char *config_doc;
+    const char *config_help;
+};
+
+/* A daemon's start: name its log lines, parse argv (with --config taken out into *config
+ * first when p->config_doc), answer --help and --version on stdout. Returns -1 to go on with
+ * the options set, or the status to exit with now: 2 after a message on stderr naming the bad
+ * option, 0 after --help or --version. */
+int options_start(const struct opt_program *p, const struct opt_def *defs, size_t n, int argc,
+                  char **argv, const char **config);
+
 /* For a program whose --config names its own document (shoal-router's topology,
  * shoal-invalidator's tables): take --config FILE out of argv into *path (NULL when absent) and
  * turn --options FILE into the --config FILE options_parse() reads as `name = value` lines.

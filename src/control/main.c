@@ -19,6 +19,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "control/api.h"
 #include "control/control.h"
 #include "control/forward.h"
@@ -33,17 +34,6 @@
 #include "control/topodoc.h"
 
 static struct control ctl;
-
-static size_t build_options(struct opt_def *defs, struct control_config *cfg)
-{
-    size_t n = 0;
-#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
-    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
-                                 &cfg->name_, alias_};
-    CONTROL_OPTIONS(X)
-#undef X
-    return n;
-}
 
 /* Load the stored model, or a new one when none was stored. */
 static int load_state(struct control *c, char *err, size_t errlen)
@@ -72,25 +62,16 @@ static int load_state(struct control *c, char *err, size_t errlen)
 
 int main(int argc, char **argv)
 {
-    struct opt_def defs[40];
-    size_t ndefs = build_options(defs, &ctl.cfg);
-    struct opt_extra extra;
+    static const struct opt_program prog = {
+        "shoal-control",
+        "The control plane: namespaces, pools, slot maps and the versioned topology, over "
+        "HTTP/JSON (docs/admin-api.md).",
+        "shoal-control " CONTROL_VERSION, NULL, NULL};
+    struct opt_def defs[OPTIONS_COUNT(CONTROL_OPTIONS)];
+    size_t ndefs = OPTIONS_DEFS(CONTROL_OPTIONS, defs, &ctl.cfg);
     char err[600];
-    log_set_name("shoal-control");
-    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-control: %s\n", err);
-        return 2;
-    }
-    if (extra.help) {
-        options_usage(defs, ndefs, "shoal-control",
-                      "The control plane: namespaces, pools, slot maps and the versioned "
-                      "topology, over HTTP/JSON (docs/admin-api.md).");
-        return 0;
-    }
-    if (extra.version) {
-        printf("shoal-control %s\n", CONTROL_VERSION);
-        return 0;
-    }
+    int exit_now = options_start(&prog, defs, ndefs, argc, argv, NULL);
+    if (exit_now >= 0) return exit_now;
     log_set_level((int)(ctl.cfg.verbose > 2 ? 2 : ctl.cfg.verbose));
     if (ctl.cfg.poll_max >= ctl.cfg.admin_conn_max) {
         fprintf(stderr, "shoal-control: --poll-max %llu must be below --admin-conn-max %llu, so "
@@ -119,11 +100,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&sigs, 0);
     pthread_mutex_init(&ctl.lock, NULL);
     if ((ctl.render = render_create()) == NULL) {
         fprintf(stderr, "shoal-control: out of memory\n");

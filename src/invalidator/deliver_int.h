@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 
 #include "invalidator/deliver.h"
 
@@ -176,10 +177,8 @@ void drate_sum(const struct drate *r, int64_t now_s, int window, uint64_t *keys,
     X(gated_deletes, GAUGE, "1 while deliveries wait for the replica to replay a commit")
 
 struct deliver_cstats {
-#define X(name, kind, help) uint64_t name;
-    DELIVER_CLUSTER_METRICS(X)
-    DELIVER_CLUSTER_GAUGES(X)
-#undef X
+    DELIVER_CLUSTER_METRICS(METRIC_FIELD)
+    DELIVER_CLUSTER_GAUGES(METRIC_FIELD)
 };
 
 struct dcluster {

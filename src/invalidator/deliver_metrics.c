@@ -84,6 +84,14 @@ static void label_value(struct buf *out, const char *s)
     }
 }
 
+/* Start a series' line: shoal_invalidator_cluster_<name><suffix>{cluster="<cluster>, the
+ * caller closing the label (and adding any other) and writing the value. */
+static void series(struct buf *out, const char *name, const char *suffix, const char *cluster)
+{
+    buf_printf(out, "shoal_invalidator_cluster_%s%s{cluster=\"", name, suffix);
+    label_value(out, cluster);
+}
+
 #define RATE_WINDOW 10
 
 void deliver_metrics(struct deliver *d, struct buf *out)
@@ -113,34 +121,32 @@ void deliver_metrics(struct deliver *d, struct buf *out)
         const struct metric_desc *m = &counters[k];
         bool ctr = m->kind == METRIC_COUNTER;
         bool replica_only = !strncmp(m->name, "replica_", 8) || !strcmp(m->name, "gated_deletes");
-        buf_printf(out, "# HELP %s%s%s %s\n# TYPE %s%s%s %s\n", pre, m->name, ctr ? "_total" : "",
-                   m->help, pre, m->name, ctr ? "_total" : "", ctr ? "counter" : "gauge");
+        const char *suffix = ctr ? "_total" : "";
+        buf_printf(out, "# HELP %s%s%s %s\n# TYPE %s%s%s %s\n", pre, m->name, suffix, m->help, pre,
+                   m->name, suffix, ctr ? "counter" : "gauge");
         for (size_t i = 0; i < n; i++) {
             if (replica_only && !d->c[i].replica) continue;
-            buf_printf(out, "%s%s%s{cluster=\"", pre, m->name, ctr ? "_total" : "");
-            label_value(out, d->c[i].name);
+            series(out, m->name, suffix, d->c[i].name);
             buf_printf(out, "\"} %llu\n",
                        (unsigned long long)*(const uint64_t *)((const char *)&st[i] + m->offset));
         }
     }
+    /* two gauges from the last RATE_WINDOW seconds' sums: per second, and per batch */
+    static const char *const rate_name[] = {"deletes_per_second", "deletes_per_batch"};
+    static const char *const rate_help[] = {"deletes applied per second", "mean deletes per batch"};
     int64_t now_s = clock_wall_us() / 1000000;
-    buf_printf(out, "# HELP %sdeletes_per_second deletes applied per second over the last %d "
-                    "seconds\n# TYPE %sdeletes_per_second gauge\n", pre, RATE_WINDOW, pre);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t keys, batches;
-        drate_sum(&rate[i], now_s, RATE_WINDOW, &keys, &batches);
-        buf_printf(out, "%sdeletes_per_second{cluster=\"", pre);
-        label_value(out, d->c[i].name);
-        buf_printf(out, "\"} %.1f\n", (double)keys / RATE_WINDOW);
-    }
-    buf_printf(out, "# HELP %sdeletes_per_batch mean deletes per batch over the last %d "
-                    "seconds\n# TYPE %sdeletes_per_batch gauge\n", pre, RATE_WINDOW, pre);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t keys, batches;
-        drate_sum(&rate[i], now_s, RATE_WINDOW, &keys, &batches);
-        buf_printf(out, "%sdeletes_per_batch{cluster=\"", pre);
-        label_value(out, d->c[i].name);
-        buf_printf(out, "\"} %.1f\n", batches ? (double)keys / (double)batches : 0.0);
+    for (int r = 0; r < 2; r++) {
+        buf_printf(out, "# HELP %s%s %s over the last %d seconds\n# TYPE %s%s gauge\n", pre,
+                   rate_name[r], rate_help[r], RATE_WINDOW, pre, rate_name[r]);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t keys, batches;
+            drate_sum(&rate[i], now_s, RATE_WINDOW, &keys, &batches);
+            series(out, rate_name[r], "", d->c[i].name);
+            buf_printf(out, "\"} %.1f\n",
+                       r == 0    ? (double)keys / RATE_WINDOW
+                       : batches ? (double)keys / (double)batches
+                                 : 0.0);
+        }
     }
     buf_printf(out, "# HELP %scommit_to_delete_us time from a commit (its timestamp in the "
                     "database) to its last delete applied in the cluster, since start "
@@ -149,16 +155,13 @@ void deliver_metrics(struct deliver *d, struct buf *out)
     for (size_t i = 0; i < n; i++) {
         static const double qs[] = {0.5, 0.99};
         for (size_t k = 0; k < 2; k++) {
-            buf_printf(out, "%scommit_to_delete_us{cluster=\"", pre);
-            label_value(out, d->c[i].name);
+            series(out, "commit_to_delete_us", "", d->c[i].name);
             buf_printf(out, "\",quantile=\"%g\"} %llu\n", qs[k],
                        (unsigned long long)dhist_quantile(&lat[i], qs[k]));
         }
-        buf_printf(out, "%scommit_to_delete_us_sum{cluster=\"", pre);
-        label_value(out, d->c[i].name);
-        buf_printf(out, "\"} %llu\n%scommit_to_delete_us_count{cluster=\"",
-                   (unsigned long long)lat[i].sum_us, pre);
-        label_value(out, d->c[i].name);
+        series(out, "commit_to_delete_us", "_sum", d->c[i].name);
+        buf_printf(out, "\"} %llu\n", (unsigned long long)lat[i].sum_us);
+        series(out, "commit_to_delete_us", "_count", d->c[i].name);
         buf_printf(out, "\"} %llu\n", (unsigned long long)lat[i].count);
     }
     free(st);

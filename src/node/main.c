@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "node/control.h"
 #include "node/node.h"
 #include "node/node_admin.h"
@@ -42,14 +43,11 @@ static void node_ns_published(void *ctx, const struct ns_table *t)
         store_set_grace(st, (uint16_t)id, t->byid[id] ? (uint32_t)t->byid[id]->cfg.stale_ttl : 0);
 }
 
+/* The options table: shoal-node's own, then the engine's (whose X-macro has no short flags or
+ * aliases: store_short gives them). */
 static size_t build_options(struct opt_def *defs, struct node_config *cfg)
 {
-    size_t n = 0;
-#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
-    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
-                                 &cfg->name_, alias_};
-    NODE_OPTIONS(X)
-#undef X
+    size_t n = OPTIONS_DEFS(NODE_OPTIONS, defs, cfg);
 #define X(name_, type_, def_, lo_, hi_, help_)                                                   \
     defs[n] = (struct opt_def){#name_, 0, OPT_##type_, NULL, def_, lo_, hi_, help_,              \
                                &cfg->store.name_, NULL};                                         \
@@ -60,27 +58,16 @@ static size_t build_options(struct opt_def *defs, struct node_config *cfg)
     return n;
 }
 
-
 int main(int argc, char **argv)
 {
-    struct opt_def defs[64];
+    static const struct opt_program prog = {
+        "shoal-node", "A memcached-compatible cache node: text and meta protocol, leases.",
+        "shoal-node " SHOAL_VERSION " (memcached protocol 1.6)", NULL, NULL};
+    struct opt_def defs[OPTIONS_COUNT(NODE_OPTIONS) + OPTIONS_COUNT(STORE_OPTIONS)];
     size_t ndefs = build_options(defs, &node.cfg);
-    struct opt_extra extra;
     char err[512];
-    log_set_name("shoal-node");
-    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-node: %s\n", err);
-        return 2;
-    }
-    if (extra.help) {
-        options_usage(defs, ndefs, "shoal-node",
-                      "A memcached-compatible cache node: text and meta protocol, leases.");
-        return 0;
-    }
-    if (extra.version) {
-        printf("shoal-node %s (memcached protocol %s)\n", SHOAL_VERSION, "1.6");
-        return 0;
-    }
+    int exit_now = options_start(&prog, defs, ndefs, argc, argv, NULL);
+    if (exit_now >= 0) return exit_now;
     log_set_level((int)(node.cfg.verbose > 2 ? 2 : node.cfg.verbose));
     if (node.cfg.inflight_max == 0) { /* auto: a share of -m, but room for the largest item */
         uint64_t share = node.cfg.store.memory_mb * (1024 * 1024 / 8);
@@ -100,11 +87,7 @@ int main(int argc, char **argv)
      * mask and the main thread collects them with sigwait() below; one that arrives early
      * (even before the port opens) stays pending instead of killing the process. */
     sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&stop, 0);
     clock_setup();
     membudget_setup_allocator();
     membudget_init(&node.budget, node.cfg.buffers_max);

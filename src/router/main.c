@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "router/follow.h"
 #include "router/reload.h"
 #include "router/router.h"
@@ -24,17 +25,6 @@
 #include "router/worker.h"
 
 static struct router router;
-
-static size_t build_options(struct opt_def *defs, struct router_config *cfg)
-{
-    size_t n = 0;
-#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
-    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
-                                 &cfg->name_, alias_};
-    ROUTER_OPTIONS(X)
-#undef X
-    return n;
-}
 
 /* Re-read the topology file; keep the running table when the new one is not usable. */
 static void router_reload(struct router *r)
@@ -55,38 +45,20 @@ static void router_reload(struct router *r)
 
 int main(int argc, char **argv)
 {
-    static struct opt_def defs[48]; /* read by `stats settings` while the router runs */
-    size_t ndefs = build_options(defs, &router.cfg);
+    static const struct opt_program prog = {
+        "shoal-router",
+        "A memcached-protocol routing sidecar: routes each key to the node that owns its slot.",
+        "shoal-router " ROUTER_VERSION " (memcached protocol 1.6)", "the topology file",
+        "the JSON topology document (required unless --control; re-read on SIGHUP; "
+        "docs/router.md)"};
+    /* read by `stats settings` while the router runs */
+    static struct opt_def defs[OPTIONS_COUNT(ROUTER_OPTIONS)];
+    size_t ndefs = OPTIONS_DEFS(ROUTER_OPTIONS, defs, &router.cfg);
     router.opts = defs;
     router.nopts = ndefs;
-    struct opt_extra extra;
     char err[512];
-    log_set_name("shoal-router");
-    argc = options_take_config(argc, argv, &router.cfg.topology);
-    if (argc < 0) {
-        fprintf(stderr, "shoal-router: --config needs the topology file's name, --options the "
-                        "options file's\n");
-        return 2;
-    }
-    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-router: %s\n", err);
-        return 2;
-    }
-    if (extra.help) {
-        options_usage_config(defs, ndefs, "shoal-router",
-                             "A memcached-protocol routing sidecar: routes each key to the node "
-                             "that owns its slot.",
-                             "the JSON topology document (required unless --control; "
-                             "re-read on SIGHUP; docs/router.md)\n"
-                             "      --options FILE           read the options above from FILE: "
-                             "`name = value` lines (names with _ for -, # comments); the "
-                             "command line wins");
-        return 0;
-    }
-    if (extra.version) {
-        printf("shoal-router %s (memcached protocol %s)\n", ROUTER_VERSION, "1.6");
-        return 0;
-    }
+    int exit_now = options_start(&prog, defs, ndefs, argc, argv, &router.cfg.topology);
+    if (exit_now >= 0) return exit_now;
     log_set_level((int)(router.cfg.verbose > 2 ? 2 : router.cfg.verbose));
     if (router.cfg.topology == NULL && router.cfg.control == NULL) {
         fprintf(stderr, "shoal-router: --config FILE or --control URL is required: the topology "
@@ -115,12 +87,7 @@ int main(int argc, char **argv)
     /* Blocked before any thread starts, so every thread inherits the mask and the main thread
      * collects them with sigwait(). */
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&sigs, SIGHUP);
 
     /* Descriptors for -c clients, the admin listener's, and the node connections of every
      * worker (at most 1024 of them, a generous guess: the topology may change). */

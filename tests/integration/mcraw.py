@@ -250,6 +250,26 @@ def http(port, method, path, body=None):
         return e.code, e.read().decode()
 
 
+def healthz_ok(port):
+    """Does the admin listener on 127.0.0.1:port answer GET /healthz with 200?"""
+    try:
+        return http(port, "GET", "/healthz")[0] == 200
+    except OSError:
+        return False
+
+
+def scrape_metrics(port):
+    """GET /metrics from 127.0.0.1:port as {series (name with labels): value}."""
+    status, text = http(port, "GET", "/metrics")
+    assert status == 200, text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def rss_bytes(pid):
     """The resident memory of process `pid`, in bytes."""
     with open(f"/proc/{pid}/status") as f:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mcraw import free_port, http, wait_until
+from mcraw import free_port, healthz_ok, scrape_metrics, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PSQL = os.environ.get("SHOAL_PSQL_BIN", "/usr/bin/psql")
@@ -235,24 +235,14 @@ class Invalidator:
         if self.proc.poll() is not None:
             raise AssertionError(f"shoal-invalidator exited with status {self.proc.returncode}:\n"
                                  f"{self.stderr_text()}")
-        try:
-            return http(self.admin, "GET", "/healthz")[0] == 200
-        except OSError:
-            return False
+        return healthz_ok(self.admin)
 
     def wait_healthy(self, timeout=15):
         wait_until(self.healthy, timeout=timeout, interval=0.05,
                    message=f"shoal-invalidator's /healthz (stderr so far: {self.stderr_text()})")
 
     def metrics(self):
-        status, text = http(self.admin, "GET", "/metrics")
-        assert status == 200, text
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return scrape_metrics(self.admin)
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)

@@ -5,6 +5,7 @@ them to delivery as the log reader would (see its header for the commands).
 A cluster is made unreachable by stopping its node (SIGSTOP: connections hang, the data stays, so
 the test can see every delete arrive once it is resumed)."""
 
+import contextlib
 import os
 import subprocess
 import time
@@ -129,22 +130,35 @@ def present(server, keys):
         return [k for k in keys if c.meta(f"mg {k} v").code == "VA"]
 
 
+@contextlib.contextmanager
+def paused(server):
+    """The server stopped (SIGSTOP: connections hang) for the block, resumed however it ends."""
+    pause_server(server)
+    try:
+        yield
+    finally:
+        resume_server(server)
+
+
+def commit_each(d, first_lsn, keys):
+    """One commit per key, at LSNs first_lsn, first_lsn + 1, ..."""
+    for i, k in enumerate(keys):
+        d.commit(first_lsn + i, k)
+
+
 def test_down_cluster_gets_every_delete_when_it_returns(start_server, drive):
     east, west = start_server(), start_server()
     keys = [f"user:{i}" for i in range(500)]
     fill(east, keys)
     fill(west, keys)
     d = drive({"east": [east], "west": [west]})
-    pause_server(west)
-    try:
+    with paused(west):
         t0 = time.monotonic()
         for i in range(0, 500, 5):
             d.commit(100 + i, *keys[i:i + 5])
         wait_until(lambda: not present(east, keys), message="east deleting everything meanwhile")
         assert d.safe() < 100 + 495, "the safe LSN passed deletes west has not applied"
         time.sleep(max(0.0, DOWN_S - (time.monotonic() - t0)))
-    finally:
-        resume_server(west)
     d.wait_safe(100 + 495, ms=10000)
     assert present(west, keys) == [], "deletes lost while the cluster was down"
 
@@ -152,19 +166,15 @@ def test_down_cluster_gets_every_delete_when_it_returns(start_server, drive):
 def test_down_cluster_does_not_hold_another(start_server, drive):
     east, west = start_server(), start_server()
     d = drive({"east": [east], "west": [west]})
-    pause_server(west)
-    try:
+    with paused(west):
         keys = [f"k{i}" for i in range(200)]
         fill(east, keys)
         start = time.monotonic()
-        for i in range(200):
-            d.commit(10 + i, keys[i])
+        commit_each(d, 10, keys)
         wait_until(lambda: not present(east, keys), timeout=2.0,
                    message="east taking every delete while west hangs")
         assert time.monotonic() - start < 2.0
         assert d.metric("up", "east") == 1
-    finally:
-        resume_server(west)
 
 
 def test_spills_past_the_memory_bound_and_replays(start_server, drive, tmp_path):
@@ -172,16 +182,12 @@ def test_spills_past_the_memory_bound_and_replays(start_server, drive, tmp_path)
     keys = [f"k{i}" for i in range(300)]
     fill(node, keys)
     d = drive({"east": [node]}, mem_max=2000)
-    pause_server(node)
-    try:
-        for i in range(300):
-            d.commit(1000 + i, keys[i])
+    with paused(node):
+        commit_each(d, 1000, keys)
         d.wait_safe(1299)  # durably spilled counts as safe while the cluster hangs
         assert d.metric("spilled_deletes", "east") > 0
         assert d.metric("buffered_bytes", "east") <= 2000 + 200
         assert (tmp_path / "spill" / "east.spill").stat().st_size > 0
-    finally:
-        resume_server(node)
     wait_until(lambda: not present(node, keys), timeout=10, message="spilled deletes replayed")
     wait_until(lambda: (tmp_path / "spill" / "east.spill").stat().st_size == 0,
                message="the spill file emptied once applied")
@@ -192,14 +198,10 @@ def test_restart_replays_leftover_spill_first(start_server, drive, tmp_path):
     keys = [f"k{i}" for i in range(100)]
     fill(node, keys)
     d = drive({"east": [node]}, mem_max=1)
-    pause_server(node)
-    try:
-        for i in range(100):
-            d.commit(1000 + i, keys[i])
+    with paused(node):
+        commit_each(d, 1000, keys)
         d.wait_safe(1099)
         d.kill()  # kill -9 of the invalidator after the spill
-    finally:
-        resume_server(node)
     d.start()
     assert d.safe() == 1099, "the leftover spill file counts as safe at start"
     wait_until(lambda: not present(node, keys), timeout=10, message="leftover spill replayed")
@@ -211,15 +213,11 @@ def test_backlog_past_spill_bound_becomes_flush_all(start_server, drive):
     keys = [f"k{i}" for i in range(200)]
     fill(node, keys + bystander)
     d = drive({"east": [node]}, mem_max=1, spill_max=3000)
-    pause_server(node)
-    try:
-        for i in range(200):
-            d.commit(1000 + i, keys[i])
+    with paused(node):
+        commit_each(d, 1000, keys)
         d.wait_safe(1199)
         wait_until(lambda: d.metric("flush_replacements_total", "east") >= 1,
                    message="a flush replacing the spilled backlog")
-    finally:
-        resume_server(node)
     # the flush takes the keys no commit named with it: the whole cluster is flushed
     wait_until(lambda: not present(node, keys + bystander), timeout=10,
                message="flush_all applied after the cluster returns")
@@ -230,8 +228,7 @@ def test_replay_sends_a_slots_deletes_again(start_server, drive):
     node = start_server()
     keys = [f"item:{i}" for i in range(100)]
     d = drive({"east": [node]})
-    for i in range(100):
-        d.commit(10 + i, keys[i])
+    commit_each(d, 10, keys)
     d.wait_safe(109)
     fill(node, keys)  # stale values cached again, e.g. from a lagging replica
     slot = key_slot("item:7")
@@ -314,8 +311,7 @@ def test_stalled_node_behind_router_holds_only_its_own_keys(start_server, start_
     d = drive({"main": [router]}, timeout_ms=2000, batch_max=120)
     stalled = nodes[1]
     live = (nodes[0], nodes[2])
-    pause_server(stalled)
-    try:
+    with paused(stalled):
         d.commit(500, *keys)
         d.commit(600, *later)
         wait_until(lambda: not [k for n in live for k in present(n, keys + later)],
@@ -324,8 +320,6 @@ def test_stalled_node_behind_router_holds_only_its_own_keys(start_server, start_
         assert d.metric("retried_keys_total", "main") >= 1
         assert (tmp_path / "spill" / "main.retry").stat().st_size > 0
         assert d.metric("retry_deletes", "main") > 0
-    finally:
-        resume_server(stalled)
     wait_until(lambda: not present(stalled, keys + later), timeout=15,
                message="the stalled node's deletes once it answers")
     wait_until(lambda: (tmp_path / "spill" / "main.retry").stat().st_size == 0,

@@ -219,95 +219,136 @@ static uint16_t dead_port(void)
     return p;
 }
 
-static int wait_for(int (*cond)(void *), void *arg, int ms)
+static int fk_has_key(struct fake *f, const char *k)
 {
-    for (int i = 0; i < ms / 5; i++) {
-        if (cond(arg)) return 1;
-        usleep(5000);
+    pthread_mutex_lock(&f->lock);
+    int found = 0;
+    for (int i = 0; i < f->n; i++) found += !strcmp(f->log[i], k);
+    pthread_mutex_unlock(&f->lock);
+    return found;
+}
+
+static int fk_mds(struct fake *f)
+{
+    pthread_mutex_lock(&f->lock);
+    int n = f->mds;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* The fake logged "<prefix><i>" for i in [from, to) at positions at, at + 1, ... */
+static void assert_logged(struct fake *f, int at, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++, at++) {
+        char k[64];
+        snprintf(k, sizeof k, "%s%d", prefix, i);
+        assert_string_equal(f->log[at], k);
     }
-    return cond(arg);
 }
 
-struct want_n {
-    struct fake *f;
-    int n;
-};
-static int has_n(void *a)
-{
-    struct want_n *w = a;
-    return fk_count(w->f) >= w->n;
-}
-#define WAIT_KEYS(fk, count) do { struct want_n w_ = {(fk), (count)}; \
-    assert_true(wait_for(has_n, &w_, 5000)); } while (0)
-
-struct want_safe {
-    struct deliver *d;
-    uint64_t lsn;
-};
-static int safe_at(void *a)
-{
-    struct want_safe *w = a;
-    return deliver_safe_lsn(w->d) >= w->lsn;
-}
-#define WAIT_SAFE(dd, l) do { struct want_safe s_ = {(dd), (l)}; \
-    assert_true(wait_for(safe_at, &s_, 5000)); } while (0)
+/* Assert that `cond` comes to hold within 5 s (polled every 5 ms). */
+#define AWAIT(cond) do { \
+    for (int w_ = 0; w_ < 1000 && !(cond); w_++) usleep(5000); \
+    assert_true(cond); \
+} while (0)
 
 /* ---- a deliver for the test ---- */
 
-struct setup {
+/* One test's world: up to two clusters, "east" on fake router f[0] and "west" on f[1], the
+ * deliver's configuration (spill files in a fresh temporary directory) and the deliver. Made by
+ * fx_setup and undone by fx_teardown around every test that takes it as its state. */
+struct fx {
+    struct fake f[2];
     char dir[64];
     char addr[4][2][32];
     const char *routers[4][2];
     struct deliver_cluster_cfg cl[4];
     struct deliver_cfg cfg;
+    struct deliver *d;
 };
 
-static void setup_init(struct setup *s, size_t nclusters)
+static int fx_setup(void **state)
 {
-    memset(s, 0, sizeof *s);
-    strcpy(s->dir, "/tmp/test_deliver.XXXXXX");
-    assert_non_null(mkdtemp(s->dir));
-    s->cfg.clusters = s->cl;
-    s->cfg.nclusters = nclusters;
-    s->cfg.spill_dir = s->dir;
-    s->cfg.batch_max = 64;
-    s->cfg.timeout_ms = 200;
-    s->cfg.mem_max_bytes = 1 << 20;
-    s->cfg.spill_max_bytes = 1 << 20;
-    for (size_t i = 0; i < nclusters; i++) {
-        static const char *names[] = {"east", "west", "north", "south"};
-        s->cl[i].name = names[i];
-        s->cl[i].routers = s->routers[i];
+    struct fx *x = calloc(1, sizeof *x);
+    assert_non_null(x);
+    strcpy(x->dir, "/tmp/test_deliver.XXXXXX");
+    assert_non_null(mkdtemp(x->dir));
+    x->cfg.clusters = x->cl;
+    x->cfg.nclusters = 1;
+    x->cfg.spill_dir = x->dir;
+    x->cfg.batch_max = 64;
+    x->cfg.timeout_ms = 200;
+    x->cfg.mem_max_bytes = 1 << 20;
+    x->cfg.spill_max_bytes = 1 << 20;
+    static const char *names[] = {"east", "west", "north", "south"};
+    for (size_t i = 0; i < 4; i++) {
+        x->cl[i].name = names[i];
+        x->cl[i].routers = x->routers[i];
     }
+    *state = x;
+    return 0;
 }
 
-/* Cluster i's routers: the given ports in order. */
-static void setup_ports(struct setup *s, size_t i, uint16_t p0, uint16_t p1)
+static int fx_teardown(void **state)
 {
-    snprintf(s->addr[i][0], sizeof s->addr[i][0], "127.0.0.1:%u", p0);
-    s->routers[i][0] = s->addr[i][0];
-    s->cl[i].nrouters = 1;
-    if (p1) {
-        snprintf(s->addr[i][1], sizeof s->addr[i][1], "127.0.0.1:%u", p1);
-        s->routers[i][1] = s->addr[i][1];
-        s->cl[i].nrouters = 2;
-    }
-}
-
-static void setup_done(struct setup *s)
-{
+    struct fx *x = *state;
+    if (x->d) deliver_destroy(x->d);
+    for (int i = 0; i < 2; i++) fk_free(&x->f[i]);
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
     assert_int_equal(system(cmd), 0);
+    free(x);
+    return 0;
 }
 
-static struct deliver *make(struct setup *s)
+/* Cluster i's routers: the given ports in order (p1 0: one router). */
+static void fx_ports(struct fx *x, size_t i, uint16_t p0, uint16_t p1)
+{
+    snprintf(x->addr[i][0], sizeof x->addr[i][0], "127.0.0.1:%u", p0);
+    x->routers[i][0] = x->addr[i][0];
+    x->cl[i].nrouters = 1;
+    if (p1) {
+        snprintf(x->addr[i][1], sizeof x->addr[i][1], "127.0.0.1:%u", p1);
+        x->routers[i][1] = x->addr[i][1];
+        x->cl[i].nrouters = 2;
+    }
+}
+
+enum { NONE = -1, DOWN = 0, UP = 1 };
+
+/* Cluster east, and west unless NONE, each with its fake router: UP listens from now on, DOWN
+ * has a port nothing listens on until fx_bring_up. */
+static void fx_clusters(struct fx *x, int east, int west)
+{
+    int state[2] = {east, west};
+    x->cfg.nclusters = west == NONE ? 1 : 2;
+    for (size_t i = 0; i < x->cfg.nclusters; i++) {
+        fk_start(&x->f[i], 0);
+        if (state[i] == DOWN) fk_stop(&x->f[i]);
+        fx_ports(x, i, x->f[i].port, 0);
+    }
+}
+
+/* A DOWN cluster's fake router comes (back) up on its port. */
+static void fx_bring_up(struct fx *x, int i)
+{
+    fk_start(&x->f[i], x->f[i].port);
+}
+
+/* Create the deliver from x->cfg (the first time, or again after fx_stop: a restart). */
+static struct deliver *fx_start(struct fx *x)
 {
     char err[256] = "";
-    struct deliver *d = deliver_create(&s->cfg, err, sizeof err);
-    if (!d) fprintf(stderr, "deliver_create: %s\n", err);
-    assert_non_null(d);
-    return d;
+    x->d = deliver_create(&x->cfg, err, sizeof err);
+    if (!x->d) fprintf(stderr, "deliver_create: %s\n", err);
+    assert_non_null(x->d);
+    return x->d;
+}
+
+static void fx_stop(struct fx *x)
+{
+    deliver_destroy(x->d);
+    x->d = NULL;
 }
 
 /* Commit keys "<prefix><i>" for i in [from, to), one per commit, LSN 100*(i+1). */
@@ -321,8 +362,11 @@ static void commit_range(struct deliver *d, const char *prefix, int from, int to
     }
 }
 
-static uint64_t metric(struct deliver *d, const char *series)
+/* The value of shoal_invalidator_cluster_<name>{cluster="<cluster>"}; UINT64_MAX if absent. */
+static uint64_t metric(struct deliver *d, const char *cluster, const char *name)
 {
+    char series[160];
+    snprintf(series, sizeof series, "shoal_invalidator_cluster_%s{cluster=\"%s\"} ", name, cluster);
     struct buf b;
     buf_init(&b);
     deliver_metrics(d, &b);
@@ -333,29 +377,21 @@ static uint64_t metric(struct deliver *d, const char *series)
     return v;
 }
 
-struct want_metric {
-    struct deliver *d;
-    const char *series;
-    uint64_t at_least;
-};
-static int metric_at(void *a)
+static int metric_reaches(struct deliver *d, const char *cluster, const char *name, uint64_t v)
 {
-    struct want_metric *w = a;
-    uint64_t v = metric(w->d, w->series);
-    return v != UINT64_MAX && v >= w->at_least;
+    uint64_t got = metric(d, cluster, name);
+    return got != UINT64_MAX && got >= v;
 }
-#define WAIT_METRIC(dd, series, v) do { struct want_metric m_ = {(dd), (series), (v)}; \
-    assert_true(wait_for(metric_at, &m_, 5000)); } while (0)
 
-static long file_size(struct setup *s, const char *cluster, const char *suffix)
+static long file_size(struct fx *x, const char *cluster, const char *suffix)
 {
     char path[128];
-    snprintf(path, sizeof path, "%s/%s%s", s->dir, cluster, suffix);
+    snprintf(path, sizeof path, "%s/%s%s", x->dir, cluster, suffix);
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
-#define spill_size(s, c) file_size((s), (c), ".spill")
-#define retry_size(s, c) file_size((s), (c), ".retry")
+#define spill_size(x, c) file_size((x), (c), ".spill")
+#define retry_size(x, c) file_size((x), (c), ".retry")
 
 /* ---- tests ---- */
 
@@ -389,243 +425,145 @@ static void test_histogram_quantiles(void **state)
 
 static void test_deletes_arrive_in_commit_order(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 200);
-    WAIT_KEYS(&f, 200);
-    for (int i = 0; i < 200; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "k%d", i);
-        assert_string_equal(f.log[i], k);
-    }
-    WAIT_SAFE(d, 20000);
+    AWAIT(fk_count(&x->f[0]) >= 200);
+    assert_logged(&x->f[0], 0, "k", 0, 200);
+    AWAIT(deliver_safe_lsn(d) >= 20000);
     assert_int_equal(deliver_safe_lsn(d), 20000);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_deletes_total{cluster=\"east\"} "), 200);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_commits_total{cluster=\"east\"} "), 200);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_commit_to_delete_us_count{cluster=\"east\"} "), 200);
+    assert_int_equal(metric(d, "east", "deletes_total"), 200);
+    assert_int_equal(metric(d, "east", "commits_total"), 200);
+    assert_int_equal(metric(d, "east", "commit_to_delete_us_count"), 200);
     assert_int_equal(deliver_healthy(d), 1);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
 }
 
 static void test_safe_lsn_waits_for_a_down_cluster(void **state)
 {
-    struct fake up, down;
-    memset(&up, 0, sizeof up);
-    memset(&down, 0, sizeof down);
-    fk_start(&up, 0);
-    uint16_t dport = dead_port();
-    struct setup s;
-    setup_init(&s, 2);
-    setup_ports(&s, 0, up.port, 0);
-    setup_ports(&s, 1, dport, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, DOWN);
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 50);
-    WAIT_KEYS(&up, 50); /* the live cluster is not held up */
+    AWAIT(fk_count(&x->f[0]) >= 50); /* the live cluster is not held up */
     usleep(300000);
     assert_int_equal(deliver_safe_lsn(d), 0); /* west has applied nothing */
     assert_int_equal(deliver_healthy(d), 0);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_up{cluster=\"west\"} "), 0);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_buffered_deletes{cluster=\"west\"} "), 50);
-    fk_start(&down, dport); /* it comes back */
-    WAIT_KEYS(&down, 50);
-    WAIT_SAFE(d, 5000);
-    for (int i = 0; i < 50; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "k%d", i);
-        assert_string_equal(down.log[i], k);
-    }
-    deliver_destroy(d);
-    fk_free(&up);
-    fk_free(&down);
-    setup_done(&s);
+    assert_int_equal(metric(d, "west", "up"), 0);
+    assert_int_equal(metric(d, "west", "buffered_deletes"), 50);
+    fx_bring_up(x, 1); /* it comes back */
+    AWAIT(fk_count(&x->f[1]) >= 50);
+    AWAIT(deliver_safe_lsn(d) >= 5000);
+    assert_logged(&x->f[1], 0, "k", 0, 50);
 }
 
 static void test_spilled_deletes_count_safe_and_replay_in_order(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    uint16_t port = dead_port();
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, port, 0);
-    s.cfg.mem_max_bytes = 1; /* everything past one record goes to disk */
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    x->cfg.mem_max_bytes = 1; /* everything past one record goes to disk */
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 300);
-    WAIT_SAFE(d, 30000); /* durably spilled: safe although the cluster is down */
-    assert_true(spill_size(&s, "east") > 0);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_spilled_deletes{cluster=\"east\"} "), 300);
-    fk_start(&f, port);
-    WAIT_KEYS(&f, 300);
-    for (int i = 0; i < 300; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "k%d", i);
-        assert_string_equal(f.log[i], k);
-    }
-    for (int i = 0; i < 200 && spill_size(&s, "east") != 0; i++) usleep(5000);
-    assert_int_equal(spill_size(&s, "east"), 0); /* applied: the file is emptied */
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(deliver_safe_lsn(d) >= 30000); /* durably spilled: safe although the cluster is down */
+    assert_true(spill_size(x, "east") > 0);
+    assert_int_equal(metric(d, "east", "spilled_deletes"), 300);
+    fx_bring_up(x, 0);
+    AWAIT(fk_count(&x->f[0]) >= 300);
+    assert_logged(&x->f[0], 0, "k", 0, 300);
+    AWAIT(spill_size(x, "east") == 0); /* applied: the file is emptied */
 }
 
 static void test_restart_replays_the_spill_file_first(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    uint16_t port = dead_port();
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, port, 0);
-    s.cfg.mem_max_bytes = 1;
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    x->cfg.mem_max_bytes = 1;
+    struct deliver *d = fx_start(x);
     commit_range(d, "old", 0, 20);
-    WAIT_SAFE(d, 2000);
-    deliver_destroy(d); /* a restart, with the cluster still down */
-    fk_start(&f, port);
-    s.cfg.mem_max_bytes = 1 << 20;
-    d = make(&s);
+    AWAIT(deliver_safe_lsn(d) >= 2000);
+    fx_stop(x); /* a restart, with the cluster still down */
+    fx_bring_up(x, 0);
+    x->cfg.mem_max_bytes = 1 << 20;
+    d = fx_start(x);
     assert_int_equal(deliver_safe_lsn(d), 2000); /* what the file holds is safe at once */
     /* the reader restarts from an older confirmed LSN: the commits the file has are not sent
      * twice; the new ones come after the file's */
     commit_range(d, "old", 10, 20);
     commit_range(d, "new", 20, 25);
-    WAIT_KEYS(&f, 25);
+    AWAIT(fk_count(&x->f[0]) >= 25);
     usleep(100000);
-    assert_int_equal(fk_count(&f), 25);
-    for (int i = 0; i < 25; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "%s%d", i < 20 ? "old" : "new", i);
-        assert_string_equal(f.log[i], k);
-    }
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_skipped_total{cluster=\"east\"} "), 10);
-    WAIT_SAFE(d, 2500);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    assert_int_equal(fk_count(&x->f[0]), 25);
+    assert_logged(&x->f[0], 0, "old", 0, 20);
+    assert_logged(&x->f[0], 20, "new", 20, 25);
+    assert_int_equal(metric(d, "east", "skipped_total"), 10);
+    AWAIT(deliver_safe_lsn(d) >= 2500);
 }
 
 static void test_torn_spill_tail_is_cut(void **state)
 {
-    uint16_t port = dead_port();
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, port, 0);
-    s.cfg.mem_max_bytes = 1;
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    x->cfg.mem_max_bytes = 1;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 5);
-    WAIT_SAFE(d, 500);
-    deliver_destroy(d);
-    long size = spill_size(&s, "east");
+    AWAIT(deliver_safe_lsn(d) >= 500);
+    fx_stop(x);
+    long size = spill_size(x, "east");
     char path[128];
-    snprintf(path, sizeof path, "%s/east.spill", s.dir);
+    snprintf(path, sizeof path, "%s/east.spill", x->dir);
     FILE *fp = fopen(path, "a");
     fputs("SHSPgarbage", fp); /* a record cut short by a crash */
     fclose(fp);
-    d = make(&s);
+    d = fx_start(x);
     assert_int_equal(deliver_safe_lsn(d), 500);
-    deliver_destroy(d);
-    assert_int_equal(spill_size(&s, "east"), size);
-    setup_done(&s);
+    fx_stop(x);
+    assert_int_equal(spill_size(x, "east"), size);
 }
 
 static void test_backlog_past_spill_bound_becomes_a_flush(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    uint16_t port = dead_port();
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, port, 0);
-    s.cfg.mem_max_bytes = 1;
-    s.cfg.spill_max_bytes = 2000;
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    x->cfg.mem_max_bytes = 1;
+    x->cfg.spill_max_bytes = 2000;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 100);
-    WAIT_SAFE(d, 10000);
-    WAIT_METRIC(d, "shoal_invalidator_cluster_flush_replacements_total{cluster=\"east\"} ", 1);
-    for (int i = 0; i < 1000 && spill_size(&s, "east") > 2000; i++) usleep(5000);
-    assert_true(spill_size(&s, "east") <= 2000);
-    fk_start(&f, port);
-    struct want_n w = {&f, 1};
-    assert_true(wait_for(has_n, &w, 5000));
+    AWAIT(deliver_safe_lsn(d) >= 10000);
+    AWAIT(metric_reaches(d, "east", "flush_replacements_total", 1));
+    AWAIT(spill_size(x, "east") <= 2000);
+    fx_bring_up(x, 0);
+    AWAIT(fk_count(&x->f[0]) >= 1);
     usleep(200000);
     /* a flush of the keys' namespace first, then at most the deletes spilled after the last
      * replacement */
-    assert_string_equal(f.log[0], "<flush_ns ns>");
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_flush_all_fallbacks_total{cluster=\"east\"} "), 0);
-    int n = fk_count(&f);
+    assert_string_equal(x->f[0].log[0], "<flush_ns ns>");
+    assert_int_equal(metric(d, "east", "flush_all_fallbacks_total"), 0);
+    int n = fk_count(&x->f[0]);
     assert_true(n < 100);
-    for (int i = 1; i < n; i++) {
-        char k[16];
-        snprintf(k, sizeof k, "k%d", 100 - n + i);
-        assert_string_equal(f.log[i], k);
-    }
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    assert_logged(&x->f[0], 1, "k", 100 - n + 1, 100);
 }
-
-static int has_key(struct fake *f, const char *k)
-{
-    pthread_mutex_lock(&f->lock);
-    int found = 0;
-    for (int i = 0; i < f->n; i++) found += !strcmp(f->log[i], k);
-    pthread_mutex_unlock(&f->lock);
-    return found;
-}
-
-struct want_key {
-    struct fake *f;
-    const char *k;
-};
-static int key_seen(void *a)
-{
-    struct want_key *w = a;
-    return has_key(w->f, w->k);
-}
-#define WAIT_KEY(fk, key) do { struct want_key k_ = {(fk), (key)}; \
-    assert_true(wait_for(key_seen, &k_, 5000)); } while (0)
 
 static void test_refused_key_dropped_failed_key_retried(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    strcpy(f.refuse, "k3");
-    strcpy(f.flaky, "k5");
-    f.flaky_left = 2;
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct fake *f = &x->f[0];
+    strcpy(f->refuse, "k3");
+    strcpy(f->flaky, "k5");
+    f->flaky_left = 2;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 10);
-    WAIT_SAFE(d, 1000);
-    WAIT_KEY(&f, "k5");
+    AWAIT(deliver_safe_lsn(d) >= 1000);
+    AWAIT(fk_has_key(f, "k5"));
     /* every key but the refused one, k5 once it went through */
-    pthread_mutex_lock(&f.lock);
-    int seen5 = 0, seen3 = 0;
-    for (int i = 0; i < f.n; i++) {
-        seen5 += !strcmp(f.log[i], "k5");
-        seen3 += !strcmp(f.log[i], "k3");
-    }
-    pthread_mutex_unlock(&f.lock);
-    assert_true(seen5 >= 1);
-    assert_int_equal(seen3, 0);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_keys_refused_total{cluster=\"east\"} "), 1);
+    assert_true(fk_has_key(f, "k5") >= 1);
+    assert_int_equal(fk_has_key(f, "k3"), 0);
+    assert_int_equal(metric(d, "east", "keys_refused_total"), 1);
     /* the first SERVER_ERROR is tied to k5 by the pass without q; the second comes in the quiet
      * retry, where it is only seen as an error of the batch */
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_server_errors_total{cluster=\"east\"} "), 1);
-    assert_int_equal(f.flaky_left, 0);
-    assert_true(metric(d, "shoal_invalidator_cluster_quiet_errors_total{cluster=\"east\"} ") >= 1);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    assert_int_equal(metric(d, "east", "server_errors_total"), 1);
+    assert_int_equal(f->flaky_left, 0);
+    assert_true(metric(d, "east", "quiet_errors_total") >= 1);
 }
 
 /* A key the cluster keeps failing (a router's node down) does not hold the cluster's later
@@ -633,131 +571,96 @@ static void test_refused_key_dropped_failed_key_retried(void **state)
  * also after a restart, until it goes through. */
 static void test_failing_key_does_not_hold_later_deletes(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    strcpy(f.flaky, "k2");
-    f.flaky_left = 1000000;
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    s.cfg.batch_max = 4;
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct fake *f = &x->f[0];
+    strcpy(f->flaky, "k2");
+    f->flaky_left = 1000000;
+    x->cfg.batch_max = 4;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 40);
-    WAIT_KEY(&f, "k39");
-    WAIT_SAFE(d, 4000);
-    assert_int_equal(has_key(&f, "k2"), 0);
-    assert_true(retry_size(&s, "east") > 0); /* k2, kept durably */
-    assert_int_equal(spill_size(&s, "east"), 0);
-    WAIT_METRIC(d, "shoal_invalidator_cluster_retried_keys_total{cluster=\"east\"} ", 1);
-    WAIT_METRIC(d, "shoal_invalidator_cluster_retry_deletes{cluster=\"east\"} ", 1);
-    pthread_mutex_lock(&f.lock);
-    int mds = f.mds;
-    pthread_mutex_unlock(&f.lock);
+    AWAIT(fk_has_key(f, "k39"));
+    AWAIT(deliver_safe_lsn(d) >= 4000);
+    assert_int_equal(fk_has_key(f, "k2"), 0);
+    assert_true(retry_size(x, "east") > 0); /* k2, kept durably */
+    assert_int_equal(spill_size(x, "east"), 0);
+    AWAIT(metric_reaches(d, "east", "retried_keys_total", 1));
+    AWAIT(metric_reaches(d, "east", "retry_deletes", 1));
+    int mds = fk_mds(f);
     usleep(500000);
-    pthread_mutex_lock(&f.lock);
-    mds = f.mds - mds;
-    pthread_mutex_unlock(&f.lock);
-    assert_true(mds < 40); /* rounds back off: no busy loop on a key that keeps failing */
+    assert_true(fk_mds(f) - mds < 40); /* rounds back off: no busy loop on a key that keeps failing */
     for (int i = 0, at = 0; i < 40; i++) { /* the others in order */
         char k[16];
         if (i == 2) continue;
         snprintf(k, sizeof k, "k%d", i);
-        while (at < fk_count(&f) && strcmp(f.log[at], k)) at++;
-        assert_true(at < fk_count(&f));
+        while (at < fk_count(f) && strcmp(f->log[at], k)) at++;
+        assert_true(at < fk_count(f));
     }
-    deliver_destroy(d); /* a restart while the key still fails */
-    pthread_mutex_lock(&f.lock);
-    f.flaky_left = 0;
-    pthread_mutex_unlock(&f.lock);
-    d = make(&s);
-    WAIT_KEY(&f, "k2");
-    for (int i = 0; i < 200 && retry_size(&s, "east") != 0; i++) usleep(5000);
-    assert_int_equal(retry_size(&s, "east"), 0);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    fx_stop(x); /* a restart while the key still fails */
+    pthread_mutex_lock(&f->lock);
+    f->flaky_left = 0;
+    pthread_mutex_unlock(&f->lock);
+    fx_start(x);
+    AWAIT(fk_has_key(f, "k2"));
+    AWAIT(retry_size(x, "east") == 0);
 }
 
 static void test_binary_keys_go_base64(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct deliver *d = fx_start(x);
     char huge[300];
     memset(huge, 'h', sizeof huge);
     struct deliver_key keys[] = {{"a b", 3, NULL}, {"c\r\nd", 4, NULL}, {huge, 300, NULL},
                                  {"plain", 5, NULL}};
     assert_int_equal(deliver_commit(d, 10, clock_wall_us(), keys, 4, 0), 0);
-    WAIT_SAFE(d, 10);
-    assert_int_equal(fk_count(&f), 3);
-    assert_string_equal(f.log[0], "a b");
-    assert_string_equal(f.log[1], "c\r\nd");
-    assert_string_equal(f.log[2], "plain");
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_keys_unsendable_total{cluster=\"east\"} "), 1);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(deliver_safe_lsn(d) >= 10);
+    assert_int_equal(fk_count(&x->f[0]), 3);
+    assert_string_equal(x->f[0].log[0], "a b");
+    assert_string_equal(x->f[0].log[1], "c\r\nd");
+    assert_string_equal(x->f[0].log[2], "plain");
+    assert_int_equal(metric(d, "east", "keys_unsendable_total"), 1);
 }
 
 static void test_fails_over_to_the_next_router(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, dead_port(), f.port);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    fx_ports(x, 0, dead_port(), x->f[0].port);
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 5);
-    WAIT_KEYS(&f, 5);
-    WAIT_SAFE(d, 500);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_router_index{cluster=\"east\"} "), 1);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(fk_count(&x->f[0]) >= 5);
+    AWAIT(deliver_safe_lsn(d) >= 500);
+    assert_int_equal(metric(d, "east", "router_index"), 1);
 }
 
 static void test_large_commit_in_parts_safe_only_when_whole(void **state)
 {
-    uint16_t port = dead_port();
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, port, 0);
-    s.cfg.mem_max_bytes = 1;
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    x->cfg.mem_max_bytes = 1;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 1); /* LSN 100 */
     struct deliver_key k = {"part", 4, NULL};
     assert_int_equal(deliver_commit(d, 900, clock_wall_us(), &k, 1, 1), 0);
-    WAIT_SAFE(d, 100);
+    AWAIT(deliver_safe_lsn(d) >= 100);
     usleep(100000);
     assert_int_equal(deliver_safe_lsn(d), 100); /* the commit at 900 is not whole yet */
     assert_int_equal(deliver_commit(d, 900, clock_wall_us(), &k, 1, 0), 0);
-    WAIT_SAFE(d, 900);
-    fk_start(&f, port);
-    WAIT_KEYS(&f, 3);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(deliver_safe_lsn(d) >= 900);
+    fx_bring_up(x, 0);
+    AWAIT(fk_count(&x->f[0]) >= 3);
 }
 
 static void test_replay_sends_a_slots_recent_deletes_again(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct fake *f = &x->f[0];
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 100);
-    WAIT_KEYS(&f, 100);
+    AWAIT(fk_count(f) >= 100);
     uint16_t slot = slot_of_key("k7", 2);
     int in_slot = 0;
     for (int i = 0; i < 100; i++) {
@@ -770,13 +673,10 @@ static void test_replay_sends_a_slots_recent_deletes_again(void **state)
     uint16_t bad = 20000;
     assert_int_equal(deliver_replay(d, NULL, &bad, 1, 60, err, sizeof err), -1);
     assert_int_equal(deliver_replay(d, "east", &slot, 1, 60, err, sizeof err), in_slot);
-    WAIT_KEYS(&f, 100 + in_slot);
-    assert_string_equal(f.log[100], "k7");
-    for (int i = 100; i < fk_count(&f); i++)
-        assert_int_equal(slot_of_key(f.log[i], f.loglen[i]), slot);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(fk_count(f) >= 100 + in_slot);
+    assert_string_equal(f->log[100], "k7");
+    for (int i = 100; i < fk_count(f); i++)
+        assert_int_equal(slot_of_key(f->log[i], f->loglen[i]), slot);
 }
 
 static void *replayer(void *arg)
@@ -792,160 +692,126 @@ static void *replayer(void *arg)
 /* Replays (the admin thread) and commits (the reader) queue at the same time. */
 static void test_replay_while_committing(void **state)
 {
-    struct fake f, g;
-    memset(&f, 0, sizeof f);
-    memset(&g, 0, sizeof g);
-    fk_start(&f, 0);
-    fk_start(&g, 0);
-    struct setup s;
-    setup_init(&s, 2);
-    setup_ports(&s, 0, f.port, 0);
-    setup_ports(&s, 1, g.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, UP);
+    struct deliver *d = fx_start(x);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, replayer, d), 0);
     commit_range(d, "k", 0, 3000);
     pthread_join(t, NULL);
-    WAIT_SAFE(d, 300000);
-    deliver_destroy(d);
-    assert_true(fk_count(&f) >= 3000); /* the commits (and replays, not waited for) */
-    fk_free(&f);
-    fk_free(&g);
-    setup_done(&s);
+    AWAIT(deliver_safe_lsn(d) >= 300000);
+    fx_stop(x);
+    assert_true(fk_count(&x->f[0]) >= 3000); /* the commits (and replays, not waited for) */
 }
 
 static void test_truncate_flush_in_order(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 3);
     const char *ns[] = {"catalog"};
     assert_int_equal(deliver_flush(d, 350, clock_wall_us(), ns, 1), 0);
     commit_range(d, "k", 3, 5);
-    WAIT_KEYS(&f, 6);
-    assert_string_equal(f.log[2], "k2");
-    assert_string_equal(f.log[3], "<flush_ns catalog>");
-    assert_string_equal(f.log[4], "k3");
-    WAIT_SAFE(d, 500);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(fk_count(&x->f[0]) >= 6);
+    assert_string_equal(x->f[0].log[2], "k2");
+    assert_string_equal(x->f[0].log[3], "<flush_ns catalog>");
+    assert_string_equal(x->f[0].log[4], "k3");
+    AWAIT(deliver_safe_lsn(d) >= 500);
 }
 
 static void test_failed_flush_is_sent_again_before_later_deletes(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    f.flush_fail = 3;
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    x->f[0].flush_fail = 3;
+    struct deliver *d = fx_start(x);
     commit_range(d, "k", 0, 2);
     const char *ns[] = {"catalog"};
     assert_int_equal(deliver_flush(d, 250, clock_wall_us(), ns, 1), 0);
     commit_range(d, "k", 2, 4);
-    WAIT_SAFE(d, 400);
-    assert_int_equal(f.flush_fail, 0);
-    assert_int_equal(fk_count(&f), 5);
-    assert_string_equal(f.log[2], "<flush_ns catalog>");
-    assert_string_equal(f.log[3], "k2");
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_flushes_total{cluster=\"east\"} "), 1);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(deliver_safe_lsn(d) >= 400);
+    assert_int_equal(x->f[0].flush_fail, 0);
+    assert_int_equal(fk_count(&x->f[0]), 5);
+    assert_string_equal(x->f[0].log[2], "<flush_ns catalog>");
+    assert_string_equal(x->f[0].log[3], "k2");
+    assert_int_equal(metric(d, "east", "flushes_total"), 1);
 }
 
 /* A namespace the cluster does not have (its keys are in `default` there), or a flush naming
  * none: flush_all stands in, counted. */
 static void test_unknown_namespace_flush_falls_back_to_flush_all(void **state)
 {
-    struct fake f;
-    memset(&f, 0, sizeof f);
-    fk_start(&f, 0);
-    pthread_mutex_lock(&f.lock);
-    strcpy(f.no_ns, "ghost");
-    pthread_mutex_unlock(&f.lock);
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, f.port, 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, UP, NONE);
+    pthread_mutex_lock(&x->f[0].lock);
+    strcpy(x->f[0].no_ns, "ghost");
+    pthread_mutex_unlock(&x->f[0].lock);
+    struct deliver *d = fx_start(x);
     const char *ns[] = {"catalog", "ghost"};
     assert_int_equal(deliver_flush(d, 150, clock_wall_us(), ns, 2), 0);
     assert_int_equal(deliver_flush(d, 250, clock_wall_us(), NULL, 0), 0);
     commit_range(d, "k", 2, 3);
-    WAIT_KEYS(&f, 4);
-    assert_string_equal(f.log[0], "<flush_ns catalog>");
-    assert_string_equal(f.log[1], "<flush_all>");
-    assert_string_equal(f.log[2], "<flush_all>");
-    assert_string_equal(f.log[3], "k2");
-    WAIT_SAFE(d, 300);
-    assert_int_equal(metric(d, "shoal_invalidator_cluster_flush_all_fallbacks_total{cluster=\"east\"} "), 2);
-    deliver_destroy(d);
-    fk_free(&f);
-    setup_done(&s);
+    AWAIT(fk_count(&x->f[0]) >= 4);
+    assert_string_equal(x->f[0].log[0], "<flush_ns catalog>");
+    assert_string_equal(x->f[0].log[1], "<flush_all>");
+    assert_string_equal(x->f[0].log[2], "<flush_all>");
+    assert_string_equal(x->f[0].log[3], "k2");
+    AWAIT(deliver_safe_lsn(d) >= 300);
+    assert_int_equal(metric(d, "east", "flush_all_fallbacks_total"), 2);
 }
 
 static void test_bad_configs_refused(void **state)
 {
-    struct setup s;
-    setup_init(&s, 1);
+    struct fx *x = *state;
     char err[256];
-    assert_null(deliver_create(&s.cfg, err, sizeof err)); /* no routers */
+    assert_null(deliver_create(&x->cfg, err, sizeof err)); /* no routers */
     assert_non_null(strstr(err, "no routers"));
-    s.routers[0][0] = "localhost";
-    s.cl[0].nrouters = 1;
-    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    x->routers[0][0] = "localhost";
+    x->cl[0].nrouters = 1;
+    assert_null(deliver_create(&x->cfg, err, sizeof err));
     assert_non_null(strstr(err, "host:port"));
-    s.cfg.spill_dir = "/proc/nope/spill";
-    s.routers[0][0] = "127.0.0.1:1";
-    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    x->cfg.spill_dir = "/proc/nope/spill";
+    x->routers[0][0] = "127.0.0.1:1";
+    assert_null(deliver_create(&x->cfg, err, sizeof err));
     assert_non_null(strstr(err, "spill"));
-    setup_done(&s);
 }
 
 static void test_second_process_on_a_spill_dir_refused(void **state)
 {
-    struct setup s;
-    setup_init(&s, 1);
-    setup_ports(&s, 0, dead_port(), 0);
-    struct deliver *d = make(&s);
+    struct fx *x = *state;
+    fx_clusters(x, DOWN, NONE);
+    fx_start(x);
     char err[256];
-    assert_null(deliver_create(&s.cfg, err, sizeof err));
+    assert_null(deliver_create(&x->cfg, err, sizeof err));
     assert_non_null(strstr(err, "in use"));
-    deliver_destroy(d);
-    setup_done(&s);
 }
+
+#define FX_TEST(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_forms),
         cmocka_unit_test(test_histogram_quantiles),
-        cmocka_unit_test(test_deletes_arrive_in_commit_order),
-        cmocka_unit_test(test_safe_lsn_waits_for_a_down_cluster),
-        cmocka_unit_test(test_spilled_deletes_count_safe_and_replay_in_order),
-        cmocka_unit_test(test_restart_replays_the_spill_file_first),
-        cmocka_unit_test(test_torn_spill_tail_is_cut),
-        cmocka_unit_test(test_backlog_past_spill_bound_becomes_a_flush),
-        cmocka_unit_test(test_refused_key_dropped_failed_key_retried),
-        cmocka_unit_test(test_failing_key_does_not_hold_later_deletes),
-        cmocka_unit_test(test_binary_keys_go_base64),
-        cmocka_unit_test(test_fails_over_to_the_next_router),
-        cmocka_unit_test(test_large_commit_in_parts_safe_only_when_whole),
-        cmocka_unit_test(test_replay_sends_a_slots_recent_deletes_again),
-        cmocka_unit_test(test_truncate_flush_in_order),
-        cmocka_unit_test(test_replay_while_committing),
-        cmocka_unit_test(test_failed_flush_is_sent_again_before_later_deletes),
-        cmocka_unit_test(test_unknown_namespace_flush_falls_back_to_flush_all),
-        cmocka_unit_test(test_bad_configs_refused),
-        cmocka_unit_test(test_second_process_on_a_spill_dir_refused),
+        FX_TEST(test_deletes_arrive_in_commit_order),
+        FX_TEST(test_safe_lsn_waits_for_a_down_cluster),
+        FX_TEST(test_spilled_deletes_count_safe_and_replay_in_order),
+        FX_TEST(test_restart_replays_the_spill_file_first),
+        FX_TEST(test_torn_spill_tail_is_cut),
+        FX_TEST(test_backlog_past_spill_bound_becomes_a_flush),
+        FX_TEST(test_refused_key_dropped_failed_key_retried),
+        FX_TEST(test_failing_key_does_not_hold_later_deletes),
+        FX_TEST(test_binary_keys_go_base64),
+        FX_TEST(test_fails_over_to_the_next_router),
+        FX_TEST(test_large_commit_in_parts_safe_only_when_whole),
+        FX_TEST(test_replay_sends_a_slots_recent_deletes_again),
+        FX_TEST(test_truncate_flush_in_order),
+        FX_TEST(test_replay_while_committing),
+        FX_TEST(test_failed_flush_is_sent_again_before_later_deletes),
+        FX_TEST(test_unknown_namespace_flush_falls_back_to_flush_all),
+        FX_TEST(test_bad_configs_refused),
+        FX_TEST(test_second_process_on_a_spill_dir_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
