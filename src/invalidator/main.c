@@ -197,7 +197,7 @@ int main(int argc, char **argv)
                         "--help)\n");
         return 2;
     }
-    if (inv_config_load(config, &inv.conf, err, sizeof err) < 0) {
+    if (inv_config_load(config, &inv.conf, 0, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-invalidator: %s\n", err);
         return 2;
     }

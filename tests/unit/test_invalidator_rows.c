@@ -1,4 +1,4 @@
-/* test_invalidator_rows.c — unit tests for key templates (src/invalidator/template.c), the
+/* test_invalidator_rows.c — unit tests for key templates (src/common/template.c), the
  * JSON configuration (config.c) and rows to keys (rows.c): templates parse, escape braces,
  * refuse bad syntax naming the offset, fix their namespace only when a literal ':' comes first,
  * and evaluate to nothing on NULL and to an error on unusable keys; the configuration refuses
@@ -18,7 +18,7 @@
 #include "invalidator/config.h"
 #include "invalidator/pgoutput.h"
 #include "invalidator/rows.h"
-#include "invalidator/template.h"
+#include "common/template.h"
 
 static int eval_s(const char *tpl, const char *const *vals, char *out)
 {
