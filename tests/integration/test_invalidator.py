@@ -298,6 +298,29 @@ def test_control_without_config_tables_waits_for_the_first_topology(pg, start_se
                message="the key to go once the templates came")
 
 
+def test_control_table_created_later_is_mapped_on_retry(pg, start_server, start_control,
+                                                       start_invalidator):
+    """A namespace's table that does not exist yet is left out (counted), and mapped by the
+    retry once a migration creates it."""
+    node = start_server()
+    ctl = start_control()
+    ctl.post("/v1/pools", {"name": "main", "nodes": [f"127.0.0.1:{node.port}"]})
+    ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": {
+        "tables": {"public.p_later": ["catalog:product:{id}"]}}})
+    inv = start_invalidator(node, {}, "--control", f"http://127.0.0.1:{ctl.port}")
+    wait_until(lambda: inv.metrics()["shoal_invalidator_templates_refused"] == 1, timeout=5,
+               message="the missing table to be counted")
+    assert "table public.p_later: no such table" in inv.stderr_text()
+    products(pg, "p_later", 2)
+    wait_until(lambda: inv.metrics()["shoal_invalidator_mapped_tables"] == 1, timeout=10,
+               interval=0.1, message="the retry to map the new table")
+    assert inv.metrics()["shoal_invalidator_templates_refused"] == 0
+    set_keys(node, ["catalog:product:1"])
+    pg.sql("UPDATE p_later SET price = 5 WHERE id = 1")
+    wait_until(lambda: present(node, ["catalog:product:1"]) == [], timeout=2, interval=0.01,
+               message="the table's key to go")
+
+
 def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_invalidator):
     n = 3000
     products(pg, "p_kill", n)
