@@ -182,8 +182,8 @@ int main(int argc, char **argv)
                              "Reads PostgreSQL's commits (logical replication, pgoutput) and "
                              "deletes the keys they change from every cluster.",
                              "the JSON configuration: clusters, tables and their key "
-                             "templates, the invalidation table (required; "
-                             "docs/invalidator.md)\n"
+                             "templates, the invalidation table (required; with --control "
+                             "the clusters alone will do; docs/invalidator.md)\n"
                              "      --options FILE           read the options above from FILE: "
                              "`name = value` lines (names with _ for -, # comments); the "
                              "command line wins");
