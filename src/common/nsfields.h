@@ -3,7 +3,9 @@
  * enforces them), so a document one accepts is one the others accept.
  *
  * The bounds are the node's: it is the one that acts on them. Also here: the eviction policy
- * names, the rule between default_ttl and max_ttl, and a namespace's quota on each node. */
+ * names, the rule between default_ttl and max_ttl, a namespace's quota on each node, and the
+ * `invalidation` field (key templates per database table, read by shoal-invalidator
+ * --control). */
 #ifndef SHOAL_COMMON_NSFIELDS_H
 #define SHOAL_COMMON_NSFIELDS_H
 
@@ -53,6 +55,32 @@ extern const size_t nsf_nevictions;
 const struct nsf_int *nsf_int_find(const char *name);
 /* true when `v` is a JSON integer within f's bounds; then stored in *out (when not NULL). */
 bool nsf_int_ok(const struct nsf_int *f, const json_t *v, uint64_t *out);
+/* The optional `invalidation` field: {"tables": {"schema.table": ["template", ...]}}, the key
+ * templates (common/template.h) shoal-invalidator --control evaluates on the rows of each
+ * table. Absent: none. shoal-control and shoal-router check it with nsf_invalidation_check;
+ * shoal-node ignores it. Each template must put its keys in the namespace itself: it fixes
+ * (template.h) the namespace's name, or, in `default` only, no namespace at all. */
+#define NSF_INVALIDATION "invalidation"
+#define NSF_INV_TABLES_MAX 64    /* tables per namespace */
+#define NSF_INV_KEYS_MAX 16      /* templates per table */
+#define NSF_INV_TEMPLATE_MAX 512 /* bytes of one template */
+#define NSF_INV_IDENT_MAX 63     /* bytes of a schema or table name (PostgreSQL's NAMEDATALEN-1) */
+
+/* Why a value was refused: the field's path from "invalidation" on, a short rule name and a
+ * message that names the path and the fix. */
+struct nsf_err {
+    char field[200];
+    char rule[32];
+    char msg[400];
+};
+/* Check namespace `ns`'s `invalidation` value. 0, or -1 with `e` filled; the rules: "type" (the
+ * shape), "table_name" ("schema.table"), "template" (its syntax), "namespace" (a template whose
+ * keys would be another namespace's), "limit" (the bounds above). */
+int nsf_invalidation_check(const char *ns, const json_t *v, struct nsf_err *e);
+/* A table name as the field writes it, "schema.table", split at the first '.'; false when it
+ * is not of that form (each part 1-NSF_INV_IDENT_MAX bytes, no control bytes). */
+bool nsf_table_name_ok(const char *s);
+
 /* The index in nsf_evictions of the JSON string `v`, or -1 when it is not one. */
 int nsf_eviction_of(const json_t *v);
 /* The rule across fields: default_ttl is at most max_ttl unless max_ttl is 0 (no limit). */

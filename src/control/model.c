@@ -90,12 +90,12 @@ static bool int_in(const json_t *v, uint64_t lo, uint64_t hi)
     return x >= lo && x <= hi;
 }
 
-/* Check one namespace field's type and range (not rules across fields). `path` prefixes the
- * field's name in the error ("" for a request's own fields). */
-static int ns_field_check(const char *field, const json_t *v, const char *path,
+/* Check one namespace field's type and range (not rules across fields) for namespace `name`.
+ * `path` prefixes the field's name in the error ("" for a request's own fields). */
+static int ns_field_check(const char *name, const char *field, const json_t *v, const char *path,
                           struct model_err *e)
 {
-    char f[160];
+    char f[400];
 #define FIELD_PATH() snprintf(f, sizeof f, "%s%s", path, field) /* only on failure: hot on load */
     const struct nsf_int *fi = nsf_int_find(field);
     if (fi) {
@@ -120,6 +120,12 @@ static int ns_field_check(const char *field, const json_t *v, const char *path,
                               "'.' (\"\": no team)", f, MODEL_NAME_MAX);
         return 0;
     }
+    if (!strcmp(field, NSF_INVALIDATION)) {
+        struct nsf_err ie;
+        if (nsf_invalidation_check(name, v, &ie) == 0) return 0;
+        snprintf(f, sizeof f, "%s%s", path, ie.field);
+        return model_fail(e, 400, f, ie.rule, "%s%s", path, ie.msg);
+    }
     if (!strcmp(field, "pool")) {
         if (!json_is_string(v))
             return FIELD_PATH(),
@@ -131,7 +137,7 @@ static int ns_field_check(const char *field, const json_t *v, const char *path,
     return model_fail(e, 400, f, "unknown_field",
                       "unknown field '%s'; namespace fields are name, team, pool, memory, copies, "
                       "eviction, default_ttl, max_ttl, lease_ttl, stale_ttl, lease_period, "
-                      "max_value_bytes, ops_per_sec, bytes_per_sec", f);
+                      "max_value_bytes, ops_per_sec, bytes_per_sec, invalidation", f);
 }
 
 /* Rules across a namespace's fields and the rest of the model. */
@@ -180,7 +186,8 @@ static json_t *ns_default(const char *pool)
     return ns;
 }
 
-/* Copy a request's fields onto `ns` after checking each. "name" is skipped (the caller's). */
+/* Copy a request's fields onto namespace `name`'s `ns` after checking each. "name" is skipped
+ * (the caller's). */
 static int ns_apply(json_t *ns, json_t *body, const char *name, struct model_err *e)
 {
     if (!json_is_object(body))
@@ -196,7 +203,11 @@ static int ns_apply(json_t *ns, json_t *body, const char *name, struct model_err
                                   "name cannot be changed; create a new namespace instead");
             continue;
         }
-        int st = ns_field_check(field, v, "", e);
+        if (json_is_null(v) && !strcmp(field, NSF_INVALIDATION)) { /* optional: null drops it */
+            json_object_del(ns, field);
+            continue;
+        }
+        int st = ns_field_check(name, field, v, "", e);
         if (st) return st;
         json_object_set(ns, field, v);
     }
@@ -227,7 +238,7 @@ int model_ns_create(json_t *m, json_t *body, const char **name, struct model_err
                           MODEL_NS_MAX);
     json_t *ns = ns_default("");
     if (ns == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
-    int st = ns_apply(ns, body, NULL, e);
+    int st = ns_apply(ns, body, n, e);
     if (st == 0) st = ns_rules(m, n, ns, "", e);
     /* the pool's namespace limit is model_check's (one count for every rule) */
     if (st) {
@@ -624,10 +635,11 @@ int model_check_since(const json_t *m, const json_t *prev, struct model_err *e)
         const char *f;
         json_t *x;
         json_object_foreach(v, f, x) {
-            int st = ns_field_check(f, x, path, e);
+            int st = ns_field_check(k, f, x, path, e);
             if (st) return json_decref(grown), st;
         }
-        if (json_object_size(v) != nsf_nints + 3)
+        /* every field but the optional invalidation */
+        if (json_object_size(v) != nsf_nints + 3 + (json_object_get(v, NSF_INVALIDATION) != NULL))
             return json_decref(grown),
                    model_fail(e, 500, path, "fields", "%s: every field must be present", path);
         int st = ns_rules(m, k, v, path, e);

@@ -7,8 +7,10 @@
  *                  "slots": [{"from": A, "to": B, "node": "host:port"}...]}},
  *    "namespaces": {N: {"team", "pool", "memory", "copies", "eviction", "default_ttl",
  *                       "max_ttl", "lease_ttl", "stale_ttl", "lease_period",
- *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec"}}}
- * Every namespace stores every field. A change is made on a fork of the current model
+ *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec",
+ *                       "invalidation" (optional)}}}
+ * Every namespace stores every field but `invalidation` (common/nsfields.h), which only those
+ * with key templates for shoal-invalidator have. A change is made on a fork of the current model
  * (model_fork: its own top level, pools and namespaces objects, sharing every pool and
  * namespace value the change does not touch) and checked whole (model_check_since) before it
  * replaces it, so a refused change changes nothing. A value installed in a model is never

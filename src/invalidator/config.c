@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "invalidator/template.h"
+#include "common/template.h"
 
 static char *own(struct inv_config *c, const char *s, size_t n)
 {
@@ -174,8 +174,8 @@ static int parse_table(struct inv_config *c, const char *full, json_t *v, char *
     return table_namespaces(t, json_object_get(v, "namespaces"), where, err, errlen);
 }
 
-int inv_config_parse(const char *text, size_t len, struct inv_config *c, char *err,
-                     size_t errlen)
+static int config_parse(const char *text, size_t len, struct inv_config *c, int control,
+                        char *err, size_t errlen)
 {
     static const char *const fields[] = {"clusters", "tables", "invalidation_table", NULL};
     memset(c, 0, sizeof *c);
@@ -219,8 +219,9 @@ int inv_config_parse(const char *text, size_t len, struct inv_config *c, char *e
             goto fail;
         }
     }
-    if (c->ntables == 0 && inv == NULL) {
-        snprintf(err, errlen, "nothing to read: list \"tables\" or an \"invalidation_table\"");
+    if (c->ntables == 0 && inv == NULL && !control) {
+        snprintf(err, errlen, "nothing to read: list \"tables\" or an \"invalidation_table\" "
+                              "(or take tables from the control plane with --control)");
         goto fail;
     }
     return 0;
@@ -231,7 +232,55 @@ fail:
     return -1;
 }
 
-int inv_config_load(const char *path, struct inv_config *c, char *err, size_t errlen)
+int inv_config_parse(const char *text, size_t len, struct inv_config *c, char *err,
+                     size_t errlen)
+{
+    return config_parse(text, len, c, 0, err, errlen);
+}
+
+int inv_map_parse(json_t *tables, struct inv_config *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->doc = tables;
+    m->tables = calloc(json_object_size(tables) + 1, sizeof *m->tables);
+    if (m->tables == NULL) {
+        snprintf(err, errlen, "out of memory");
+        inv_config_free(m);
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(tables, k, v) {
+        if (parse_table(m, k, v, err, errlen) < 0) {
+            inv_config_free(m);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+json_t *inv_config_tables_json(const struct inv_config *c)
+{
+    json_t *out = json_object();
+    for (size_t i = 0; out && i < c->ntables; i++) {
+        const struct inv_table *t = &c->tables[i];
+        json_t *keys = json_array(), *nss = json_array();
+        for (size_t k = 0; k < t->nkeys; k++)
+            json_array_append_new(keys, json_string(tmpl_text(t->keys[k])));
+        for (size_t k = 0; k < t->nns; k++) json_array_append_new(nss, json_string(t->namespaces[k]));
+        char name[300];
+        snprintf(name, sizeof name, "%s.%s", t->schema, t->name);
+        if (json_object_set_new(out, name, json_pack("{s:o,s:o}", "keys", keys, "namespaces",
+                                                     nss)) < 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+int inv_config_load(const char *path, struct inv_config *c, int control, char *err,
+                    size_t errlen)
 {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
@@ -261,7 +310,7 @@ int inv_config_load(const char *path, struct inv_config *c, char *err, size_t er
         return snprintf(err, errlen, "out of memory"), -1;
     }
     char e[600];
-    int rc = inv_config_parse(text, len, c, e, sizeof e);
+    int rc = config_parse(text, len, c, control, e, sizeof e);
     if (rc < 0) snprintf(err, errlen, "config file %s: %s", path, e);
     free(text);
     return rc;

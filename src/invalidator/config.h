@@ -4,6 +4,7 @@
 #ifndef SHOAL_INVALIDATOR_CONFIG_H
 #define SHOAL_INVALIDATOR_CONFIG_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "invalidator/deliver.h"
@@ -33,8 +34,17 @@ struct inv_config {
  * then empty and needs no free). */
 int inv_config_parse(const char *text, size_t len, struct inv_config *c, char *err,
                      size_t errlen);
-/* The same from a file. */
-int inv_config_load(const char *path, struct inv_config *c, char *err, size_t errlen);
+/* The same from a file; `control` nonzero (--control): tables may come from the control plane
+ * only, so a document with neither tables nor an invalidation table is accepted. */
+int inv_config_load(const char *path, struct inv_config *c, int control, char *err,
+                    size_t errlen);
+/* A map: a configuration of tables only, from `tables` in the configuration's "tables" form
+ * ("schema.table": {"keys": [...], "namespaces": [...]}), whose reference it takes. 0, or -1
+ * with a message (the map is then empty and needs no free). */
+int inv_map_parse(json_t *tables, struct inv_config *m, char *err, size_t errlen);
+/* The configuration's tables in that form, names as "schema.table" and "namespaces" listed (a
+ * new reference; NULL when out of memory). */
+json_t *inv_config_tables_json(const struct inv_config *c);
 void inv_config_free(struct inv_config *c);
 
 /* The configured table schema.name, or NULL. */

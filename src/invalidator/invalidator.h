@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/admin.h"
+#include "common/follow.h"
 #include "invalidator/config.h"
 
 #define INVALIDATOR_VERSION "0.1"
@@ -52,14 +53,19 @@
       "admin HTTP port for /healthz, /metrics and /v1/replay (0: off)", NULL)                    \
     X(admin_listen, 0, STR, "127.0.0.1", 0, 0, "address of the admin HTTP listener", NULL)     \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
+    X(control, 0, STR, NULL, 0, 0,                                                               \
+      "shoal-control URL(s), comma-separated: key templates also come from its namespaces' "    \
+      "\"invalidation\" field; the reader starts once the first topology is in", NULL)          \
+    FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
 struct inv_options {
-    const char *pg, *slot, *publication, *spill_dir, *admin_listen, *auth_file;
+    const char *pg, *slot, *publication, *spill_dir, *admin_listen, *auth_file, *control,
+        *token_file;
     bool set_replica_identity;
     uint64_t status_interval_ms, reconnect_max_ms, cleanup_interval_ms, mem_max, spill_max,
         batch_max, replay_window, timeout_ms, admin_port, verbose, admin_conn_max,
-        admin_header_timeout;
+        admin_header_timeout, control_timeout_ms, control_backoff_max_ms;
 };
 
 /* The reader's figures (Prometheus prefix shoal_invalidator_): counters and gauges the reader
@@ -88,7 +94,12 @@ struct inv_options {
     X(received_late, COUNTER, "commits handed to delivery more than 50 ms after their commit "  \
                               "timestamp")                                                       \
     X(reconnects, COUNTER, "replication connections re-established")                             \
-    X(cleaned_rows, COUNTER, "consumed invalidation table rows deleted")
+    X(cleaned_rows, COUNTER, "consumed invalidation table rows deleted")                         \
+    X(templates_version, GAUGE, "--control: the topology version whose key templates commits "  \
+                                "decoded from now on use (0: none yet)")                         \
+    X(mapped_tables, GAUGE, "--control: tables in the map of key templates handed to the reader") \
+    X(templates_refused, GAUGE, "--control: namespace tables left out of the map (no such "     \
+                                "table or column, identity not changed), retried every 5 s")
 
 struct inv_figs {
 #define INV_FIG_FIELD(name, kind, help) _Atomic uint64_t name;
@@ -98,6 +109,7 @@ struct inv_figs {
 
 struct deliver;
 struct rows;
+struct inv_ctl;
 
 struct inv {
     struct inv_options opt;
@@ -111,6 +123,12 @@ struct inv {
     /* the highest invalidation table id in a commit delivery has confirmed; the cleaner
      * deletes rows up to it */
     _Atomic uint64_t cleanup_upto;
+    /* --control (ctl.h): the newest map of tables to templates, not yet taken by the reader
+     * (which takes it between transactions and owns it from then on), and whether one was
+     * ever handed over (the reader streams only after that) */
+    struct inv_ctl *ctl;
+    _Atomic(struct inv_config *) next_map;
+    atomic_bool map_ready;
 };
 
 /* reader.c: read, decode and hand over until inv->stop; reconnects on errors. Prepares

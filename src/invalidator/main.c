@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/options.h"
 #include "common/slot.h"
+#include "invalidator/ctl.h"
 #include "invalidator/deliver.h"
 #include "invalidator/invalidator.h"
 #include "invalidator/rows.h"
@@ -58,6 +59,7 @@ static void metrics(void *ctx, struct buf *out)
     metrics_write_prom(out, "shoal_invalidator", fig_desc, sizeof fig_desc / sizeof *fig_desc, &s,
                        NULL);
     deliver_metrics(v->d, out);
+    inv_ctl_metrics(v->ctl, out);
 }
 
 /* GET /healthz: 200 while the replication stream is up and every cluster reachable, 503
@@ -180,8 +182,8 @@ int main(int argc, char **argv)
                              "Reads PostgreSQL's commits (logical replication, pgoutput) and "
                              "deletes the keys they change from every cluster.",
                              "the JSON configuration: clusters, tables and their key "
-                             "templates, the invalidation table (required; "
-                             "docs/invalidator.md)\n"
+                             "templates, the invalidation table (required; with --control "
+                             "the clusters alone will do; docs/invalidator.md)\n"
                              "      --options FILE           read the options above from FILE: "
                              "`name = value` lines (names with _ for -, # comments); the "
                              "command line wins");
@@ -197,7 +199,12 @@ int main(int argc, char **argv)
                         "--help)\n");
         return 2;
     }
-    if (inv_config_load(config, &inv.conf, err, sizeof err) < 0) {
+    if (inv.opt.control && !follow_url_ok(inv.opt.control)) {
+        fprintf(stderr, "shoal-invalidator: --control must be up to %d http:// or https:// URLs "
+                        "separated by ','\n", FOLLOW_URLS_MAX);
+        return 2;
+    }
+    if (inv_config_load(config, &inv.conf, inv.opt.control != NULL, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-invalidator: %s\n", err);
         return 2;
     }
@@ -242,6 +249,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-invalidator: %s\n", err);
         return 2;
     }
+    if (inv.opt.control && (inv.ctl = inv_ctl_start(&inv, err, sizeof err)) == NULL) {
+        fprintf(stderr, "shoal-invalidator: %s\n", err);
+        return 2;
+    }
     pthread_t reader;
     if (pthread_create(&reader, NULL, reader_main, NULL) != 0) {
         fprintf(stderr, "shoal-invalidator: cannot start the reader thread\n");
@@ -257,6 +268,12 @@ int main(int argc, char **argv)
     log_notice("signal %d: shutting down", sig);
     atomic_store(&inv.stop, true);
     pthread_join(reader, NULL);
+    inv_ctl_stop(&inv.ctl);
+    struct inv_config *left = atomic_exchange(&inv.next_map, NULL); /* never taken */
+    if (left) {
+        inv_config_free(left);
+        free(left);
+    }
     cleaner_stop(&cl);
     admin_destroy(&admin);
     deliver_destroy(inv.d);

@@ -183,6 +183,17 @@ static int send_status(struct reader *r, int force)
     return 0;
 }
 
+/* A map of templates --control handed over: in use from the transaction about to start.
+ * Not while a streamed transaction is open: its keys point at the current map's strings. */
+static int take_map(struct reader *r)
+{
+    if (r->streams) return 0;
+    struct inv_config *m = atomic_exchange(&r->inv->next_map, NULL);
+    if (m == NULL) return 0;
+    log_info("key templates: %zu tables mapped", m->ntables);
+    return rows_set_map(r->rows, m);
+}
+
 static int on_message(struct reader *r, const uint8_t *p, size_t n)
 {
     struct pgo_msg *m = r->m;
@@ -196,7 +207,7 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
     case PGO_BEGIN:
         keyset_reset(&r->cur);
         r->in_txn = 1;
-        return 0;
+        return take_map(r);
     case PGO_COMMIT:
         r->in_txn = 0;
         return hand_over(r, &r->cur, m->lsn, m->end_lsn, m->ts, 0);
@@ -209,6 +220,7 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
         if (ks == NULL) return -1;
         return rows_change(r->rows, m, ks);
     case PGO_STREAM_START:
+        if ((m->flags & 1) && take_map(r) < 0) return -1;
         r->in_stream = 1;
         r->stream_cur = stream_find(r, m->xid, 1);
         if (r->stream_cur == NULL) return -1;
@@ -348,6 +360,12 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
     }
     unsigned backoff = 100;
     int first = 1;
+    /* --control: a change decoded before the control plane's templates are in would give no
+     * key, and be confirmed */
+    if (inv->ctl && !atomic_load(&inv->map_ready)) {
+        log_notice("waiting for the control plane's first topology before reading the log");
+        while (!atomic_load(&inv->map_ready) && !atomic_load(&inv->stop)) usleep(20000);
+    }
     while (!atomic_load(&inv->stop)) {
         char e[600];
         r.conn = connect_stream(inv, e, sizeof e);

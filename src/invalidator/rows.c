@@ -16,12 +16,16 @@
 #include "invalidator/config.h"
 #include "invalidator/invalidator.h"
 #include "invalidator/pgoutput.h"
-#include "invalidator/template.h"
+#include "common/template.h"
 
 #define NS_SLOTS 4096 /* distinct namespaces interned for invalidation table keys */
 
 struct rel {
     uint32_t relid;
+    char *names;               /* "schema\0relname\0col0\0col1\0...": what a new map is
+                                  resolved against (rows_set_map) */
+    const char **colv;         /* into names */
+    uint16_t ncols;
     const struct inv_table *t; /* NULL: not mapped (or the invalidation table) */
     int inv;                   /* the invalidation table */
     int keycol, idcol;         /* invalidation table columns, -1 when absent */
@@ -30,7 +34,9 @@ struct rel {
 };
 
 struct rows {
-    const struct inv_config *conf;
+    const struct inv_config *conf; /* the invalidation table */
+    const struct inv_config *map;  /* the tables: conf, or `owned` */
+    struct inv_config *owned;      /* a map rows_set_map handed over, or NULL */
     struct inv_figs *figs;
     struct rel *rels;
     size_t nrels, cap;
@@ -143,17 +149,30 @@ struct rows *rows_create(const struct inv_config *conf, struct inv_figs *figs)
 {
     struct rows *r = calloc(1, sizeof *r);
     if (r == NULL) return NULL;
-    r->conf = conf;
+    r->conf = r->map = conf;
     r->figs = figs;
     return r;
+}
+
+static void map_free(struct inv_config **m)
+{
+    if (*m == NULL) return;
+    inv_config_free(*m);
+    free(*m);
+    *m = NULL;
 }
 
 void rows_destroy(struct rows **pr)
 {
     struct rows *r = *pr;
     if (r == NULL) return;
-    for (size_t i = 0; i < r->nrels; i++) free(r->rels[i].refcol);
+    for (size_t i = 0; i < r->nrels; i++) {
+        free(r->rels[i].refcol);
+        free(r->rels[i].names);
+        free(r->rels[i].colv);
+    }
     free(r->rels);
+    map_free(&r->owned);
     for (size_t i = 0; i < NS_SLOTS; i++) free(r->ns[i]);
     free(r);
     *pr = NULL;
@@ -166,11 +185,54 @@ static struct rel *find_rel(struct rows *r, uint32_t relid)
     return NULL;
 }
 
-static int colindex(const struct pgo_msg *m, const char *name)
+static int colindex(const struct rel *rel, const char *name)
 {
-    for (int i = 0; i < m->ncols; i++)
-        if (!strcmp(m->cols[i].name, name)) return i;
+    for (int i = 0; i < rel->ncols; i++)
+        if (!strcmp(rel->colv[i], name)) return i;
     return -1;
+}
+
+/* What the relation is in the map and the configuration: its table and where each templated
+ * column sits, or the invalidation table. 0, or -1 out of memory (then not mapped). */
+static int rel_resolve(struct rows *r, struct rel *rel)
+{
+    free(rel->refcol);
+    rel->refcol = NULL;
+    rel->nrefcol = 0;
+    rel->inv = 0;
+    rel->keycol = rel->idcol = -1;
+    rel->t = NULL;
+    if (rel->names == NULL) return 0; /* its description did not fit in memory */
+    const char *schema = rel->names, *relname = schema + strlen(schema) + 1;
+    if (r->conf->inv_name && !strcmp(r->conf->inv_schema, schema) &&
+        !strcmp(r->conf->inv_name, relname)) {
+        rel->inv = 1;
+        rel->keycol = colindex(rel, "key");
+        rel->idcol = colindex(rel, "id");
+    }
+    const struct inv_table *t = inv_config_table(r->map, schema, relname);
+    if (t) {
+        size_t n = 0;
+        for (size_t k = 0; k < t->nkeys; k++) n += tmpl_nrefs(t->keys[k]);
+        rel->refcol = malloc((n ? n : 1) * sizeof *rel->refcol);
+        if (rel->refcol == NULL) return -1;
+        for (size_t k = 0; k < t->nkeys; k++)
+            for (size_t j = 0; j < tmpl_nrefs(t->keys[k]); j++)
+                rel->refcol[rel->nrefcol++] = colindex(rel, tmpl_ref(t->keys[k], j));
+        rel->t = t;
+    }
+    return 0;
+}
+
+int rows_set_map(struct rows *r, struct inv_config *map)
+{
+    r->map = map;
+    int rc = 0;
+    for (size_t i = 0; i < r->nrels; i++)
+        if (rel_resolve(r, &r->rels[i]) < 0) rc = -1;
+    map_free(&r->owned);
+    r->owned = map;
+    return rc;
 }
 
 int rows_relation(struct rows *r, const struct pgo_msg *m)
@@ -188,29 +250,28 @@ int rows_relation(struct rows *r, const struct pgo_msg *m)
         memset(rel, 0, sizeof *rel);
         rel->relid = m->relid;
     }
-    free(rel->refcol);
-    rel->refcol = NULL;
-    rel->nrefcol = 0;
-    rel->inv = 0;
-    rel->keycol = rel->idcol = -1;
     const char *schema = m->nspname[0] ? m->nspname : "pg_catalog";
-    rel->t = inv_config_table(r->conf, schema, m->relname);
-    if (r->conf->inv_name && !strcmp(r->conf->inv_schema, schema) &&
-        !strcmp(r->conf->inv_name, m->relname)) {
-        rel->inv = 1;
-        rel->keycol = colindex(m, "key");
-        rel->idcol = colindex(m, "id");
+    size_t len = strlen(schema) + strlen(m->relname) + 2;
+    for (int i = 0; i < m->ncols; i++) len += strlen(m->cols[i].name) + 1;
+    char *names = malloc(len);
+    const char **colv = malloc((m->ncols ? m->ncols : 1) * sizeof *colv);
+    if (names == NULL || colv == NULL) {
+        free(names);
+        free(colv);
+        return -1; /* the reader reconnects: PostgreSQL describes the relation again */
     }
-    if (rel->t) {
-        size_t n = 0;
-        for (size_t k = 0; k < rel->t->nkeys; k++) n += tmpl_nrefs(rel->t->keys[k]);
-        rel->refcol = malloc((n ? n : 1) * sizeof *rel->refcol);
-        if (rel->refcol == NULL) return -1;
-        for (size_t k = 0; k < rel->t->nkeys; k++)
-            for (size_t j = 0; j < tmpl_nrefs(rel->t->keys[k]); j++)
-                rel->refcol[rel->nrefcol++] = colindex(m, tmpl_ref(rel->t->keys[k], j));
+    char *w = stpcpy(names, schema) + 1;
+    w = stpcpy(w, m->relname) + 1;
+    for (int i = 0; i < m->ncols; i++) {
+        colv[i] = w;
+        w = stpcpy(w, m->cols[i].name) + 1;
     }
-    return 0;
+    free(rel->names);
+    free(rel->colv);
+    rel->names = names;
+    rel->colv = colv;
+    rel->ncols = m->ncols;
+    return rel_resolve(r, rel);
 }
 
 /* Evaluate template k on `t` (values it lacks, 'u', from `fallback` when given). The key's

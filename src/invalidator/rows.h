@@ -38,9 +38,16 @@ int keyset_add(struct keyset *ks, const char *key, size_t n, const char *ns);
 int keyset_flush(struct keyset *ks, const char *ns);
 
 struct rows;
-/* `figs` may be NULL (tests). */
+/* `conf`'s tables are the map until rows_set_map; its invalidation table stays. `figs` may be
+ * NULL (tests). */
 struct rows *rows_create(const struct inv_config *conf, struct inv_figs *figs);
 void rows_destroy(struct rows **r);
+/* Use `map`'s tables (struct inv_config with tables only, malloc'd; rows owns it from here and
+ * frees the one it replaces) for changes from now on: every relation seen so far is mapped
+ * again. `conf` (rows_create) keeps naming the invalidation table. Call between transactions,
+ * with no streamed transaction open (keysets hold namespace strings of the map in use). 0, or
+ * -1 out of memory (a relation left unmapped: reconnect, so PostgreSQL describes it again). */
+int rows_set_map(struct rows *r, struct inv_config *map);
 /* A Relation message: remember (or forget) the relation's mapping. 0, or -1 out of memory. */
 int rows_relation(struct rows *r, const struct pgo_msg *m);
 /* An Insert, Update, Delete or Truncate: add its keys or flushes to ks. 0; -1 out of memory or

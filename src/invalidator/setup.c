@@ -17,7 +17,7 @@
 
 #include "common/log.h"
 #include "invalidator/invalidator.h"
-#include "invalidator/template.h"
+#include "common/template.h"
 
 /* PQexecParams with text parameters; NULL result on failure with err set. */
 static PGresult *q(PGconn *c, const char *sql, int n, const char *const *params, char *err,
@@ -44,12 +44,17 @@ static int qualified(PGconn *c, const char *schema, const char *name, char *out,
     return ok ? 0 : -1;
 }
 
-/* Does the table's replica identity cover every templated column? Fails (-1) when the table
- * or a templated column does not exist. */
-static int check_table(PGconn *c, const struct inv_table *t, int *covered, char *err,
-                       size_t errlen)
+void setup_cols_clear(struct setup_cols *sc)
 {
-    const char *p[2] = {t->schema, t->name};
+    PQclear(sc->res);
+    memset(sc, 0, sizeof *sc);
+}
+
+int setup_table_cols(PGconn *c, const char *schema, const char *name, struct setup_cols *sc,
+                     char *err, size_t errlen)
+{
+    memset(sc, 0, sizeof *sc);
+    const char *p[2] = {schema, name};
     PGresult *r = q(c,
                     "SELECT c.oid::text, c.relreplident::text FROM pg_class c JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND "
@@ -57,42 +62,62 @@ static int check_table(PGconn *c, const struct inv_table *t, int *covered, char 
                     2, p, err, errlen);
     if (r == NULL) return -1;
     if (PQntuples(r) != 1) {
-        snprintf(err, errlen, "table %s.%s (in the config's \"tables\") does not exist", t->schema,
-                 t->name);
         PQclear(r);
-        return -1;
+        return 0;
     }
-    char oid[32], ident = PQgetvalue(r, 0, 1)[0];
+    char oid[32];
+    sc->exists = 1;
+    sc->ident = PQgetvalue(r, 0, 1)[0];
     snprintf(oid, sizeof oid, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     const char *po[1] = {oid};
     /* every column, and whether it is in the identity ('d': the primary key, 'i': the chosen
      * index, 'f': all, 'n': none) */
-    r = q(c,
-          "SELECT a.attname, COALESCE((SELECT true FROM pg_index i WHERE i.indrelid = a.attrelid "
-          "AND a.attnum = ANY(i.indkey) AND (CASE c.relreplident WHEN 'd' THEN i.indisprimary "
-          "WHEN 'i' THEN i.indisreplident ELSE false END) LIMIT 1), false)::text FROM "
-          "pg_attribute a JOIN pg_class c ON c.oid = a.attrelid WHERE a.attrelid = $1::oid AND "
-          "a.attnum > 0 AND NOT a.attisdropped",
-          1, po, err, errlen);
-    if (r == NULL) return -1;
+    sc->res = q(c,
+                "SELECT a.attname, COALESCE((SELECT true FROM pg_index i WHERE i.indrelid = "
+                "a.attrelid AND a.attnum = ANY(i.indkey) AND (CASE c.relreplident WHEN 'd' THEN "
+                "i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END) LIMIT 1), "
+                "false)::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid WHERE "
+                "a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped",
+                1, po, err, errlen);
+    return sc->res ? 0 : -1;
+}
+
+int setup_col(const struct setup_cols *sc, const char *col)
+{
+    for (int i = 0; sc->res && i < PQntuples(sc->res); i++)
+        if (!strcmp(PQgetvalue(sc->res, i, 0), col))
+            return sc->ident == 'f' || !strcmp(PQgetvalue(sc->res, i, 1), "true") ? 2 : 1;
+    return 0;
+}
+
+/* Does the table's replica identity cover every templated column? Fails (-1) when the table
+ * or a templated column does not exist. */
+static int check_table(PGconn *c, const struct inv_table *t, int *covered, char *err,
+                       size_t errlen)
+{
+    struct setup_cols sc;
+    if (setup_table_cols(c, t->schema, t->name, &sc, err, errlen) < 0) return -1;
+    if (!sc.exists) {
+        snprintf(err, errlen, "table %s.%s (in the config's \"tables\") does not exist", t->schema,
+                 t->name);
+        return -1;
+    }
     *covered = 1;
     for (size_t k = 0; k < t->nkeys; k++) {
         for (size_t j = 0; j < tmpl_nrefs(t->keys[k]); j++) {
             const char *col = tmpl_ref(t->keys[k], j);
-            int found = -1;
-            for (int i = 0; i < PQntuples(r); i++)
-                if (!strcmp(PQgetvalue(r, i, 0), col)) found = i;
-            if (found < 0) {
+            int found = setup_col(&sc, col);
+            if (found == 0) {
                 snprintf(err, errlen, "table %s.%s has no column \"%s\" (template \"%s\")",
                          t->schema, t->name, col, tmpl_text(t->keys[k]));
-                PQclear(r);
+                setup_cols_clear(&sc);
                 return -1;
             }
-            if (ident != 'f' && strcmp(PQgetvalue(r, found, 1), "true")) *covered = 0;
+            if (found == 1) *covered = 0;
         }
     }
-    PQclear(r);
+    setup_cols_clear(&sc);
     return 0;
 }
 
@@ -110,6 +135,25 @@ static int exec(PGconn *c, const char *sql, char *err, size_t errlen)
     return -1;
 }
 
+int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const char *table,
+                        char *err, size_t errlen)
+{
+    char name[600], sql[800];
+    if (qualified(c, schema, table, name, sizeof name) < 0)
+        return snprintf(err, errlen, "out of memory"), -1;
+    snprintf(sql, sizeof sql, "ALTER TABLE %s REPLICA IDENTITY FULL", name);
+    if (!inv->opt.set_replica_identity) {
+        snprintf(err, errlen,
+                 "table %s: its replica identity does not hold every templated column, so an "
+                 "UPDATE or DELETE would not carry the old key's values; run `%s` (or make an "
+                 "index over them the identity), or start without --set-replica-identity=false",
+                 name, sql);
+        return -1;
+    }
+    log_notice("table %s: replica identity does not cover its key templates: %s", name, sql);
+    return exec(c, sql, err, errlen);
+}
+
 static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
 {
     char name[600], sql[1400];
@@ -117,21 +161,8 @@ static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
         const struct inv_table *t = &inv->conf.tables[i];
         int covered;
         if (check_table(c, t, &covered, err, errlen) < 0) return -1;
-        if (covered) continue;
-        if (qualified(c, t->schema, t->name, name, sizeof name) < 0)
-            return snprintf(err, errlen, "out of memory"), -1;
-        snprintf(sql, sizeof sql, "ALTER TABLE %s REPLICA IDENTITY FULL", name);
-        if (!inv->opt.set_replica_identity) {
-            snprintf(err, errlen,
-                     "table %s: its replica identity does not hold every templated column, so "
-                     "an UPDATE or DELETE would not carry the old key's values; run `%s` (or "
-                     "make an index over them the identity), or start without "
-                     "--set-replica-identity=false",
-                     name, sql);
+        if (!covered && setup_identity_full(inv, c, t->schema, t->name, err, errlen) < 0)
             return -1;
-        }
-        log_notice("table %s: replica identity does not cover its key templates: %s", name, sql);
-        if (exec(c, sql, err, errlen) < 0) return -1;
     }
     if (inv->conf.inv_name) {
         if (qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name, sizeof name) < 0)
@@ -180,35 +211,40 @@ static int prepare_publication(struct inv *inv, PGconn *c, char *err, size_t err
         log_notice("creating publication %s", pub);
         rc = exec(c, sql, err, errlen);
     }
+    PQfreemem(qp);
     size_t n = inv->conf.ntables + (inv->conf.inv_name ? 1 : 0);
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *schema = i < inv->conf.ntables ? inv->conf.tables[i].schema
                                                    : inv->conf.inv_schema;
         const char *tname = i < inv->conf.ntables ? inv->conf.tables[i].name : inv->conf.inv_name;
-        const char *p3[3] = {pub, schema, tname};
-        r = q(c,
-              "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND "
-              "tablename = $3",
-              3, p3, err, errlen);
-        if (r == NULL) {
-            rc = -1;
-            break;
-        }
-        int in = PQntuples(r) > 0;
-        PQclear(r);
-        if (in) continue;
-        char name[600], sql[900];
-        if (qualified(c, schema, tname, name, sizeof name) < 0) {
-            rc = -1;
-            snprintf(err, errlen, "out of memory");
-            break;
-        }
-        snprintf(sql, sizeof sql, "ALTER PUBLICATION %s ADD TABLE %s", qp, name);
-        log_notice("publication %s: adding table %s", pub, name);
-        rc = exec(c, sql, err, errlen);
+        rc = setup_publication_add(inv, c, schema, tname, err, errlen);
     }
-    PQfreemem(qp);
     return rc;
+}
+
+int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const char *tname,
+                          char *err, size_t errlen)
+{
+    const char *pub = inv->opt.publication;
+    const char *p3[3] = {pub, schema, tname};
+    PGresult *r = q(c,
+                    "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 "
+                    "AND tablename = $3",
+                    3, p3, err, errlen);
+    if (r == NULL) return -1;
+    int in = PQntuples(r) > 0;
+    PQclear(r);
+    if (in) return 0;
+    char name[600], sql[900];
+    char *qp = PQescapeIdentifier(c, pub, strlen(pub));
+    if (qp == NULL || qualified(c, schema, tname, name, sizeof name) < 0) {
+        PQfreemem(qp);
+        return snprintf(err, errlen, "out of memory"), -1;
+    }
+    snprintf(sql, sizeof sql, "ALTER PUBLICATION %s ADD TABLE %s", qp, name);
+    PQfreemem(qp);
+    log_notice("publication %s: adding table %s", pub, name);
+    return exec(c, sql, err, errlen);
 }
 
 /* The slot, created on a replication connection when missing. */

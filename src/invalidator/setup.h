@@ -16,6 +16,28 @@ PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen);
  * the table, column or object and the fix. */
 int setup_prepare(struct inv *inv, char *err, size_t errlen);
 
+/* The pieces setup_prepare uses, for tables mapped later (--control, ctl.c), on an ordinary
+ * connection to --pg: */
+struct setup_cols {
+    int exists; /* the table exists (an ordinary or partitioned table) */
+    char ident; /* its replica identity: 'd' default, 'i' index, 'f' full, 'n' nothing */
+    PGresult *res;
+};
+/* Table schema.name's columns and which are in its replica identity (sc->exists 0 when there
+ * is no such table). 0, or -1 with PostgreSQL's message; setup_cols_clear after. */
+int setup_table_cols(PGconn *c, const char *schema, const char *name, struct setup_cols *sc,
+                     char *err, size_t errlen);
+/* Column `col`: 0 absent, 1 present outside the replica identity, 2 inside it (or FULL). */
+int setup_col(const struct setup_cols *sc, const char *col);
+void setup_cols_clear(struct setup_cols *sc);
+/* ALTER the table to REPLICA IDENTITY FULL (logged), or -1 naming the statement to run under
+ * --set-replica-identity=false. */
+int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                        char *err, size_t errlen);
+/* Add the table to --publication unless it is in it. */
+int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                          char *err, size_t errlen);
+
 struct cleaner;
 /* Starts the cleaner when an invalidation table is configured (NULL and no error otherwise,
  * or on failure with err set: check err[0]). */

@@ -8,8 +8,10 @@
  *    "namespaces": {NAME: {"pool": NAME, "default_ttl": S, "max_ttl": S, "max_value_bytes": B,
  *                          "ops_per_sec": N, "bytes_per_sec": B,
  *                          "team": T, "memory": B, "copies": 1|2, "eviction": "lru"|"lfu"|"s3fifo",
- *                          "lease_ttl": S, "stale_ttl": S, "lease_period": S}}}
- * (the last seven are the control plane's, checked and kept but not acted on here).
+ *                          "lease_ttl": S, "stale_ttl": S, "lease_period": S,
+ *                          "invalidation": {"tables": {...}}}}}
+ * (the last eight are the control plane's, checked and kept but not acted on here;
+ * invalidation is shoal-invalidator's key templates, common/nsfields.h).
  * Unknown fields are refused, so a typo is an error that names it rather than a silent
  * default. */
 #include "router/topo.h"
@@ -339,6 +341,10 @@ static int topo_parse_ns_settings(struct topo_ns *ns, json_t *nv, const char *pa
                         TOPO_NAME_MAX);
     if ((v = json_object_get(nv, "eviction")) != NULL && nsf_eviction_of(v) < 0)
         return topo_err(err, errlen, "%s.eviction: must be \"lru\", \"lfu\" or \"s3fifo\"", path);
+    struct nsf_err ie;
+    if ((v = json_object_get(nv, NSF_INVALIDATION)) != NULL &&
+        nsf_invalidation_check(ns->name, v, &ie) < 0)
+        return topo_err(err, errlen, "%s.%s", path, ie.msg);
     return 0;
 }
 
@@ -359,7 +365,7 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
                             "%s: namespace names are 1-%d bytes without spaces or ':'", path,
                             TOPO_NAME_MAX);
         if (!json_is_object(nv)) return topo_err(err, errlen, "%s: must be an object", path);
-        static const char *const keys[] = {"pool", "team", "eviction",
+        static const char *const keys[] = {"pool", "team", "eviction", NSF_INVALIDATION,
 #define X(name, lo, hi, def, help) #name,
                                            NSF_INTS(X)
 #undef X

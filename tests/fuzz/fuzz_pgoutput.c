@@ -13,7 +13,7 @@
 #include "invalidator/config.h"
 #include "invalidator/pgoutput.h"
 #include "invalidator/rows.h"
-#include "invalidator/template.h"
+#include "common/template.h"
 
 static const char CONF[] =
     "{\"clusters\": {\"l\": {\"routers\": [\"127.0.0.1:1\"]}}, \"tables\": {\"public.p\": "

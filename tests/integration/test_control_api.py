@@ -99,6 +99,76 @@ def test_namespace_create_get_list_round_trip(ctl):
     assert set(all_["namespaces"]) == {"default", "catalog"}
 
 
+INVALIDATION = {"tables": {"public.products": ["catalog:product:{id}", "catalog:sku:{sku}"],
+                           "shop.orders": ["catalog:order:{id}"]}}
+
+
+def test_namespace_invalidation_round_trip_into_the_topology(ctl):
+    status, body = ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main",
+                                               "invalidation": INVALIDATION})
+    assert status == 201, body
+    assert body["namespace"]["invalidation"] == INVALIDATION
+    assert ctl.get("/v1/namespaces/catalog")[1]["namespace"]["invalidation"] == INVALIDATION
+    assert ctl.topology()["namespaces"]["catalog"]["invalidation"] == INVALIDATION
+    # a namespace without templates has no such field
+    assert "invalidation" not in ctl.topology()["namespaces"]["default"]
+
+
+def test_namespace_invalidation_survives_a_restart(ctl, start_control):
+    ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": INVALIDATION})
+    assert ctl.stop() is None
+    again = start_control(data_dir=ctl.data_dir)  # the stored state passes the load's checks
+    assert again.get("/v1/namespaces/catalog")[1]["namespace"]["invalidation"] == INVALIDATION
+
+
+def test_namespace_invalidation_is_replaced_by_put_and_removed_by_null(ctl):
+    ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": INVALIDATION,
+                                "max_ttl": 60})
+    new = {"tables": {"public.products": ["catalog:item:{id}"]}}
+    status, body = ctl.put("/v1/namespaces/catalog", {"invalidation": new})
+    assert status == 200, body
+    assert body["namespace"]["invalidation"] == new and body["namespace"]["max_ttl"] == 60
+    status, body = ctl.put("/v1/namespaces/catalog", {"invalidation": None})
+    assert status == 200, body
+    assert "invalidation" not in body["namespace"]
+    assert "invalidation" not in ctl.topology()["namespaces"]["catalog"]
+    assert ctl.version() == 4
+
+
+def test_default_namespace_templates_may_fix_no_namespace(ctl):
+    """In `default` a template may start with a placeholder or hold no ':' before one; one
+    that fixes another namespace is refused there too."""
+    ok = {"tables": {"public.users": ["user{id}", "default:user:{id}", "{tenant}:u:{id}"]}}
+    status, body = ctl.put("/v1/namespaces/default", {"invalidation": ok})
+    assert status == 200, body
+    status, err = ctl.put("/v1/namespaces/default",
+                          {"invalidation": {"tables": {"public.users": ["users:{id}"]}}})
+    assert status == 400 and (err["field"], err["rule"]) == (
+        "invalidation.tables.public.users[0]", "namespace"), err
+    assert "users" in err["error"]
+
+
+def test_router_accepts_a_document_with_invalidation_templates(ctl, start_server,
+                                                               start_router):
+    node = start_server()
+    ctl.post("/v1/pools/main/nodes", {"node": f"127.0.0.1:{node.port}"})
+    status, body = ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main",
+                                               "invalidation": INVALIDATION})
+    assert status == 201, body
+    doc = ctl.topology()
+    router, admin, _ = start_router([node])
+    from mcraw import http
+    import json
+    status, body = http(admin, "PUT", "/v1/topology", json.dumps(doc).encode())
+    assert status == 200, body
+    assert json.loads(body)["namespaces"]["catalog"]["invalidation"] == INVALIDATION
+    # and refuses a template the control plane would refuse, naming it
+    doc["version"] += 1
+    doc["namespaces"]["catalog"]["invalidation"] = {"tables": {"public.p": ["users:{id}"]}}
+    status, body = http(admin, "PUT", "/v1/topology", json.dumps(doc).encode())
+    assert status == 400 and "namespaces.catalog.invalidation.tables.public.p[0]" in body, body
+
+
 def test_namespace_update_keeps_unsent_fields(ctl):
     ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "default_ttl": 60,
                                 "team": "shop"})
@@ -170,6 +240,31 @@ NS_INVALID = [
     ({"ops_per_sec": 10 ** 9 + 1}, "ops_per_sec", "range"),
     ({"bytes_per_sec": (1 << 40) + 1}, "bytes_per_sec", "range"),
     ({"colour": "blue"}, "colour", "unknown_field"),
+    # shoal-invalidator's key templates (common/nsfields.h)
+    ({"invalidation": ["catalog:p:{id}"]}, "invalidation", "type"),
+    ({"invalidation": {"tabels": {}}}, "invalidation.tabels", "unknown_field"),
+    ({"invalidation": {"tables": []}}, "invalidation.tables", "type"),
+    ({"invalidation": {"tables": {"products": ["catalog:p:{id}"]}}},
+     "invalidation.tables.products", "table_name"),
+    ({"invalidation": {"tables": {"public.": ["catalog:p:{id}"]}}},
+     "invalidation.tables.public.", "table_name"),
+    ({"invalidation": {"tables": {"public.p": []}}}, "invalidation.tables.public.p", "type"),
+    ({"invalidation": {"tables": {"public.p": ["catalog:p:{id}", 7]}}},
+     "invalidation.tables.public.p[1]", "type"),
+    ({"invalidation": {"tables": {"public.p": ["catalog:p:{id"]}}},
+     "invalidation.tables.public.p[0]", "template"),
+    ({"invalidation": {"tables": {"public.p": ["catalog:p"]}}},
+     "invalidation.tables.public.p[0]", "template"),
+    ({"invalidation": {"tables": {"public.p": ["users:p:{id}"]}}},
+     "invalidation.tables.public.p[0]", "namespace"),
+    ({"invalidation": {"tables": {"public.p": ["{tenant}:p:{id}"]}}},
+     "invalidation.tables.public.p[0]", "namespace"),
+    ({"invalidation": {"tables": {"public.p": ["catalog:" + "x" * 600 + "{id}"]}}},
+     "invalidation.tables.public.p[0]", "limit"),
+    ({"invalidation": {"tables": {"public.p": [f"catalog:{i}:{{id}}" for i in range(17)]}}},
+     "invalidation.tables.public.p", "limit"),
+    ({"invalidation": {"tables": {f"public.t{i}": ["catalog:{id}"] for i in range(65)}}},
+     "invalidation.tables", "limit"),
 ]
 
 

@@ -242,6 +242,85 @@ def test_truncate_of_a_namespace_the_cluster_lacks_falls_back_to_flush_all(
         timeout=2, message="the fallback to be counted")
 
 
+def test_control_plane_templates_delete_keys_and_follow_changes(pg, start_server, start_control,
+                                                               start_invalidator):
+    """--control: a namespace's invalidation tables map a table the config does not list; a
+    change of its templates applies to the next update (the new column's table made REPLICA
+    IDENTITY FULL and still in the publication)."""
+    products(pg, "p_ctl", 3)
+    node = start_server()
+    ctl = start_control()
+    assert ctl.post("/v1/pools", {"name": "main", "nodes": [f"127.0.0.1:{node.port}"]})[0] == 201
+    status, body = ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": {
+        "tables": {"public.p_ctl": ["catalog:product:{id}"]}}})
+    assert status == 201, body
+    inv = start_invalidator(node, {}, "--control", f"http://127.0.0.1:{ctl.port}")
+    set_keys(node, ["catalog:product:1", "catalog:product:2", "catalog:sku:sku2"])
+    pg.sql("UPDATE p_ctl SET price = 1 WHERE id = 1")
+    wait_until(lambda: present(node, ["catalog:product:1"]) == [], timeout=2, interval=0.01,
+               message="the control plane's template to delete the updated row's key")
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 'p_ctl'") == "d"
+
+    status, body = ctl.put("/v1/namespaces/catalog", {"invalidation": {
+        "tables": {"public.p_ctl": ["catalog:sku:{sku}"]}}})
+    assert status == 200, body
+    wait_until(lambda: inv.metrics()["shoal_invalidator_templates_version"] >= body["version"],
+               timeout=5, message="the invalidator to use the new templates")
+    pg.sql("UPDATE p_ctl SET price = 2 WHERE id = 2")
+    wait_until(lambda: present(node, ["catalog:sku:sku2"]) == [], timeout=2, interval=0.01,
+               message="the new template's key to go on the next update")
+    assert present(node, ["catalog:product:2"]) == ["catalog:product:2"], \
+        "the replaced template still in use"
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 'p_ctl'") == "f"
+
+
+def test_control_without_config_tables_waits_for_the_first_topology(pg, start_server,
+                                                                    start_control,
+                                                                    start_invalidator):
+    products(pg, "p_ctl_wait", 2)
+    node = start_server()
+    ctl = start_control()  # version 0: no topology yet
+    inv = start_invalidator(node, {}, "--control", f"http://127.0.0.1:{ctl.port}", wait=False)
+    wait_until(lambda: "waiting for the control plane's first topology" in inv.stderr_text(),
+               timeout=10, message="the invalidator to wait for the control plane")
+    assert not inv.healthy(), "streaming before the control plane's templates are known"
+    ctl.post("/v1/pools", {"name": "main", "nodes": [f"127.0.0.1:{node.port}"]})
+    status, body = ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": {
+        "tables": {"public.p_ctl_wait": ["catalog:product:{id}"]}}})
+    assert status == 201, body
+    inv.wait_healthy()
+    # the pool's version alone (no templates yet) may be the first one taken
+    wait_until(lambda: inv.metrics()["shoal_invalidator_templates_version"] >= body["version"],
+               timeout=5, message="the invalidator to use the namespace's templates")
+    set_keys(node, ["catalog:product:2"])
+    pg.sql("UPDATE p_ctl_wait SET price = 3 WHERE id = 2")
+    wait_until(lambda: present(node, ["catalog:product:2"]) == [], timeout=2, interval=0.01,
+               message="the key to go once the templates came")
+
+
+def test_control_table_created_later_is_mapped_on_retry(pg, start_server, start_control,
+                                                       start_invalidator):
+    """A namespace's table that does not exist yet is left out (counted), and mapped by the
+    retry once a migration creates it."""
+    node = start_server()
+    ctl = start_control()
+    ctl.post("/v1/pools", {"name": "main", "nodes": [f"127.0.0.1:{node.port}"]})
+    ctl.post("/v1/namespaces", {"name": "catalog", "pool": "main", "invalidation": {
+        "tables": {"public.p_later": ["catalog:product:{id}"]}}})
+    inv = start_invalidator(node, {}, "--control", f"http://127.0.0.1:{ctl.port}")
+    wait_until(lambda: inv.metrics()["shoal_invalidator_templates_refused"] == 1, timeout=5,
+               message="the missing table to be counted")
+    assert "table public.p_later: no such table" in inv.stderr_text()
+    products(pg, "p_later", 2)
+    wait_until(lambda: inv.metrics()["shoal_invalidator_mapped_tables"] == 1, timeout=10,
+               interval=0.1, message="the retry to map the new table")
+    assert inv.metrics()["shoal_invalidator_templates_refused"] == 0
+    set_keys(node, ["catalog:product:1"])
+    pg.sql("UPDATE p_later SET price = 5 WHERE id = 1")
+    wait_until(lambda: present(node, ["catalog:product:1"]) == [], timeout=2, interval=0.01,
+               message="the table's key to go")
+
+
 def test_kill9_mid_stream_then_restart_loses_no_delete(pg, start_server, start_invalidator):
     n = 3000
     products(pg, "p_kill", n)

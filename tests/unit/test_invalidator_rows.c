@@ -1,4 +1,4 @@
-/* test_invalidator_rows.c — unit tests for key templates (src/invalidator/template.c), the
+/* test_invalidator_rows.c — unit tests for key templates (src/common/template.c), the
  * JSON configuration (config.c) and rows to keys (rows.c): templates parse, escape braces,
  * refuse bad syntax naming the offset, fix their namespace only when a literal ':' comes first,
  * and evaluate to nothing on NULL and to an error on unusable keys; the configuration refuses
@@ -18,7 +18,7 @@
 #include "invalidator/config.h"
 #include "invalidator/pgoutput.h"
 #include "invalidator/rows.h"
-#include "invalidator/template.h"
+#include "common/template.h"
 
 static int eval_s(const char *tpl, const char *const *vals, char *out)
 {
@@ -279,6 +279,51 @@ static void test_rows_to_keys(void **state)
     inv_config_free(&c);
 }
 
+/* rows_set_map: relations described before a new map are mapped again by their names and
+ * columns; a table the old map lacked gets keys, one it dropped none; truncate namespaces come
+ * from the map. */
+static void test_new_map_remaps_known_relations(void **state)
+{
+    const char *doc = "{" CLUSTERS ", \"tables\": {\"public.products\": {\"keys\": "
+                      "[\"catalog:product:{id}\"]}}}";
+    struct inv_config c;
+    char err[600];
+    assert_int_equal(inv_config_parse(doc, strlen(doc), &c, err, sizeof err), 0);
+    M = malloc(sizeof *M);
+    struct rows *r = rows_create(&c, NULL);
+    const char *cols[] = {"id", "sku"};
+    relation(r, 10, "public", "products", cols, 2);
+    relation(r, 12, "shop", "orders", cols, 2);
+    struct inv_config *map = malloc(sizeof *map);
+    json_t *t = json_loads("{\"shop.orders\": {\"keys\": [\"shop:order:{sku}\"], "
+                           "\"namespaces\": [\"shop\"]}}", 0, NULL);
+    assert_int_equal(inv_map_parse(t, map, err, sizeof err), 0);
+    assert_int_equal(rows_set_map(r, map), 0);
+    struct keyset ks = {0};
+    memset(M, 0, sizeof *M);
+    M->kind = PGO_INSERT;
+    M->relid = 10;
+    const char *v[] = {"1", "A"};
+    tuple(&M->new, v, 2);
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 0); /* products left the map */
+    M->relid = 12;
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 1);
+    assert_string_equal(key(&ks, 0), "shop:order:A");
+    uint8_t relids[4] = {0, 0, 0, 12};
+    M->kind = PGO_TRUNCATE;
+    M->nrels = 1;
+    M->relids = relids;
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.nflush, 1);
+    assert_string_equal(ks.flush[0], "shop");
+    keyset_free(&ks);
+    rows_destroy(&r); /* frees the map it owns */
+    free(M);
+    inv_config_free(&c);
+}
+
 static void test_keyset_keeps_a_key_once(void **state)
 {
     struct keyset ks = {0};
@@ -312,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_config_refuses_each_bad_field_by_name),
         cmocka_unit_test(test_config_minimal_form),
         cmocka_unit_test(test_rows_to_keys),
+        cmocka_unit_test(test_new_map_remaps_known_relations),
         cmocka_unit_test(test_keyset_keeps_a_key_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

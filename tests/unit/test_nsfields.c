@@ -154,6 +154,43 @@ static void test_share_splits_evenly_rounding_down(void **state)
     assert_int_equal(nsf_share(0, 4), 0);
 }
 
+/* The invalidation field: control and router accept and refuse the same values (the node
+ * ignores it, accepting both). */
+static void test_invalidation_agrees_between_control_and_router(void **state)
+{
+    static const struct {
+        const char *fields;
+        bool ok;
+    } cases[] = {
+        {"\"invalidation\": {\"tables\": {\"public.p\": [\"c:p:{id}\", \"c:s:{sku}\"]}}", true},
+        {"\"invalidation\": {\"tables\": {}}", true},
+        {"\"invalidation\": {\"tables\": {\"p\": [\"c:p:{id}\"]}}", false},
+        {"\"invalidation\": {\"tables\": {\"public.p\": [\"c:p:{id\"]}}", false},
+        {"\"invalidation\": {\"tables\": {\"public.p\": [\"d:p:{id}\"]}}", false},
+        {"\"invalidation\": {\"tables\": {\"public.p\": [\"{t}:p:{id}\"]}}", false},
+        {"\"invalidation\": {\"tables\": {\"public.p\": []}}", false},
+        {"\"invalidation\": {\"table\": {}}", false},
+        {"\"invalidation\": 1", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (control_accepts(cases[i].fields) != cases[i].ok)
+            fail_msg("control: %s should be %d", cases[i].fields, cases[i].ok);
+        if (router_accepts(cases[i].fields) != cases[i].ok)
+            fail_msg("router: %s should be %d", cases[i].fields, cases[i].ok);
+        if (!node_accepts(cases[i].fields)) fail_msg("node: %s should be ignored", cases[i].fields);
+    }
+    struct nsf_err e;
+    json_t *v = json_loads("{\"tables\": {\"public.p\": [\"c:p:{id}\", \"x:{id}\"]}}", 0, NULL);
+    assert_int_equal(nsf_invalidation_check("c", v, &e), -1);
+    assert_string_equal(e.field, "invalidation.tables.public.p[1]");
+    assert_string_equal(e.rule, "namespace");
+    assert_int_equal(nsf_invalidation_check("default", v, &e), -1); /* c: fixes another one */
+    json_decref(v);
+    v = json_loads("{\"tables\": {\"public.p\": [\"p{id}\", \"default:{id}\"]}}", 0, NULL);
+    assert_int_equal(nsf_invalidation_check("default", v, &e), 0);
+    json_decref(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_default_ttl_longer_than_max_ttl_is_refused_everywhere),
         cmocka_unit_test(test_node_document_mode_skips_plane_fields_and_memory),
         cmocka_unit_test(test_share_splits_evenly_rounding_down),
+        cmocka_unit_test(test_invalidation_agrees_between_control_and_router),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,7 @@
  *
  * A parsed template is a list of parts, each a literal (unescaped text) or a placeholder; all
  * strings live in one allocation after the struct. */
-#include "invalidator/template.h"
+#include "common/template.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,12 +1,14 @@
 /* template.h — key templates: "catalog:product:{id}" turns a row into the cache key its value
- * is stored under.
+ * is stored under. shoal-invalidator evaluates them; they live in common code because
+ * shoal-control and shoal-router check the templates of a namespace's `invalidation` field
+ * (common/nsfields.h) with this same parser.
  *
  * Syntax: literal text with {column} placeholders; "{{" and "}}" stand for one brace. A column
  * name is any non-empty text without braces (PostgreSQL's name as pgoutput sends it, so a
  * quoted "Mixed Case" column is written {Mixed Case}). Pure code: parsing allocates once;
  * evaluation writes into the caller's buffer. */
-#ifndef SHOAL_INVALIDATOR_TEMPLATE_H
-#define SHOAL_INVALIDATOR_TEMPLATE_H
+#ifndef SHOAL_COMMON_TEMPLATE_H
+#define SHOAL_COMMON_TEMPLATE_H
 
 #include <stddef.h>
 
