@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/options.h"
+#include "common/sigs.h"
 #include "common/slot.h"
 #include "invalidator/ctl.h"
 #include "invalidator/deliver.h"
@@ -27,17 +28,6 @@
 #include "invalidator/setup.h"
 
 static struct inv inv;
-
-static size_t build_options(struct opt_def *defs, struct inv_options *o)
-{
-    size_t n = 0;
-#define X(name_, short_, type_, def_, lo_, hi_, help_, alias_)                                   \
-    defs[n++] = (struct opt_def){#name_, short_,         OPT_##type_, def_, 0, lo_, hi_, help_,  \
-                                 &o->name_, alias_};
-    INV_OPTIONS(X)
-#undef X
-    return n;
-}
 
 /* A plain copy of the figures, for the metrics table. */
 struct figs_snap {
@@ -161,38 +151,19 @@ static void *reader_main(void *arg)
 
 int main(int argc, char **argv)
 {
-    struct opt_def defs[40];
-    size_t ndefs = build_options(defs, &inv.opt);
-    struct opt_extra extra;
+    static const struct opt_program prog = {
+        "shoal-invalidator",
+        "Reads PostgreSQL's commits (logical replication, pgoutput) and deletes the keys they "
+        "change from every cluster.",
+        "shoal-invalidator " INVALIDATOR_VERSION, "the JSON configuration",
+        "the JSON configuration: clusters, tables and their key templates, the invalidation "
+        "table (required; with --control the clusters alone will do; docs/invalidator.md)"};
+    struct opt_def defs[OPTIONS_COUNT(INV_OPTIONS)];
+    size_t ndefs = OPTIONS_DEFS(INV_OPTIONS, defs, &inv.opt);
     char err[800];
     const char *config = NULL;
-    log_set_name("shoal-invalidator");
-    argc = options_take_config(argc, argv, &config);
-    if (argc < 0) {
-        fprintf(stderr, "shoal-invalidator: --config needs the JSON configuration's name, "
-                        "--options the options file's\n");
-        return 2;
-    }
-    if (options_parse(defs, ndefs, argc, argv, &extra, err, sizeof err) < 0) {
-        fprintf(stderr, "shoal-invalidator: %s\n", err);
-        return 2;
-    }
-    if (extra.help) {
-        options_usage_config(defs, ndefs, "shoal-invalidator",
-                             "Reads PostgreSQL's commits (logical replication, pgoutput) and "
-                             "deletes the keys they change from every cluster.",
-                             "the JSON configuration: clusters, tables and their key "
-                             "templates, the invalidation table (required; with --control "
-                             "the clusters alone will do; docs/invalidator.md)\n"
-                             "      --options FILE           read the options above from FILE: "
-                             "`name = value` lines (names with _ for -, # comments); the "
-                             "command line wins");
-        return 0;
-    }
-    if (extra.version) {
-        printf("shoal-invalidator %s\n", INVALIDATOR_VERSION);
-        return 0;
-    }
+    int exit_now = options_start(&prog, defs, ndefs, argc, argv, &config);
+    if (exit_now >= 0) return exit_now;
     log_set_level((int)(inv.opt.verbose > 2 ? 2 : inv.opt.verbose));
     if (inv.opt.pg == NULL || config == NULL) {
         fprintf(stderr, "shoal-invalidator: --pg CONNINFO and --config FILE are required (see "
@@ -213,11 +184,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigs_block(&sigs, 0);
     struct deliver_cfg dcfg = {inv.conf.clusters, inv.conf.nclusters, inv.opt.spill_dir,
                                inv.opt.mem_max,   inv.opt.spill_max,  inv.opt.batch_max,
                                inv.opt.replay_window, inv.opt.timeout_ms};

@@ -69,7 +69,7 @@
       "a connection whose request is incomplete and that sends no byte for this long is "        \
       "closed (0: never)", NULL)                                                                 \
     X(control, 0, STR, NULL, 0, 0,                                                               \
-      "URL of shoal-control, or URL,URL... of one --etcd group (the next is tried when one does "  \
+      "URL of shoal-control, or URL,URL... of one etcd-backed control group (the next is tried when one does "  \
       "not answer): follow its topology by long-poll (namespaces, slots owned)", NULL)  \
     X(advertise, 0, STR, NULL, 0, 0,                                                             \
       "host:port the topology names this node by (default: -l's address and the bound port)",  \

@@ -81,7 +81,7 @@
       "a client whose request is incomplete and that sends no byte for this long is closed "     \
       "(0: never)", NULL)                                                                          \
     X(control, 0, STR, NULL, 0, 0,                                                              \
-      "URL of shoal-control, or URL,URL... of one --etcd group (the next is tried when one does "  \
+      "URL of shoal-control, or URL,URL... of one etcd-backed control group (the next is tried when one does "  \
       "not answer): follow its topology by long-poll (with --config: start from the "  \
       "file, then follow; without: wait for the control plane's first document)", NULL)          \
     X(control_wait_ms, 0, UINT, "5000", 100, 3600000,                                            \
