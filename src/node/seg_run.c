@@ -419,8 +419,12 @@ static bool window_take_tail(struct segs *s, struct seg_pool *to, uint32_t k,
 {
     struct seg_meta *m = &s->meta[k];
     pthread_mutex_lock(&to->lock);
+    /* The window was chosen from a guess at the end's offset, read without locks: the segment
+     * may hold the end of another run since, further on, and the item would then reach past
+     * the window (into segments others own: a run placed over another). */
+    uint64_t reach = (uint64_t)(wd->w.hi - wd->w.lo) << s->seg_shift;
     bool ok = LOAD(&m->state) == SS_SEALED && LOAD(&m->nsid) == to->id && !LOAD(&m->pins) &&
-              m->start != 0;
+              m->start != 0 && m->start + (uint64_t)wd->len <= reach;
     if (ok) {
         int q = m->queue;
         seg_q_remove(s, to, k);
