@@ -470,12 +470,13 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
                               seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift, nw = n, i = SEG_NONE;
+    uint32_t steps = SEG_RUN_STEPS;
     /* A quota'd pool that would go beyond its quota and is below 90% live makes the run of its
      * own segments: a window of them is cleared into its heads (cleaning the rest), nothing
      * evicted. Giving segments back first and taking others instead evicted: the segments given
      * back are seldom contiguous, so the window cleared then holds items it cannot move. */
     if (pl->quota_segs && LOAD(&pl->nsegs) + n > pl->quota_segs && seg_pool_roomy(s, pl))
-        i = seg_make_run(s, pl, len, true, &nw, fn, ctx);
+        i = seg_make_run(s, pl, len, true, &nw, &steps, fn, ctx);
     /* Else it first gives back what the run would take beyond its quota: by cleaning while it
      * is below 90% live, by eviction beyond. */
     for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs && pl->quota_segs; k++)
@@ -483,7 +484,7 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
             (!seg_consolidate(s, pl, fn, ctx) && !seg_shrink(s, pl, fn, ctx)))
             break;
     if (i == SEG_NONE) i = take_free_run(s, pl, n, false);
-    if (i == SEG_NONE) i = seg_make_run(s, pl, len, false, &nw, fn, ctx);
+    if (i == SEG_NONE) i = seg_make_run(s, pl, len, false, &nw, &steps, fn, ctx);
     if (i == SEG_NONE) i = take_free_run(s, pl, nw = n, true);
     /* Last resort, so that a store that fits never fails: give back the pool's oldest segments
      * (evicting) until n contiguous ones are free. */
@@ -556,7 +557,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
         withhold_now(s, pl, fn, ctx);
     int q = evict_admit(pl, &tmp, hv);
     struct item *it = NULL;
-    uint32_t since = pl->seal_seq;
+    uint32_t since = pl->seal_seq, steps = SEG_RUN_STEPS;
     if (len > s->seg_size) {
         it = alloc_run(s, pl, q, len, nkey, nbytes, iflags, hv, fn, ctx);
     } else {
@@ -576,7 +577,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
              * or they were busy), victims keep nothing: an allocation always ends. */
             uint32_t turn = LOAD(&pl->nsegs) + 8;
             if (f == SEG_NONE && (uint32_t)tries < 2 * turn &&
-                seg_reclaim(s, pl, q, len, (uint32_t)tries >= turn, since, fn, ctx))
+                seg_reclaim(s, pl, q, len, (uint32_t)tries >= turn, since, &steps, fn, ctx))
                 continue;
             /* Last resort, so that a store that fits never fails: a segment owed to a quota'd
              * pool (which takes it back later, as we are then beyond our guarantee). */

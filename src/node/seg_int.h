@@ -154,20 +154,27 @@ void seg_ghost_grew(struct segs *s);
 /* seg.c: mark a record dead and uncount its bytes. */
 void seg_kill(struct segs *s, struct item *it, uint32_t len);
 
+/* Steps one allocation may spend clearing windows (seg_make_run, seg_head_from_window, and the
+ * windows nested in them): a segment emptied or tried for a window, or a run slid down, is one.
+ * The calls fail once none is left, so that an allocation always ends (seg_run.c). In
+ * test_seg_stress most calls spend under 64, and about 1 in 1,000 allocations that clear
+ * windows spends them all (then evicts). */
+#define SEG_RUN_STEPS 1024u
+
 /* seg_reclaim.c: make room in pool pl (lock held) so that queue q's head can take `need` bytes:
  * clean, evict or take a segment from elsewhere; `hard`: a victim keeps nothing. Segments
  * sealed after seal_seq `since` (during this allocation) are not cleaned again: their dead bytes
  * are what the head just lacked, and two of them would trade it back and forth. Returns false
- * when nothing could be done. */
+ * when nothing could be done. `steps`: the allocation's budget (SEG_RUN_STEPS). */
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
-                 uint32_t since, seg_visit_fn fn, void *ctx);
+                 uint32_t since, uint32_t *steps, seg_visit_fn fn, void *ctx);
 /* seg_run.c: contiguous segments for a run of pool pl (lock held, may be released and retaken)
  * holding an item of `len` bytes, clearing the cheapest window when no free one exists. Returns
  * its first segment, or SEG_NONE; *nw: the segments taken. The item begins at the first one's
  * `start`: 0, or the end of another run of pl in its last segment (a tail window). `own`: only
  * of segments pl owns, and evicting nothing (SEG_NONE if that cannot be done). */
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool own, uint32_t *nw,
-                      seg_visit_fn fn, void *ctx);
+                      uint32_t *steps, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: give back at least one segment of pool pl (lock held) without evicting, by
  * moving live items of the segments with the most dead bytes into its heads; only while the
  * pool is below 90% live. False when that freed nothing. */
@@ -206,8 +213,8 @@ uint32_t seg_clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t ne
                                 uint32_t since);
 /* seg_run.c: clear a window of one segment without evicting (pool pl's lock held, released
  * meanwhile) and make it queue q's head. True when it did. */
-bool seg_head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
-                          void *ctx);
+bool seg_head_from_window(struct segs *s, struct seg_pool *pl, int q, uint32_t *steps,
+                          seg_visit_fn fn, void *ctx);
 
 /* evict.c: policy state of a new item of pool pl; returns the queue it goes to (s3fifo). */
 int evict_admit(struct seg_pool *pl, struct item *it, uint64_t hv);

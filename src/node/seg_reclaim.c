@@ -316,7 +316,7 @@ static bool steal_from_pools(struct segs *s, struct seg_pool *to, seg_visit_fn f
 }
 
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
-                 uint32_t since, seg_visit_fn fn, void *ctx)
+                 uint32_t since, uint32_t *steps, seg_visit_fn fn, void *ctx)
 {
     /* Under its quota with no free segment left (quotas raised after others filled memory):
      * take back what is owed from pools beyond their guarantee before touching our items. */
@@ -337,7 +337,7 @@ bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool
         /* No victim can reach the room (an item of nearly a segment, the dead bytes all in
          * segments holding the end of a run): empty one plain segment elsewhere for the head,
          * as a window of one, its items moved into the heads. */
-        if (v == SEG_NONE && need > s->seg_size / 2 && seg_head_from_window(s, pl, q, fn, ctx))
+        if (v == SEG_NONE && need > s->seg_size / 2 && seg_head_from_window(s, pl, q, steps, fn, ctx))
             return true;
         if (v == SEG_NONE)
             v = seg_clean_candidate_in(s, pl, 0, 0, pl->clean_skip, NO_SPAN, NO_SPAN, since);

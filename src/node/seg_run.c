@@ -29,16 +29,31 @@
  * take a free segment for: its quota, or what quota'd pools are owed); with `fill`, also free
  * segments while `to` owns fewer than its quota (a quota'd pool's run). `len`: at depth 0, the
  * bytes of the new run's item: the window may then begin mid-segment, right after the end of
- * another run of `to` in that run's last segment (`tail`), which it keeps (see tail_room). */
+ * another run of `to` in that run's last segment (`tail`), which it keeps (see tail_room).
+ *
+ * Progress: one allocation has SEG_RUN_STEPS steps for all the windows it clears (nested ones
+ * included), a step being a segment emptied (or tried) for a window or a run slid down. Without
+ * that bound the retries multiplied (windows tried, times busy rounds, times a nested window
+ * cleared for each, times runs slid for it, times the allocation's own retries). Spent, the
+ * calls fail at once and the allocation evicts instead. */
 struct window {
     struct seg_span w, x;
     int depth;
     bool evict, keep, own, fill, tail;
     uint32_t len;
+    uint32_t *steps; /* the allocation's steps left (SEG_RUN_STEPS), shared with nested windows */
 };
 
 static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, struct window *wd,
                              seg_visit_fn fn, void *ctx);
+
+/* Take one of the allocation's steps; false when none is left. */
+static bool spend(uint32_t *steps)
+{
+    if (*steps == 0) return false;
+    --*steps;
+    return true;
+}
 
 /* Free segments an `own` window may take for `to`: while it owns fewer than its quota, if `fill`. */
 static uint32_t own_free(const struct seg_pool *to, bool fill)
@@ -178,7 +193,7 @@ static struct item *window_dest(struct segs *s, struct seg_pool *ow, int q, uint
             /* No victim can reach the room (the dead bytes all in segments holding a run's
              * end): empty one plain segment outside the window for the head, as a nested
              * window of one (it evicts nothing). */
-            struct window in = {.x = wd->w, .depth = 1, .own = true};
+            struct window in = {.x = wd->w, .depth = 1, .own = true, .steps = wd->steps};
             emptied = true;
             pthread_mutex_unlock(&ow->lock);
             uint32_t e = clear_window(s, ow, 1, &in, fn, ctx);
@@ -239,7 +254,8 @@ static int window_move_run(struct segs *s, struct seg_pool *ow, int q, struct it
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
     uint32_t t = seg_take_run(s, ow, n);
     if (t == SEG_NONE && wd->depth == 0 && seg_pool_roomy(s, ow)) {
-        struct window in = {.x = wd->w, .depth = 1, .own = wd->own, .fill = wd->fill};
+        struct window in = {.x = wd->w, .depth = 1, .own = wd->own, .fill = wd->fill,
+                            .steps = wd->steps};
         pthread_mutex_unlock(&ow->lock);
         t = clear_window(s, ow, n, &in, fn, ctx);
         pthread_mutex_lock(&ow->lock);
@@ -500,9 +516,10 @@ static bool run_slide_down(struct segs *s, struct seg_pool *pl, uint32_t v, seg_
 /* Consolidate one step, for a nested window that found no plain window outside x: the lowest
  * run outside x whose segment below is free or plain (outside x) has that segment cleared and
  * slides down into it. No pool lock held. Returns true when a run moved. */
-static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void *ctx)
+static bool slide_a_run(struct segs *s, struct seg_span x, uint32_t *steps, seg_visit_fn fn,
+                        void *ctx)
 {
-    for (uint32_t j = 1; j < s->nsegs; j++) {
+    for (uint32_t j = 1; j < s->nsegs && *steps; j++) {
         struct seg_meta *m = &s->meta[j];
         if (LOAD(&m->state) != SS_RUN || LOAD(&m->pins) || LOAD(&m->start)) continue;
         uint32_t end = j + m->nrun + m->shares_tail;
@@ -513,7 +530,8 @@ static bool slide_a_run(struct segs *s, struct seg_span x, seg_visit_fn fn, void
         if (!rp || !seg_pool_roomy(s, rp) ||
             !window_ok(s, rp, j - 1, j - 1, true, false, &free, &cost))
             continue;
-        struct window below = {.w = {j - 1, j}, .x = x, .depth = 1};
+        struct window below = {.w = {j - 1, j}, .x = x, .depth = 1, .steps = steps};
+        if (!spend(steps)) break;
         uint32_t got = window_take(s, rp, j - 1, &below, fn, ctx);
         if (got == 0) continue;
         pthread_mutex_lock(&rp->lock);
@@ -537,7 +555,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
     if (!mine) return SEG_NONE;
     uint32_t got_lo = SEG_NONE;
     int slides = 0;
-    for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE; t++) {
+    for (int t = 0; t < RUN_WINDOW_TRIES && got_lo == SEG_NONE && *wd->steps; t++) {
         /* At depth 0 the windows are tried without evicting first (an item of nearly a segment
          * or a run may find no room from one window and fit from another); the last try takes
          * the cheapest window again, partly emptied by then, and evicts what finds no room. */
@@ -549,7 +567,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
                                       wd->own, wd->fill, wd->len, &nw, &tail);
         /* A nested window finding no plain one slides runs down until there is (bounded) */
         while (lo == SEG_NONE && wd->depth > 0 && slides < RUN_SLIDES_MAX &&
-               slide_a_run(s, wd->x, fn, ctx)) {
+               slide_a_run(s, wd->x, wd->steps, fn, ctx)) {
             slides++;
             lo = cheapest_window(s, to, n, skip, nskip, wd->x, true, wd->own, wd->fill, 0, &nw,
                                  &tail);
@@ -570,7 +588,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
         uint32_t k = lo, beyond = lo + nw;
         bool ok = true;
         if (tail) {
-            ok = mine[0] = window_take_tail(s, to, lo, wd, fn, ctx);
+            ok = mine[0] = spend(wd->steps) && window_take_tail(s, to, lo, wd, fn, ctx);
             k++;
         }
         while (ok && k < lo + nw) {
@@ -578,7 +596,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
                 k++;
                 continue;
             }
-            uint32_t got = window_take(s, to, k, wd, fn, ctx);
+            uint32_t got = spend(wd->steps) ? window_take(s, to, k, wd, fn, ctx) : 0;
             ok = got != 0;
             for (uint32_t j = k; ok && j < k + got; j++)
                 if (j < lo + nw) mine[j - lo] = true;
@@ -600,7 +618,7 @@ static uint32_t clear_window(struct segs *s, struct seg_pool *to, uint32_t n, st
 }
 
 uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool own, uint32_t *nw,
-                      seg_visit_fn fn, void *ctx)
+                      uint32_t *steps, seg_visit_fn fn, void *ctx)
 {
     uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
     *nw = n;
@@ -613,8 +631,9 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool ow
         }
     uint32_t got = own ? SEG_NONE : seg_take_run(s, pl, n);
     if (got != SEG_NONE) return got;
+    if (*steps == 0) return SEG_NONE;
     struct window wd = {.x = NO_SPAN, .depth = 0, .len = len, .keep = own, .own = own,
-                        .fill = own};
+                        .fill = own, .steps = steps};
     pthread_mutex_unlock(&pl->lock);
     uint32_t lo = clear_window(s, pl, n, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
@@ -624,10 +643,11 @@ uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool ow
 
 /* Clear a window of one segment without evicting (pool pl's lock held, released meanwhile) and
  * make it queue q's head. True when it did. */
-bool seg_head_from_window(struct segs *s, struct seg_pool *pl, int q, seg_visit_fn fn,
-                          void *ctx)
+bool seg_head_from_window(struct segs *s, struct seg_pool *pl, int q, uint32_t *steps,
+                          seg_visit_fn fn, void *ctx)
 {
-    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true, .own = true};
+    if (*steps == 0) return false;
+    struct window wd = {.x = NO_SPAN, .depth = 0, .keep = true, .own = true, .steps = steps};
     pthread_mutex_unlock(&pl->lock);
     uint32_t f = clear_window(s, pl, 1, &wd, fn, ctx);
     pthread_mutex_lock(&pl->lock);
