@@ -478,7 +478,9 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
     if (pl->quota_segs && LOAD(&pl->nsegs) + n > pl->quota_segs && seg_pool_roomy(s, pl))
         i = seg_make_run(s, pl, len, true, &nw, &steps, fn, ctx);
     /* Else it first gives back what the run would take beyond its quota: by cleaning while it
-     * is below 90% live, by eviction only beyond. Below 90% a window of its own segments can
+     * is below 90% live, by eviction only when the item would take it to 90% of its quota or
+     * more (not seg_pool_roomy, which beyond the quota measures against the segments owned:
+     * the pool would grow without bound). Below 90% a window of its own segments can
      * still fail (each one tried holds a run with nowhere to go: a 16 MB quota is 64 segments
      * at -m 64, scattered among the default pool's, and a 1 MB item needs 4 in a row), and
      * evicting then broke the rule (1-2 items in 3 of 30 loaded runs of test_memory_rules's 16 MB
@@ -487,7 +489,7 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
     for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs && pl->quota_segs; k++)
         if (LOAD(&pl->nsegs) + n <= pl->quota_segs ||
             (!seg_consolidate(s, pl, fn, ctx) &&
-             (seg_pool_roomy(s, pl) || !seg_shrink(s, pl, fn, ctx))))
+             (seg_pool_fits_quota(s, pl, len) || !seg_shrink(s, pl, fn, ctx))))
             break;
     if (i == SEG_NONE) i = take_free_run(s, pl, n, false);
     if (i == SEG_NONE) i = seg_make_run(s, pl, len, false, &nw, &steps, fn, ctx);

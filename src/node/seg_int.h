@@ -194,6 +194,9 @@ bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, 
                     void *ctx);
 /* seg_reclaim.c: is pool pl (lock held) below 90% live bytes of what it may own? */
 bool seg_pool_roomy(struct segs *s, struct seg_pool *pl);
+/* seg_reclaim.c: would quota'd pool pl (lock held) stay below 90% of its quota with `more` live
+ * bytes? (seg_pool_roomy measures against the segments owned, beyond the quota too.) */
+bool seg_pool_fits_quota(struct segs *s, struct seg_pool *pl, uint64_t more);
 /* seg_reclaim.c: run v's item is gone: the segment holding its end (if it shares it) starts at 0
  * again, the end covered by a dead record (pool lock held). */
 void seg_run_tail_fix(struct segs *s, uint32_t v);

@@ -50,6 +50,12 @@ bool seg_pool_roomy(struct segs *s, struct seg_pool *pl)
     return pool_live(s, pl) * 10 < segs * s->seg_size * 9;
 }
 
+bool seg_pool_fits_quota(struct segs *s, struct seg_pool *pl, uint64_t more)
+{
+    uint64_t quota = LOAD(&pl->quota_segs);
+    return (pool_live(s, pl) + more) * 10 < quota * s->seg_size * 9;
+}
+
 void seg_put_filler(char *at, uint32_t len)
 {
     struct item *f = (struct item *)at;
