@@ -27,14 +27,21 @@
 #define SEG_GROWTH 1.08
 #define SEG_FINE_STEP 8u   /* small buckets every 8 bytes up to SEG_FINE_MAX (as the old classes) */
 #define SEG_FINE_MAX 256u
-#define SEG_MIN_SIZE (64u << 10)
+#define SEG_MIN_SHIFT 16 /* 64 KiB */
+#define SEG_SMALL_SHIFT 17 /* 128 KiB */
 #define SEG_MAX_SIZE (1u << 20)
-/* Segment size: memory / this, rounded down to a power of two, clamped to [64 KiB, 1 MiB]. 64
- * rather than 256 segments: items up to a segment are ordinary records, and at 1 MiB (-m 64 and
- * up) every item of the default -I is; runs of contiguous segments, which need windows cleared
- * for them as memory fills, stay rare. Measured with random size mixes at 88% live: 256 per -m
- * evicted tens of items at -m 8, -m 64 and in a 16 MB quota, 64 only a few at -m 8. */
-#define SEG_PER_MEMORY 64u
+/* Segment size: memory / SEG_PER_MEMORY rounded down to a power of two, at most 1 MiB and at
+ * least 128 KiB, but never fewer than SEG_PER_MEMORY_MIN segments (so 64 KiB below -m 8): -m 8
+ * and -m 16 have 128 KiB segments, -m 64 256 KiB, -m 256 and up 1 MiB. A namespace's quota is
+ * whole segments and its s3fifo queues each keep a half-written head and at least one sealed
+ * segment, so finer segments serve small quotas: an 8 MiB namespace of a -m 64 node has 32
+ * segments, not 8 (1 MiB segments missed 24.8% where memcached -m 8 missed 23.7%; see
+ * docs/benchmarks.md). Items larger than a segment take runs of segments, which below 90% live
+ * must always find room (seg_run.c): 256 per -m evicted at -m 64 and in a 16 MB quota until a
+ * run could begin after the end of another and a quota'd pool made its runs of its own
+ * segments. */
+#define SEG_PER_MEMORY 256u
+#define SEG_PER_MEMORY_MIN 64u
 #define POOL_MIN_SEGS 4     /* a pool without a quota may always own this many segments: with
                                fewer, each new head would evict the one just filled */
 
@@ -84,8 +91,10 @@ int seg_create(struct segs **out, uint64_t memory, uint64_t item_max, char *err,
                  (unsigned long long)item_max);
         return -1;
     }
-    unsigned shift = 16;
+    unsigned shift = SEG_MIN_SHIFT;
     while ((1ull << (shift + 1)) <= memory / SEG_PER_MEMORY && (1u << (shift + 1)) <= SEG_MAX_SIZE)
+        shift++;
+    while (shift < SEG_SMALL_SHIFT && (1ull << (shift + 1)) <= memory / SEG_PER_MEMORY_MIN)
         shift++;
     uint64_t seg = 1ull << shift;
     uint64_t n = memory / seg;
@@ -460,27 +469,48 @@ static struct item *alloc_run(struct segs *s, struct seg_pool *pl, int q, uint32
                               uint8_t nkey, uint32_t nbytes, uint8_t iflags, uint64_t hv,
                               seg_visit_fn fn, void *ctx)
 {
-    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift;
-    /* A quota'd pool first gives back what the run would take beyond its quota: by cleaning
-     * while it is below 90% live, by eviction beyond. */
-    for (uint32_t k = 0; k < 2 * s->nsegs && pl->quota_segs; k++)
+    uint32_t n = (len + s->seg_size - 1) >> s->seg_shift, nw = n, i = SEG_NONE;
+    uint32_t steps = SEG_RUN_STEPS;
+    /* A quota'd pool that would go beyond its quota and is below 90% live makes the run of its
+     * own segments: a window of them is cleared into its heads (cleaning the rest), nothing
+     * evicted. Giving segments back first and taking others instead evicted: the segments given
+     * back are seldom contiguous, so the window cleared then holds items it cannot move. */
+    if (pl->quota_segs && LOAD(&pl->nsegs) + n > pl->quota_segs && seg_pool_roomy(s, pl))
+        i = seg_make_run(s, pl, len, true, &nw, &steps, fn, ctx);
+    /* Else it first gives back what the run would take beyond its quota: by cleaning while it
+     * is below 90% live, by eviction only when the item would take it to 90% of its quota or
+     * more (not seg_pool_roomy, which beyond the quota measures against the segments owned:
+     * the pool would grow without bound). Below 90% a window of its own segments can
+     * still fail (each one tried holds a run with nowhere to go: a 16 MB quota is 64 segments
+     * at -m 64, scattered among the default pool's, and a 1 MB item needs 4 in a row), and
+     * evicting then broke the rule (1-2 items in 3 of 30 loaded runs of test_memory_rules's 16 MB
+     * namespace): the run is made below from free or other pools' segments instead, the pool
+     * goes beyond its quota for a while and cleaning gives the excess back (seg_trim). */
+    for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs && pl->quota_segs; k++)
         if (LOAD(&pl->nsegs) + n <= pl->quota_segs ||
-            (!seg_consolidate(s, pl, fn, ctx) && !seg_shrink(s, pl, fn, ctx)))
+            (!seg_consolidate(s, pl, fn, ctx) &&
+             (seg_pool_fits_quota(s, pl, len) || !seg_shrink(s, pl, fn, ctx))))
             break;
-    uint32_t i = take_free_run(s, pl, n, false);
-    if (i == SEG_NONE) i = seg_make_run(s, pl, n, fn, ctx);
-    if (i == SEG_NONE) i = take_free_run(s, pl, n, true);
+    if (i == SEG_NONE) i = take_free_run(s, pl, n, false);
+    if (i == SEG_NONE) i = seg_make_run(s, pl, len, false, &nw, &steps, fn, ctx);
+    if (i == SEG_NONE) i = take_free_run(s, pl, nw = n, true);
     /* Last resort, so that a store that fits never fails: give back the pool's oldest segments
      * (evicting) until n contiguous ones are free. */
     for (uint32_t k = 0; i == SEG_NONE && k < 2 * s->nsegs; k++) {
         if (!seg_shrink(s, pl, fn, ctx)) break;
-        i = take_free_run(s, pl, n, true);
+        i = take_free_run(s, pl, nw = n, true);
     }
     if (i == SEG_NONE) return NULL;
     struct seg_meta *m = &s->meta[i];
+    /* A run may begin after the end of another run in that run's last segment (seg_make_run's
+     * tail window), which then holds the end of the one and the start of the other. That run
+     * may have gone meanwhile (start 0 again): then the window has one segment too many. */
+    uint32_t off = m->start;
+    n = (off + len + s->seg_size - 1) >> s->seg_shift;
+    if (nw > n) seg_release(s, pl, i + n, nw - n);
     STORE(&m->gen, m->gen + 1);
-    m->woff = 0;
-    uint32_t last = i + n - 1, end = len - (n - 1) * s->seg_size;
+    m->woff = off;
+    uint32_t last = i + n - 1, end = off + len - (n - 1) * s->seg_size;
     /* The old head is sealed: its unused room is dead bytes cleaning reclaims, where a run's
      * unused end would stay lost until the run goes. */
     bool share = end >= sizeof(struct item) && s->seg_size - end >= SEG_ALIGN * 8;
@@ -535,7 +565,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
         withhold_now(s, pl, fn, ctx);
     int q = evict_admit(pl, &tmp, hv);
     struct item *it = NULL;
-    uint32_t since = pl->seal_seq;
+    uint32_t since = pl->seal_seq, steps = SEG_RUN_STEPS;
     if (len > s->seg_size) {
         it = alloc_run(s, pl, q, len, nkey, nbytes, iflags, hv, fn, ctx);
     } else {
@@ -555,7 +585,7 @@ struct item *seg_alloc(struct segs *s, uint16_t nsid, uint8_t nkey, uint32_t nby
              * or they were busy), victims keep nothing: an allocation always ends. */
             uint32_t turn = LOAD(&pl->nsegs) + 8;
             if (f == SEG_NONE && (uint32_t)tries < 2 * turn &&
-                seg_reclaim(s, pl, q, len, (uint32_t)tries >= turn, since, fn, ctx))
+                seg_reclaim(s, pl, q, len, (uint32_t)tries >= turn, since, &steps, fn, ctx))
                 continue;
             /* Last resort, so that a store that fits never fails: a segment owed to a quota'd
              * pool (which takes it back later, as we are then beyond our guarantee). */

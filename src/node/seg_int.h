@@ -1,6 +1,6 @@
 /* seg_int.h — the segmented log's private structures, shared by seg.c (arena, pools, allocation),
- * seg_reclaim.c (cleaning, eviction, runs, trimming), seg_walk.c (walkers, figures) and evict.c
- * (policies). Nothing else includes it.
+ * seg_reclaim.c (cleaning, eviction, trimming), seg_run.c (runs of segments), seg_walk.c
+ * (walkers, figures) and evict.c (policies). Nothing else includes it.
  *
  * A segment is free, a pool's head (being appended to), sealed (in one of its pool's FIFO
  * queues, in seal order), the start of a run (one item larger than a segment over `nrun`
@@ -8,7 +8,8 @@
  * run may hold the end of the run's item in [0, start) and records of its own from `start` on
  * (the run "shares its tail"): it is a head or sealed like any other, but is never freed while
  * start > 0; when the run's item goes, a dead filler record covers [0, start) and start is 0.
- * Segments being worked on by a cleaner with the pool lock released are BUSY. */
+ * Segments being worked on by a cleaner with the pool lock released are BUSY.
+ * seg_run.c places runs; seg_reclaim.c cleans and evicts; both use the helpers declared below. */
 #ifndef SHOAL_NODE_SEG_INT_H
 #define SHOAL_NODE_SEG_INT_H
 
@@ -116,6 +117,21 @@ static inline struct seg_pool *seg_pool_at(struct segs *s, uint16_t nsid)
     return __atomic_load_n(&s->pools[nsid % STORE_NS_MAX], __ATOMIC_ACQUIRE);
 }
 
+/* Segments [lo, hi) kept out of a search (lo == hi: none). */
+struct seg_span {
+    uint32_t lo, hi;
+};
+#define NO_SPAN ((struct seg_span){0, 0})
+
+static inline bool in_span(struct seg_span x, uint32_t i) { return i >= x.lo && i < x.hi; }
+
+/* Pages beyond what the pool is guaranteed: all of them without a quota. */
+static inline uint32_t pool_excess(const struct seg_pool *pl)
+{
+    uint32_t n = SEG_LOAD(&pl->nsegs), q = SEG_LOAD(&pl->quota_segs);
+    return n > q ? n - q : 0;
+}
+
 /* seg.c: queue operations (pool lock held). */
 void seg_q_push(struct segs *s, struct seg_pool *pl, int q, uint32_t i);
 void seg_q_remove(struct segs *s, struct seg_pool *pl, uint32_t i);
@@ -138,17 +154,27 @@ void seg_ghost_grew(struct segs *s);
 /* seg.c: mark a record dead and uncount its bytes. */
 void seg_kill(struct segs *s, struct item *it, uint32_t len);
 
+/* Steps one allocation may spend clearing windows (seg_make_run, seg_head_from_window, and the
+ * windows nested in them): a segment emptied or tried for a window, or a run slid down, is one.
+ * The calls fail once none is left, so that an allocation always ends (seg_run.c). In
+ * test_seg_stress most calls spend under 64, and about 1 in 1,000 allocations that clear
+ * windows spends them all (then evicts). */
+#define SEG_RUN_STEPS 1024u
+
 /* seg_reclaim.c: make room in pool pl (lock held) so that queue q's head can take `need` bytes:
  * clean, evict or take a segment from elsewhere; `hard`: a victim keeps nothing. Segments
  * sealed after seal_seq `since` (during this allocation) are not cleaned again: their dead bytes
  * are what the head just lacked, and two of them would trade it back and forth. Returns false
- * when nothing could be done. */
+ * when nothing could be done. `steps`: the allocation's budget (SEG_RUN_STEPS). */
 bool seg_reclaim(struct segs *s, struct seg_pool *pl, int q, uint32_t need, bool hard,
-                 uint32_t since, seg_visit_fn fn, void *ctx);
-/* seg_reclaim.c: a run of `n` contiguous segments for pool pl (lock held, may be released and
- * retaken), clearing the cheapest window when no free one exists. Returns its first segment. */
-uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t n, seg_visit_fn fn,
-                      void *ctx);
+                 uint32_t since, uint32_t *steps, seg_visit_fn fn, void *ctx);
+/* seg_run.c: contiguous segments for a run of pool pl (lock held, may be released and retaken)
+ * holding an item of `len` bytes, clearing the cheapest window when no free one exists. Returns
+ * its first segment, or SEG_NONE; *nw: the segments taken. The item begins at the first one's
+ * `start`: 0, or the end of another run of pl in its last segment (a tail window). `own`: only
+ * of segments pl owns, and evicting nothing (SEG_NONE if that cannot be done). */
+uint32_t seg_make_run(struct segs *s, struct seg_pool *pl, uint32_t len, bool own, uint32_t *nw,
+                      uint32_t *steps, seg_visit_fn fn, void *ctx);
 /* seg_reclaim.c: give back at least one segment of pool pl (lock held) without evicting, by
  * moving live items of the segments with the most dead bytes into its heads; only while the
  * pool is below 90% live. False when that freed nothing. */
@@ -168,6 +194,30 @@ bool seg_reuse_dead(struct segs *s, struct seg_pool *pl, int q, uint32_t since, 
                     void *ctx);
 /* seg_reclaim.c: is pool pl (lock held) below 90% live bytes of what it may own? */
 bool seg_pool_roomy(struct segs *s, struct seg_pool *pl);
+/* seg_reclaim.c: would quota'd pool pl (lock held) stay below 90% of its quota with `more` live
+ * bytes? (seg_pool_roomy measures against the segments owned, beyond the quota too.) */
+bool seg_pool_fits_quota(struct segs *s, struct seg_pool *pl, uint64_t more);
+/* seg_reclaim.c: run v's item is gone: the segment holding its end (if it shares it) starts at 0
+ * again, the end covered by a dead record (pool lock held). */
+void seg_run_tail_fix(struct segs *s, uint32_t v);
+/* seg_reclaim.c: free a run whose item is gone (pool lock held). */
+void seg_run_release(struct segs *s, struct seg_pool *pl, uint32_t v);
+/* seg_reclaim.c: clean (evict false) or evict from victim v of pool pl (lock held; sealed, not
+ * pinned). `drop`: keep nothing; `want`: the queue whose head the caller needs; `release`: free
+ * the victim if emptied. Returns the room left in the victim. */
+uint32_t seg_process(struct segs *s, struct seg_pool *pl, uint32_t v, bool evict, bool drop,
+                     int want, bool release, seg_visit_fn fn, void *ctx);
+/* seg_reclaim.c: the sealed segment of pl with the most dead bytes, if cleaning it frees at least
+ * `need` and 1/16 of a segment, other than `skip` and those in spans a and b, whose room once
+ * emptied is at least `cap`, not sealed after `since`; a run whose item is gone wins at once.
+ * SEG_NONE if none. */
+uint32_t seg_clean_candidate_in(struct segs *s, struct seg_pool *pl, uint32_t need, uint32_t cap,
+                                uint32_t skip, struct seg_span a, struct seg_span b,
+                                uint32_t since);
+/* seg_run.c: clear a window of one segment without evicting (pool pl's lock held, released
+ * meanwhile) and make it queue q's head. True when it did. */
+bool seg_head_from_window(struct segs *s, struct seg_pool *pl, int q, uint32_t *steps,
+                          seg_visit_fn fn, void *ctx);
 
 /* evict.c: policy state of a new item of pool pl; returns the queue it goes to (s3fifo). */
 int evict_admit(struct seg_pool *pl, struct item *it, uint64_t hv);

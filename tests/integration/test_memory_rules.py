@@ -215,14 +215,11 @@ def test_no_eviction_while_live_bytes_stay_below_90_percent(start_server, case):
 # The -m 8 churn at other seeds: at -m 8 segments are 128 KiB, so most of the churn's bytes are
 # in runs of segments and items of nearly a segment, the cases where room is hardest to make.
 # Before the fixes of session 7, 17 of seeds 101..160 evicted (1 to 3 items each); all of these
-# did but 101, 102 and 103. Seed 104 (sizes 4 KB..512 KB only, in its third phase, leave every
-# segment part of a run or holding the end of one) still evicts 2: docs/architecture.md, "Runs".
-M8_SEEDS = [101, 102, 103, 106, 107, 111, 112, 114, 117, 119, 121, 122, 127,
-            pytest.param(104, marks=pytest.mark.xfail(reason="runs start on a segment boundary: "
-                                                      "docs/architecture.md, Runs", strict=False)),
-            pytest.param(108, marks=pytest.mark.xfail(reason="-m 8 keeps 2-3 segments for the "
-                                                      "index and ghosts: docs/architecture.md, "
-                                                      "Runs", strict=False))]
+# did but 101, 102 and 103. Seeds 104 and 108 (sizes 4 KB..512 KB only, in the third phase, leave
+# every segment part of a run or holding the end of one, most of those ends with nothing after
+# them) evicted 2 and 1 until a run could begin after the end of another (docs/architecture.md,
+# "Runs"); seeds 101..200 all hold now.
+M8_SEEDS = [101, 102, 103, 104, 106, 107, 108, 111, 112, 114, 117, 119, 121, 122, 127]
 
 
 @memcached_fails("1 MiB pages per size class: at -m 8 it has fewer pages than the mix has classes")

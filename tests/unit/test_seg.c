@@ -127,7 +127,7 @@ static void test_sealing_takes_a_new_segment(void **state)
     (void)state;
     struct store *st = mk(16, MB);
     uint32_t seg = store_page_size(st);
-    assert_int_equal(seg, 256 << 10); /* -m / 64 */
+    assert_int_equal(seg, 128 << 10); /* -m / 256, at least 128 KiB */
     char key[32];
     size_t len = store_item_size(st, 6, 1000, 0);
     struct item *first = NULL, *prev = NULL;
@@ -427,8 +427,9 @@ static void no_eviction_with_runs_m8(uint64_t seed, int rounds)
     store_destroy(&st);
 }
 
-/* Each seed evicted 2 to 8 items before session 7's fixes. Of seeds 1..16 only 16 still evicts
- * (one item: docs/architecture.md, "Runs"); SEG_TEST_SEED=N runs seed N alone. */
+/* Each seed evicted 2 to 8 items before session 7's fixes. Seed 16 evicted one until a run could
+ * begin after the end of another run (docs/architecture.md, "Runs"); seeds 1..19 hold now.
+ * SEG_TEST_SEED=N runs seed N alone. */
 static void test_no_eviction_with_runs_and_near_segment_items_m8(void **state)
 {
     (void)state;
@@ -438,6 +439,7 @@ static void test_no_eviction_with_runs_and_near_segment_items_m8(void **state)
         return;
     }
     for (uint64_t seed = 1; seed <= 8; seed++) no_eviction_with_runs_m8(seed, 3000);
+    no_eviction_with_runs_m8(16, 3000);
 }
 
 /* ---- pins --------------------------------------------------------------------------------- */
@@ -515,7 +517,7 @@ static void test_quota_isolation_with_random_sizes(void **state)
 static void test_overwrites_reuse_segments_before_free_ones(void **state)
 {
     (void)state;
-    struct store *st = mk(64, MB); /* 64 segments of 1 MiB */
+    struct store *st = mk(64, MB); /* 256 segments of 256 KiB */
     char key[32];
     uint64_t x = 5;
     for (int i = 0; i < 200000; i++) { /* 200 MB written over 2,000 keys of ~1 KB: 2 MB live */
@@ -526,7 +528,7 @@ static void test_overwrites_reuse_segments_before_free_ones(void **state)
     print_message("2 MB live after 200 MB of overwrites: %u of %u segments used\n", s.pages_used,
                   s.pages_total);
     assert_int_equal(s.evictions, 0);
-    assert_true(s.pages_used <= 8);
+    assert_true((uint64_t)s.pages_used * store_page_size(st) <= 8 * MB);
     store_destroy(&st);
 }
 

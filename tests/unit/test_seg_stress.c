@@ -7,6 +7,7 @@
  * allocation made while holding an item: a record moved, reused or torn under a holder fails
  * the test. At the end the counters must agree with what the index holds. */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -319,13 +321,160 @@ static void test_stress_m4_steady_never_fails(void **state)
     assert_int_equal(run(4, secs(), false), 0);
 }
 
+/* ---- the quota'd pool's runs, concurrently (the livelock of branch ns8) -------------------- */
+
+#define RUN_WORKERS 4
+
+struct rargs {
+    struct store *st;
+    unsigned seed;
+    volatile int *stop;
+    uint64_t ops; /* allocations finished (relaxed atomic: the watchdog reads it) */
+    double slowest; /* seconds, the longest allocation */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static struct item *timed_alloc(struct rargs *a, const char *key, size_t nkey, size_t len)
+{
+    double t0 = now_s();
+    struct item *it = store_alloc(a->st, 2, key, nkey, len, 0);
+    double took = now_s() - t0;
+    if (took > a->slowest) a->slowest = took;
+    return it;
+}
+
+/* Stores into namespace 2 only, most of them items of 100-220 KB (runs of one or two segments
+ * at -m 4 and -m 16), the rest small: every allocation beyond the quota makes its run of the
+ * pool's own segments, or empties one of them for a head, concurrently with the others. */
+static void *run_worker(void *p)
+{
+    struct rargs *a = p;
+    char key[32];
+    while (!__atomic_load_n(a->stop, __ATOMIC_RELAXED)) {
+        int k = 3 * (int)(rand_r(&a->seed) % (NKEYS / 3)) + 2; /* namespace 2's keys */
+        size_t nkey = (size_t)mkkey(key, sizeof key, k);
+        uint64_t hv = store_hash(key, nkey);
+        uint32_t now = clock_now();
+        size_t len = rand_r(&a->seed) % 4 ? 100000 + rand_r(&a->seed) % 120000
+                                          : 1000 + rand_r(&a->seed) % 30000;
+        bool locked = rand_r(&a->seed) % 2;
+        struct item *it = NULL;
+        if (!locked && (it = timed_alloc(a, key, nkey, len)) != NULL) fill(it, k, 0);
+        store_lock(a->st, hv);
+        struct item *old = store_find(a->st, hv, key, nkey, now, NULL);
+        if (locked && (it = timed_alloc(a, key, nkey, len)) != NULL) fill(it, k, 0);
+        if (it && old) store_replace(a->st, hv, old, it, now);
+        else if (it && !store_link(a->st, hv, it, now)) store_free(a->st, it);
+        store_unlock(a->st, hv);
+        __atomic_fetch_add(&a->ops, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* Run the workers for `seconds` with namespace 2's quota `quota_segs` segments: every worker
+ * must finish an allocation at least every 10 s (an allocation that spins fails the test, where
+ * the old code hung CI), and all must stop within 10 s of being asked to. */
+static void quota_runs(uint64_t mb, uint32_t quota_segs, int seconds)
+{
+    struct store *st = mk(mb);
+    uint64_t seg = store_page_size(st);
+    store_ns_configure(st, 2, quota_segs * seg, STORE_POLICY_LFU);
+    /* a full store: the default namespace holds the rest, so that free segments run out */
+    char key[32];
+    for (int k = 0; k < NKEYS; k += 3) {
+        size_t nkey = (size_t)mkkey(key, sizeof key, k);
+        uint64_t hv = store_hash(key, nkey);
+        struct item *it = store_alloc(st, 0, key, nkey, 4000, 0);
+        if (!it) continue;
+        fill(it, k, 0);
+        store_lock(st, hv);
+        if (!store_link(st, hv, it, clock_now())) store_free(st, it);
+        store_unlock(st, hv);
+    }
+    volatile int stop = 0;
+    struct rargs a[RUN_WORKERS];
+    pthread_t th[RUN_WORKERS];
+    for (int i = 0; i < RUN_WORKERS; i++) {
+        a[i] = (struct rargs){.st = st, .seed = 1234u + (unsigned)i, .stop = &stop};
+        assert_int_equal(pthread_create(&th[i], NULL, run_worker, &a[i]), 0);
+    }
+    uint64_t seen[RUN_WORKERS] = {0};
+    int still[RUN_WORKERS] = {0}; /* seconds without a finished allocation */
+    for (int t = 0; t < seconds * 10; t++) {
+        nap_ms(100);
+        if (t % 10 != 9) continue;
+        for (int i = 0; i < RUN_WORKERS; i++) {
+            uint64_t ops = __atomic_load_n(&a[i].ops, __ATOMIC_RELAXED);
+            still[i] = ops == seen[i] ? still[i] + 1 : 0;
+            seen[i] = ops;
+            if (still[i] >= 10)
+                fail_msg("worker %d: no allocation finished for %d s (ops %llu)", i, still[i],
+                         (unsigned long long)ops);
+        }
+    }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 10;
+    uint64_t ops = 0;
+    double slowest = 0;
+    for (int i = 0; i < RUN_WORKERS; i++) {
+        if (pthread_timedjoin_np(th[i], NULL, &dl) != 0)
+            fail_msg("worker %d still allocating 10 s after the stop", i);
+        ops += a[i].ops;
+        if (a[i].slowest > slowest) slowest = a[i].slowest;
+    }
+    struct store_stats s;
+    store_stats(st, &s);
+    print_message("    %llu MB, quota %u segments: %llu allocations (slowest %.3f s), %llu "
+                  "evictions, %llu moved\n",
+                  (unsigned long long)mb, quota_segs, (unsigned long long)ops, slowest,
+                  (unsigned long long)s.evictions, (unsigned long long)s.slab_pages_moved);
+    assert_true(ops > 100);
+    store_destroy(&st);
+}
+
+static void test_quota_runs_concurrent_m4_always_finish(void **state)
+{
+    (void)state;
+    quota_runs(4, 8, secs());
+    quota_runs(4, 4, secs());
+}
+
+static void test_quota_runs_concurrent_m16_always_finish(void **state)
+{
+    (void)state;
+    quota_runs(16, 16, secs());
+    quota_runs(16, 8, secs());
+}
+
+/* A watchdog for the whole binary: a thread spinning where the tests above cannot see it (a
+ * join that never returns) must fail CI, not hang it. */
+static void watchdog(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_seg_stress: watchdog: still running after its deadline\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(3);
+    _exit(2);
+}
+
 int main(void)
 {
     clock_setup();
+    signal(SIGALRM, watchdog);
+    alarm((unsigned)(secs() * 12 + 120));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_m4_runs_and_quota_churn),
         cmocka_unit_test(test_stress_m16_runs_and_quota_churn),
         cmocka_unit_test(test_stress_m4_steady_never_fails),
+        cmocka_unit_test(test_quota_runs_concurrent_m4_always_finish),
+        cmocka_unit_test(test_quota_runs_concurrent_m16_always_finish),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
