@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import _register
+from conftest import _register, key_slot
 from mcraw import McRaw, http, wait_until
 from pgharness import Invalidator, PgServer, invalidator_binary
 
@@ -468,6 +468,25 @@ def test_metrics_report_the_confirmed_lsn_postgresql_holds(pg, start_server, sta
     assert m["shoal_invalidator_transactions_total"] >= 1
     status, body = http(inv.admin, "GET", "/healthz")
     assert status == 200 and '"streaming": true' in body
+
+
+def test_replay_sends_a_slots_recent_deletes_again(pg, start_server, start_invalidator):
+    """POST /v1/replay on the admin port: the deletes of the last seconds whose keys fall in the
+    given slots go out again (what a replica promotion needs), and no other key is touched."""
+    products(pg, "p_replay_ok", 2)
+    node = start_server()
+    inv = start_invalidator(node, {"public.p_replay_ok": {"keys": ["catalog:product:{id}"]}})
+    keys = ["catalog:product:1", "catalog:product:2"]
+    set_keys(node, keys)
+    pg.sql("UPDATE p_replay_ok SET price = price + 1")
+    wait_until(lambda: not present(node, keys), timeout=10, message="both keys deleted")
+    set_keys(node, keys)  # as a promoted replica that missed the deletes would hold them
+    slot = key_slot(keys[0])
+    assert key_slot(keys[1]) != slot, "the test needs the two keys in different slots"
+    status, body = http(inv.admin, "POST", "/v1/replay", {"slots": [slot], "since_s": 60})
+    assert status == 200 and json.loads(body)["queued"] >= 1, body
+    wait_until(lambda: present(node, keys) == [keys[1]], timeout=10,
+               message="the replayed slot's key deleted again, the other left")
 
 
 def test_replay_refuses_a_bad_body(pg, start_server, start_invalidator):
