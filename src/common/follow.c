@@ -104,6 +104,29 @@ size_t follow_bases(const char *list, char **out, size_t max)
     return k;
 }
 
+json_t *follow_doc_parse(const char *text, size_t len, uint64_t in_use, uint64_t *version,
+                         enum follow_take *rc, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    *rc = FOLLOW_INVALID;
+    if (root == NULL) {
+        snprintf(err, errlen, "not JSON: %s (line %d)", je.text, je.line);
+        return NULL;
+    }
+    json_t *v = json_object_get(root, "version");
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        snprintf(err, errlen, "version: must be an integer >= 1");
+    } else if ((uint64_t)json_integer_value(v) <= in_use) {
+        *rc = FOLLOW_SAME;
+    } else {
+        *version = (uint64_t)json_integer_value(v);
+        return root;
+    }
+    json_decref(root);
+    return NULL;
+}
+
 uint64_t follow_peek_version(const char *text, size_t len)
 {
     json_t *root = json_loadb(text, len, 0, NULL);

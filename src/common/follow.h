@@ -37,6 +37,13 @@ enum follow_take {
     FOLLOW_FAILED,   /* valid but could not be applied; the hook logged and counted it */
 };
 
+/* The start of every take hook: parse `text` as a topology document. Returns the document
+ * (the caller json_decref's it) with *version set, when it is JSON whose "version" is an integer
+ * above `in_use`; else NULL with *rc FOLLOW_SAME (not newer) or FOLLOW_INVALID (err says why). */
+struct json_t;
+struct json_t *follow_doc_parse(const char *text, size_t len, uint64_t in_use, uint64_t *version,
+                                enum follow_take *rc, char *err, size_t errlen);
+
 /* The follower's options shared by every daemon with --control (its config struct has a uint64_t
  * field of each number's name and `const char *token_file`); --control itself is each daemon's,
  * since what it follows differs. */

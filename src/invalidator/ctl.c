@@ -78,24 +78,13 @@ static enum follow_take ctl_take(void *ctx, const char *text, size_t len, uint64
                                  char *err, size_t errlen)
 {
     struct inv_ctl *c = ctx;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    if (root == NULL) {
-        snprintf(err, errlen, "not JSON: %s (line %d)", je.text, je.line);
-        return FOLLOW_INVALID;
-    }
-    enum follow_take rc = FOLLOW_INVALID;
+    enum follow_take rc;
+    uint64_t version;
+    json_t *root = follow_doc_parse(text, len, in_use, &version, &rc, err, errlen);
+    if (root == NULL) return rc;
+    rc = FOLLOW_INVALID;
     json_t *entries = NULL;
-    json_t *v = json_object_get(root, "version"), *nss = json_object_get(root, "namespaces");
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        snprintf(err, errlen, "version: must be an integer >= 1");
-        goto out;
-    }
-    uint64_t version = (uint64_t)json_integer_value(v);
-    if (version <= in_use) {
-        rc = FOLLOW_SAME;
-        goto out;
-    }
+    json_t *nss = json_object_get(root, "namespaces");
     if (!json_is_object(nss)) {
         snprintf(err, errlen, "namespaces: must be an object");
         goto out;

@@ -113,27 +113,15 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
                                 char *err, size_t errlen)
 {
     struct node_control *c = ctx;
-    json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
-    if (root == NULL) {
-        snprintf(err, errlen, "not JSON: %s (line %d)", jerr.text, jerr.line);
-        return FOLLOW_INVALID;
-    }
-    enum follow_take rc = FOLLOW_INVALID;
+    enum follow_take rc;
+    uint64_t version;
+    json_t *root = follow_doc_parse(text, len, in_use, &version, &rc, err, errlen);
+    if (root == NULL) return rc;
+    rc = FOLLOW_INVALID;
     uint8_t *own = NULL;
     struct ns_want *want = NULL;
     json_t *mine = json_object(); /* pool name -> its node count, for the pools listing us */
-    json_t *v = json_object_get(root, "version");
     json_t *pools = json_object_get(root, "pools"), *nss = json_object_get(root, "namespaces");
-    if (!json_is_integer(v) || json_integer_value(v) < 1) {
-        snprintf(err, errlen, "version: must be an integer >= 1");
-        goto out;
-    }
-    uint64_t version = (uint64_t)json_integer_value(v);
-    if (version <= in_use) {
-        rc = FOLLOW_SAME;
-        goto out;
-    }
     if (!json_is_object(pools) || !json_is_object(nss)) {
         snprintf(err, errlen, "%s: must be an object", json_is_object(pools) ? "namespaces" : "pools");
         goto out;
