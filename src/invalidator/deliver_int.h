@@ -272,6 +272,10 @@ enum batch_res wire_flush(struct dcluster *c, const struct rec *r);
 /* How a key goes on the wire: 0 plain, 1 base64 (`b`), -1 no request can carry it. */
 int wire_key_form(const char *key, size_t nkey);
 
+/* ---- a cluster's thread (deliver_cluster.c) ---- */
+void *deliver_cluster_main(void *arg); /* arg: the struct dcluster */
+void deliver_wake(struct dcluster *c);   /* new work or stop: the thread looks again */
+
 /* ---- replica (deliver_replica.c) ---- */
 int replica_start(struct dcluster *c);
 void replica_stop(struct dcluster *c);
