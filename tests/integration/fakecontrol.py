@@ -9,6 +9,11 @@ HTTP server on 127.0.0.1 in a thread of the test that serves the document a test
 - `stop()` closes the listener and every open connection (a control plane that died);
   `start()` listens again on the same port.
 - `fail_status`: when set, every request is answered with that status (a sick control plane).
+- `silent`: while true, requests are read but left unanswered (a control plane cut off by a
+  partition: the follower's own timeouts fire); answered normally once it is false again.
+- Any other POST (`/v1/leases`, `/v1/reports`, ...) is recorded: `posts(path)` lists the bodies,
+  `wait_post(path, pred)` awaits one; `answer(path, fn)` sets its reply, fn(body) -> (status,
+  dict); without one it is answered 200 `{}`.
 """
 
 import json
@@ -35,6 +40,8 @@ class FakeControl:
         self.auths = []  # each request's Authorization header (None when absent)
         self.routers_status = 201
         self.fail_status = None
+        self.silent = False
+        self._posts, self._answers = {}, {}
         self.port = free_port()  # start() listens here again after a stop()
         self._conns = set()
         self._httpd = None
@@ -83,8 +90,13 @@ class FakeControl:
                 if body and status != 304:
                     self.wfile.write(body)
 
+            def _hold_while_silent(self):
+                while fake.silent and fake._httpd is self.server:
+                    time.sleep(0.02)
+
             def do_GET(self):
                 fake.auths.append(self.headers.get("Authorization"))
+                self._hold_while_silent()
                 parts = urlsplit(self.path)
                 if fake.fail_status:
                     return self._send(fake.fail_status, b'{"error": "sick"}')
@@ -114,10 +126,21 @@ class FakeControl:
                 fake.auths.append(self.headers.get("Authorization"))
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
+                self._hold_while_silent()
                 if fake.fail_status:
                     return self._send(fake.fail_status, b'{"error": "sick"}')
-                if urlsplit(self.path).path not in ("/v1/routers", "/v1/nodes"):
-                    return self._send(404, b'{"error": "no such resource"}')
+                path = urlsplit(self.path).path
+                if path not in ("/v1/routers", "/v1/nodes"):
+                    try:
+                        doc = json.loads(body) if body else None
+                    except ValueError:
+                        doc = body
+                    with fake.cond:
+                        fake._posts.setdefault(path, []).append(doc)
+                        fn = fake._answers.get(path)
+                        fake.cond.notify_all()
+                    status, reply = fn(doc) if fn else (200, {})
+                    return self._send(status, json.dumps(reply).encode())
                 fake.registrations.append(json.loads(body))
                 self._send(fake.routers_status, b"{}")
 
@@ -127,6 +150,31 @@ class FakeControl:
             self._httpd = httpd
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
+
+    def answer(self, path, fn):
+        """fn(body) -> (status, reply dict) answers every later POST to `path`."""
+        with self.cond:
+            self._answers[path] = fn
+
+    def posts(self, path):
+        """The bodies POSTed to `path` so far (parsed JSON), oldest first."""
+        with self.cond:
+            return list(self._posts.get(path, []))
+
+    def wait_post(self, path, pred=lambda body: True, timeout=10.0):
+        """The first body POSTed to `path` (earlier ones count) for which pred holds; an
+        AssertionError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for body in self._posts.get(path, []):
+                    if pred(body):
+                        return body
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no POST to {path} matching within {timeout} s "
+                                         f"({len(self._posts.get(path, []))} others)")
+                self.cond.wait(left)
 
     def stop(self):
         """Close the listener and drop every connection, held polls included."""
