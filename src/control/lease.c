@@ -247,16 +247,20 @@ static int renew(struct control *c, const char *body, size_t len, struct buf *ou
                   "only the leader grants leases: renew with it (the node's next --control URL)",
                   known ? url : NULL);
     } else {
-        uint64_t now = clock_mono_ms();
+        /* The grant and the version it names are taken in one hold of c->lock, which a
+         * promotion also holds from its lease_lapsed check until its version is installed:
+         * so a renewal either counts before that check (no promotion) or names the
+         * promotion's version (the node fences until it has that document). */
         pthread_mutex_lock(&c->lock);
         bool known = listed(c->model, node);
         uint64_t version = c->version;
+        int granted = known ? lease_grant(c->leases, node, clock_mono_ms()) : 0;
         pthread_mutex_unlock(&c->lock);
         if (!known) {
             char msg[400];
             snprintf(msg, sizeof msg, "no pool lists node %s", node);
             st = fail(out, 404, "node", "exists", msg, NULL);
-        } else if (lease_grant(c->leases, node, now) < 0) {
+        } else if (granted < 0) {
             st = fail(out, 507, "body", "memory", "out of memory", NULL);
         } else {
             CTL_INC(c, lease_grants);

@@ -13,6 +13,11 @@
  * or becomes leader, counts every node as granted at that moment (lease_takeover), so it waits
  * a full lease before it may call any node lapsed.
  *
+ * A promotion must check lease_lapsed and install its new version in one hold of c->lock:
+ * a grant happens under that lock too, so a renewal that races the promotion either keeps the
+ * node alive or is answered with the promotion's version (the node then fences until it has
+ * that document).
+ *
  * Times are monotonic milliseconds: clock_mono_ms() (common/clock.h). Thread-safe (own mutex,
  * never held while taking another lock). */
 #ifndef SHOAL_CONTROL_LEASE_H
