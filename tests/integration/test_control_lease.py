@@ -12,6 +12,7 @@ import time
 import pytest
 
 from controlharness import CONTROL_BIN
+from etcdharness import etcd_cluster  # noqa: F401  (a fixture)
 from mcraw import free_port, wait_until
 
 pytestmark = pytest.mark.shoal_only
@@ -155,3 +156,40 @@ def test_node_following_control_renews_its_lease(start_control, start_server):
 def test_help_lists_lease_ms():
     out = subprocess.run([str(CONTROL_BIN), "--help"], capture_output=True, text=True).stdout
     assert "--lease-ms" in out
+
+
+def test_etcd_group_only_the_leader_grants_and_a_new_leader_waits_a_full_lease(
+        etcd_cluster, start_control, start_server):  # noqa: F811
+    import uuid
+    prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
+    ctls = [start_control("--etcd", etcd_cluster.urls, "--etcd-prefix", prefix, "--lease-ms", "800")
+            for _ in range(2)]
+    leader = wait_until(lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(
+        [c for c in ctls if c.metrics()["shoal_control_leader"] == 1]), timeout=10,
+        message="one leader")
+    standby = ctls[1] if leader is ctls[0] else ctls[0]
+    admin = free_port()
+    node = start_server("--admin-port", str(admin), "--control",
+                        f"http://127.0.0.1:{standby.port},http://127.0.0.1:{leader.port}",
+                        "--lease-renew-ms", "100")
+    addr = f"127.0.0.1:{node.port}"
+    with_pool(leader, addr)
+    wait_until(lambda: addr in json.dumps(standby.topology()), message="the standby synced")
+    status, body = standby.post("/v1/leases", {"node": addr})
+    assert status == 503 and body["rule"] == "leader", body
+    assert body["leader"] == f"http://127.0.0.1:{leader.port}", body
+    # the node is sent away by the standby and renews with the leader
+    wait_until(lambda: leader.metrics()["shoal_control_lease_grants_total"] >= 3, timeout=5,
+               message="the node renewing with the leader")
+    assert standby.metrics()["shoal_control_lease_grants_total"] == 0
+    # the leader dies: the standby takes over and counts the node as renewed at that moment
+    leader.kill9()
+    wait_until(lambda: standby.metrics()["shoal_control_leader"] == 1, timeout=10,
+               message="the standby takes over")
+    took_over = time.monotonic()
+    got = leases(standby)["nodes"][addr]
+    if time.monotonic() - took_over < 0.6:
+        assert got["lapsed"] is False, got
+    wait_until(lambda: standby.metrics()["shoal_control_lease_grants_total"] >= 3, timeout=5,
+               message="the node renewing with the new leader")
+    assert leases(standby)["nodes"][addr]["lapsed"] is False

@@ -225,6 +225,29 @@ def test_lease_naming_a_newer_version_fences_until_that_document_is_in_use(start
     assert "is newer than version 1 in use" in node.stderr_text()
 
 
+def test_renewal_back_after_a_partition_with_a_newer_version_stays_fenced_until_it_arrives(
+        start_server):
+    ctl = FakeControl()
+    grants = Grants(ctl)
+    node = start_node(start_server, ctl)
+    serving(node, ctl, grants, replicated_doc(node.addr, 1))
+    k = PRIMARY[3]
+    with McRaw(node.host, node.port) as c:
+        ctl.silent = True
+        wait_until(lambda: c.store("set", k, "v") == FENCED, timeout=3,
+                   message="fenced once the lease ran out")
+        grants.version = 5  # meanwhile control promoted the replica (version 5)
+        n = len(grants.times)
+        ctl.silent = False
+        wait_until(lambda: len(grants.times) > n + 2 and metrics(node)["shoal_node_lease_valid"],
+                   timeout=5, message="renewals granted again")
+        assert c.store("set", k, "v") == FENCED, "a valid lease of a version not seen yet"
+        assert c.cmd(f"get {k}") == FENCED
+        ctl.publish(replicated_doc(node.addr, 5))
+        at_version(node, 5)
+        assert c.store("set", k, "v") == "STORED"
+
+
 def test_pool_without_replicas_is_never_fenced(start_server):
     ctl = FakeControl()
     Grants(ctl, status=404)  # no lease at all
