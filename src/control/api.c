@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "control/control.h"
 #include "control/forward.h"
 #include "control/leader.h"
+#include "control/lease.h"
 #include "control/dash.h"
 #include "control/model.h"
 #include "control/poll.h"
@@ -557,6 +559,7 @@ static void control_metrics(void *ctx, struct buf *out)
     for (size_t i = 0; i < sizeof m / sizeof *d; i++) d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
     metrics_write_prom(out, "shoal_control", control_metric_descs,
                        sizeof control_metric_descs / sizeof control_metric_descs[0], &m, NULL);
+    if (c->leases) lease_metrics(c->leases, out, clock_mono_ms());
 }
 
 struct admin *api_create(struct control *c, char *err, size_t errlen)
@@ -566,6 +569,8 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         {"/v1/namespaces", ns_route, c, ADMIN_ROUTE_HOLD | ADMIN_ROUTE_TEAM},
         {"/v1/pools", pool_route, c, ADMIN_ROUTE_HOLD},
         {"/v1/topology", topology_route, c, ADMIN_ROUTE_QUERY | ADMIN_ROUTE_HOLD},
+        /* renewals need an admin token under --auth-file (a team's could hold off failover) */
+        {"/v1/leases", lease_route, c, 0},
         {"/v1/stats", dash_stats_route, c, ADMIN_ROUTE_QUERY},
         {"/static", dash_static_route, c, 0},
         {"/", dash_page_route, c, 0},

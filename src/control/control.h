@@ -73,11 +73,16 @@
       "file holding the bearer token sent with pushes to nodes' admin ports (default: the "     \
       "SHOAL_TOKEN variable); an admin token where nodes run with --auth-file", NULL)            \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
+    X(lease_ms, 0, UINT, "2000", 100, 600000,                                                    \
+      "slot lease granted to nodes (POST /v1/leases), ms: a node that has not renewed for this " \
+      "long plus a margin (1/20 of it + 100 ms) has stopped serving its replicated slots",      \
+      NULL)                                                                                      \
     ADMIN_OPTIONS(X)
 
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
-        admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms;
+        admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms,
+        lease_ms;
     uint64_t stats_interval_ms, stats_window, stats_timeout_ms, stats_workers, stats_namespaces;
     const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise,
         *auth_file, *token_file, *chart_js;
@@ -110,7 +115,8 @@ struct control_config {
     X(etcd_errors, COUNTER, "etcd requests no member answered (retried on the next tick)") \
     X(stats_samples, COUNTER, "dashboard samples taken (every node's /metrics read once)")      \
     X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
-    X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked")
+    X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked") \
+    X(lease_grants, COUNTER, "slot leases granted or renewed (POST /v1/leases answered 200)")
 
 struct control_metrics {
     CONTROL_METRICS(METRIC_FIELD)
@@ -124,6 +130,7 @@ struct forwarder;
 struct sampler;
 struct topo_doc;
 struct render;
+struct lease_table;
 
 struct control {
     struct control_config cfg;
@@ -141,6 +148,7 @@ struct control {
     struct forwarder *fwd;  /* --etcd: changes sent on to the leader (forward.h); else NULL */
     char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
     struct sampler *stats; /* the dashboard's samples (sampler.h) */
+    struct lease_table *leases; /* nodes' slot leases (lease.h) */
     /* Shutdown (control_close_writes): under `lock`. Once `closing` is set every write is
      * answered 503 "shutting down"; `writers` counts the writes still inside a handler (they
      * may use ha and fwd), and `idle` is signalled when the last one leaves. */

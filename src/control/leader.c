@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "control/control.h"
 #include "control/etcd.h"
+#include "control/lease.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -176,6 +177,9 @@ static void campaign(struct ha *h)
     }
     state_etcd_guard(c->store, rev);
     set_leader_seen(h, 1, rev, h->self_url);
+    /* the last leader's lease table is gone: every node counts as renewed now, so none is
+     * called lapsed (and promoted over) before a full lease has passed (lease.h) */
+    lease_takeover(c->leases, clock_mono_ms());
     CTL_SET(c, leader, 1);
     CTL_INC(c, leader_elections);
     pthread_mutex_lock(&c->lock);

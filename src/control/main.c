@@ -17,6 +17,7 @@
 
 #include "common/admin.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/sigs.h"
@@ -24,6 +25,7 @@
 #include "control/control.h"
 #include "control/forward.h"
 #include "control/leader.h"
+#include "control/lease.h"
 #include "control/model.h"
 #include "control/poll.h"
 #include "control/push.h"
@@ -135,6 +137,10 @@ int main(int argc, char **argv)
         return 2;
     }
     dash_setup(ctl.cfg.chart_js);
+    if ((ctl.leases = lease_table_new(ctl.cfg.lease_ms)) == NULL) {
+        fprintf(stderr, "shoal-control: out of memory\n");
+        return 2;
+    }
     if (ctl.cfg.etcd) {
         /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
         push_pause(ctl.push);
@@ -146,6 +152,8 @@ int main(int argc, char **argv)
         }
     } else {
         CTL_SET(&ctl, leader, 1);
+        /* leases from before a restart are unknown: every node counts as renewed now */
+        lease_takeover(ctl.leases, clock_mono_ms());
         push_notify(ctl.push); /* nodes get what the stored state says, after a restart too */
     }
     struct admin *admin = api_create(&ctl, err, sizeof err);
@@ -192,6 +200,7 @@ int main(int argc, char **argv)
     poll_destroy(&ctl.poll);
     push_destroy(&ctl.push);
     sampler_destroy(&ctl.stats);
+    lease_table_free(&ctl.leases);
     dash_teardown();
     state_close(&ctl.store);
     json_decref(ctl.model);

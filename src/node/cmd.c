@@ -69,6 +69,11 @@ void cmd_store_finish(struct conn *c, struct proto_req *req, struct item *it, bo
         if (req->cmd == CMD_MS || !req->noreply) conn_reply_str(c, "CLIENT_ERROR bad data chunk\r\n");
         return;
     }
+    if (cmd_fenced(c, req->key, req->nkey)) { /* checked as the value lands, not before */
+        store_free(c->node->store, it);
+        if (req->cmd == CMD_MS || !req->noreply) conn_reply_str(c, FENCE_REPLY);
+        return;
+    }
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
     c->w->m.cmd_set++;
     cmd_nsm(c, ns)->sets++;

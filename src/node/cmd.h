@@ -10,11 +10,18 @@
 #include <stdbool.h>
 
 #include "node/conn.h"
+#include "node/fence.h"
 
 /* The namespace of a key, from the table current for this batch. */
 static inline const struct ns *cmd_ns(const struct conn *c, const char *key, size_t nkey)
 {
     return ns_of_key(ns_current(&c->node->ns), key, nkey);
+}
+/* Is `key` in a slot this node must not serve now (its slot lease ran out: fence.h)? The
+ * refusal is counted; the caller answers FENCE_REPLY (text noreply: nothing). */
+static inline bool cmd_fenced(const struct conn *c, const char *key, size_t nkey)
+{
+    return fence_refuses(c->node->fence, key, nkey);
 }
 /* This worker's counters for a namespace. */
 static inline struct ns_metrics *cmd_nsm(const struct conn *c, const struct ns *ns)

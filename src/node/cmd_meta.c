@@ -518,6 +518,12 @@ static void meta_debug(struct conn *c, struct proto_req *req)
 void cmd_meta_run(struct conn *c, struct proto_req *req)
 {
     c->w->m.cmd_meta++;
+    bool keyed = req->cmd == CMD_MG || req->cmd == CMD_MD || req->cmd == CMD_MA ||
+                 req->cmd == CMD_ME;
+    if (keyed && cmd_fenced(c, req->key, req->nkey)) {
+        conn_reply_str(c, FENCE_REPLY); /* mg, md, ma, me; ms when its value lands (cmd.c) */
+        return;
+    }
     switch (req->cmd) {
     case CMD_MG: meta_get(c, req); break;
     case CMD_MD: meta_delete(c, req); break;

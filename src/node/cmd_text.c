@@ -67,6 +67,12 @@ static inline const char *get_keys(struct conn *c, enum proto_cmd cmd, int64_t e
     const char *cur = keys, *key;
     uint8_t nkey;
     while (!overflow && proto_next_key(&cur, end, &key, &nkey)) {
+        if (cmd_fenced(c, key, nkey)) {
+            /* no per-key error in a get: the whole request is refused, as for overflow */
+            c->wbuf.len = c->wbuf.off + mark;
+            conn_reply_str(c, FENCE_REPLY);
+            return NULL;
+        }
         uint64_t hv = store_hash(key, nkey);
         const struct ns *ns = cmd_ns(c, key, nkey);
         struct ns_metrics *nsm = cmd_nsm(c, ns);
@@ -163,6 +169,10 @@ static void text_delete(struct conn *c, struct proto_req *req)
         c->w->m.protocol_errors++;
         reply_unless_noreply(c, req,
                              "CLIENT_ERROR bad command line format.  Usage: delete <key> [<hold-off seconds>] [noreply]\r\n");
+        return;
+    }
+    if (cmd_fenced(c, req->key, req->nkey)) {
+        reply_unless_noreply(c, req, FENCE_REPLY);
         return;
     }
     const struct ns *ns = cmd_ns(c, req->key, req->nkey);
@@ -268,6 +278,10 @@ static void text_delta(struct conn *c, struct proto_req *req)
     uint64_t v;
     char out[24];
     struct class_metrics *cm = NULL;
+    if (cmd_fenced(c, req->key, req->nkey)) {
+        reply_unless_noreply(c, req, FENCE_REPLY);
+        return;
+    }
     switch (text_apply_delta(c, req, incr, &v, &cm)) {
     case DELTA_OK:
         if (incr) c->w->m.incr_hits++, cm->incr_hits++;
@@ -298,6 +312,10 @@ static void text_touch(struct conn *c, struct proto_req *req)
 {
     struct store *st = c->node->store;
     uint32_t now = clock_now();
+    if (cmd_fenced(c, req->key, req->nkey)) {
+        reply_unless_noreply(c, req, FENCE_REPLY);
+        return;
+    }
     uint64_t hv = store_hash(req->key, req->nkey);
     c->w->m.cmd_touch++;
     store_lock(st, hv);

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/nsfields.h"
 #include "common/slot.h"
+#include "node/fence.h"
 #include "node/node.h"
 
 struct node_control {
@@ -215,6 +216,7 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
     __atomic_store_n(&c->slots_owned, nowned, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c->slot_drops, nchanges, __ATOMIC_RELAXED);
     __atomic_store_n(&c->version, version, __ATOMIC_RELEASE);
+    if (c->n->fence) fence_apply_doc(c->n->fence, root, c->advertise, version);
     if (json_object_size(mine) == 0)
         log_warn("topology version %llu in use: no pool lists this node as %s, so it owns no "
                  "slot (is --advertise right?)", (unsigned long long)version, c->advertise);
@@ -325,3 +327,5 @@ void node_control_metrics(struct node_control *c, struct buf *out)
                "shoal_node_slot_drop_pending %d\n",
                store_drop_pending(c->n->store) ? 1 : 0);
 }
+
+const char *node_control_advertise(struct node_control *c) { return c->advertise; }

@@ -37,6 +37,8 @@ int node_control_run(struct node_control *c, char *err, size_t errlen);
 void node_control_stop(struct node_control *c);
 /* Stop it if it was not and free everything; after the admin listener is gone. */
 void node_control_free(struct node_control **c);
+/* "host:port" pools name this node by (--advertise or its default); set by node_control_run. */
+const char *node_control_advertise(struct node_control *c);
 /* The topology version in use (0: none yet, or no --control). */
 uint64_t node_control_version(struct node_control *c);
 /* /metrics: shoal_node_control_* (the follower's figures), shoal_node_slots_owned,

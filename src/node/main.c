@@ -18,6 +18,7 @@
 #include "common/options.h"
 #include "common/sigs.h"
 #include "node/control.h"
+#include "node/fence.h"
 #include "node/node.h"
 #include "node/node_admin.h"
 #include "node/worker.h"
@@ -147,7 +148,8 @@ int main(int argc, char **argv)
                         "--admin-port too\n");
         return 2;
     }
-    if (node.cfg.control && (node.control = node_control_create(&node, err, sizeof err)) == NULL) {
+    if (node.cfg.control && ((node.control = node_control_create(&node, err, sizeof err)) == NULL ||
+                             (node.fence = fence_create(&node, err, sizeof err)) == NULL)) {
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
@@ -177,7 +179,9 @@ int main(int argc, char **argv)
             (unsigned long long)node.cfg.store.memory_mb, (unsigned long long)node.cfg.threads,
             (unsigned long long)node.cfg.store.item_max, ns_current(&node.ns)->count);
     if (admin) log_msg(LOG_NOTICE, "admin HTTP on %s:%u", node.cfg.admin_listen, admin_port(admin));
-    if (node.control && node_control_run(node.control, err, sizeof err) < 0) {
+    if (node.control && (node_control_run(node.control, err, sizeof err) < 0 ||
+                         fence_start(node.fence, node_control_advertise(node.control), err,
+                                     sizeof err) < 0)) {
         fprintf(stderr, "shoal-node: %s\n", err);
         return 2;
     }
@@ -192,6 +196,7 @@ int main(int argc, char **argv)
     admin_destroy(&admin);
     worker_teardown(&node);
     node_control_free(&node.control);
+    fence_free(&node.fence);
     close(node.listen_fd);
     ns_registry_teardown(&node.ns);
     store_destroy(&node.store);

@@ -74,6 +74,9 @@
     X(advertise, 0, STR, NULL, 0, 0,                                                             \
       "host:port the topology names this node by (default: -l's address and the bound port)",  \
       NULL)                                                                                      \
+    X(lease_renew_ms, 0, UINT, "250", 10, 60000,                                                 \
+      "with --control: renew the slot lease this often, ms (replicated slots this node is "      \
+      "primary of are refused once it runs out: docs/operations.md, Leases)", NULL)             \
     FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
@@ -81,7 +84,7 @@ struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
         partial_timeout_ms, admin_conn_max, admin_header_timeout, control_timeout_ms,
-        control_backoff_max_ms;
+        control_backoff_max_ms, lease_renew_ms;
     const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
         *auth_file, *token_file;
     struct store_options store;
@@ -156,6 +159,7 @@ struct class_metrics {
 
 struct node;
 struct node_control;
+struct fence;
 
 struct worker {
     struct node *node;
@@ -204,6 +208,7 @@ struct node {
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
     struct node_control *control; /* --control's follower (control.h), or NULL */
+    struct fence *fence;          /* --control's slot lease (fence.h), or NULL */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */

@@ -15,6 +15,7 @@
 
 #include "common/buf.h"
 #include "node/control.h"
+#include "node/fence.h"
 #include "node/node.h"
 
 static const struct metric_desc ns_metric_descs[] = {
@@ -112,6 +113,7 @@ static void render_metrics(void *ctx, struct buf *out)
                "shoal_node_topology_version %llu\n",
                (unsigned long long)node_control_version(n->control));
     if (n->control) node_control_metrics(n->control, out);
+    if (n->fence) fence_metrics(n->fence, out);
     /* per namespace: one series per namespace under one HELP/TYPE */
     pthread_mutex_lock(&n->ns.lock);
     const struct ns_table *t = ns_current(&n->ns);
