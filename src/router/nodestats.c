@@ -69,6 +69,19 @@ bool nodestats_is_down(struct nodestats *s, const char *addr)
     return down;
 }
 
+int nodestats_state(struct nodestats *s, const char *addr)
+{
+    int state = -1;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->v[i]->addr, addr)) {
+            state = (int)(__atomic_load_n(&s->v[i]->health, __ATOMIC_ACQUIRE) & 1);
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return state;
+}
+
 void nodestats_render(struct nodestats *s, struct buf *out)
 {
     static const struct {

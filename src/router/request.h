@@ -52,6 +52,11 @@ struct frag {
                              * nothing */
     uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
                              * own one's index (upstream.c); 0 when sent on its own */
+    bool movable;           /* may be sent again to its slot's new owner when its node answers
+                             * that the slot moved (failover.h, moved-retry); keeps its bytes
+                             * as a retryable one does */
+    bool moved;             /* ...it was: parked or sent again once already */
+    uint64_t park_version;  /* parked: the topology version its node refused it under */
     uint8_t failover;       /* may be retried on the gutter pool if its node fails it
                              * (failover.h): FAILOVER_NONE, _UNSENT or _ANY */
     uint64_t qstart;        /* where its bytes start in its connection's output stream: it

@@ -41,6 +41,15 @@ void route_flush_ns(struct client *c, const struct proto_req *req, const char *l
  * under text noreply) and returns false: the caller sends nothing. */
 bool route_line_fits(struct client *c, const struct proto_req *req, size_t nline);
 
+/* Same rule, for a line the router sends of its own accord (nothing is answered). */
+bool route_line_fits_quiet(struct rworker *w, size_t nline);
+
+/* Where a request for `key` goes now (the owner, the slot's replica for a read while the owner
+ * is down, the gutter pool's node; *gutter, *held as route.c's route_node says): for a request
+ * sent again after its node answered that the slot moved (failover.c). */
+uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, bool write,
+                        bool *gutter, bool *held);
+
 /* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
  * figures): the namespace's pool, or the gutter pool when `gutter`. */
 void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,
