@@ -94,19 +94,30 @@ static void failover_send(struct rworker *w, struct frag *f, struct buf *out, st
     upnode_submit(gun, f);
 }
 
-/* Where a retry of `key` goes: the gutter pool's node (failover_gutter; *gutter true), or with
- * `moved` wherever the worker's table routes it now (route_key_node: its owner, the slot's
- * replica for a read while the owner is down, the gutter). NULL when nowhere can take it.
- * `from` NULL: the key's owner in the current table. */
+/* Where a retry of `key` goes: for a read or a delete of a copies-2 key, the slot's replica
+ * when this worker can read it (*replica; the owner failed, so it is as if it were down:
+ * route.c's rule), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
+ * wherever the worker's table routes it now (route_key_node: its owner, the replica, the
+ * gutter). NULL when nowhere can take it. `from` NULL: the key's owner in the current table. */
 static struct upnode *failover_dest(struct rworker *w, const struct upnode *from, const char *key,
-                                    size_t nkey, bool moved, bool write, bool *gutter)
+                                    size_t nkey, bool moved, enum route_use use, bool *gutter,
+                                    bool *replica)
 {
     *gutter = true;
+    *replica = false;
     if (from == NULL) from = w->map[topo_route(w->topo, key, nkey)];
-    if (!moved) return failover_gutter(w, from, key, nkey);
-    bool held;
-    struct upnode *un = w->map[route_key_node(w, key, nkey, write, gutter, &held)];
-    return held || !upnode_up(un) ? NULL : un;
+    if (moved) {
+        bool held;
+        struct upnode *un = w->map[route_key_node(w, key, nkey, use, gutter, &held, replica)];
+        return held || !upnode_up(un) ? NULL : un;
+    }
+    int64_t r = use == RU_WRITE ? -1 : topo_replica_route(w->topo, key, nkey);
+    if (r >= 0 && w->map[r] != from && outage_reads(w->map[r])) {
+        *gutter = false;
+        *replica = true;
+        return w->map[r];
+    }
+    return failover_gutter(w, from, key, nkey);
 }
 
 /* A request for one key. */
@@ -115,8 +126,12 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
 {
     const struct proto_req *req = &r->req;
     if (req->key == NULL || req->nkey == 0) return false;
-    bool write = proto_cmd_writes(req->cmd), gutter;
-    struct upnode *gun = failover_dest(w, from, req->key, req->nkey, moved, write, &gutter);
+    if (from == NULL) from = w->map[topo_route(w->topo, req->key, req->nkey)]; /* parked */
+    bool write = proto_cmd_writes(req->cmd), gutter, replica;
+    bool del = req->cmd == CMD_DELETE || req->cmd == CMD_MD;
+    struct upnode *gun = failover_dest(w, from, req->key, req->nkey, moved,
+                                       del ? RU_DELETE : write ? RU_WRITE : RU_READ, &gutter,
+                                       &replica);
     if (gun == NULL) return false;
     struct ledit_ttl e;
     int n = gutter ? ledit_ttl(req, r->line, r->nline,
@@ -143,6 +158,8 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
     }
     if (moved) w->m.moved_retries++;
     else w->m.gutter_retries++;
+    if (replica && !write) w->m.replica_reads++;
+    if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
     failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter);
     return true;
@@ -208,9 +225,10 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
     const char *kp = req->keys, *key;
     uint8_t nk;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        bool gutter;
-        struct upnode *gun = failover_dest(w, from, key, nk, moved, false, &gutter);
+        bool gutter, replica;
+        struct upnode *gun = failover_dest(w, from, key, nk, moved, RU_READ, &gutter, &replica);
         if (gun == NULL) goto out;
+        if (replica) w->m.replica_reads++;
         int64_t ttl = 0;
         if (gat && (!gutter || !policy_ttl_capped(topo_namespace(w->topo, key, nk),
                                                   w->topo->gutter_ttl, req->exptime, now, &ttl)))
@@ -293,9 +311,8 @@ bool failover_retry(struct upnode *from, struct frag *f, bool sent)
 {
     struct rworker *w = from->w;
     if (f->failover == FAILOVER_NONE || f->rq == NULL || f->probe ||
-        (sent && f->failover != FAILOVER_ANY) || !worker_topology_ready(w) ||
-        w->topo->gutter_pool < 0)
-        return false;
+        (sent && f->failover != FAILOVER_ANY) || !worker_topology_ready(w))
+        return false; /* with no gutter pool, only a slot's replica can take it */
     struct failover_req r;
     if (!failover_parse(w, f, &r)) return false;
     switch (r.req.cmd) {
@@ -343,7 +360,7 @@ static bool failover_resend(struct rworker *w, struct frag *f, bool newer)
 {
     struct failover_req r;
     if (!worker_topology_ready(w) || !failover_parse(w, f, &r)) return false;
-    if (!newer && (f->failover == FAILOVER_NONE || w->topo->gutter_pool < 0)) return false;
+    if (!newer && f->failover == FAILOVER_NONE) return false;
     w->inflight++; /* a parked fragment is not counted; the send paths count it down first */
     bool ok;
     switch (r.req.cmd) {

@@ -24,9 +24,6 @@
 #include "router/warm.h"
 #include "router/worker.h"
 
-/* What a request does to its key, for route_node. */
-enum route_use { RU_READ, RU_WRITE, RU_DELETE };
-
 /* The node a key's request goes to: its owner, or, while the owner is marked down or back from
  * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for a read or a
  * delete of a key of a copies-2 namespace the slot's replica when this worker can read it
@@ -63,11 +60,10 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum
     return (uint32_t)g;
 }
 
-uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, bool write,
-                        bool *gutter, bool *held)
+uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
+                        bool *gutter, bool *held, bool *replica)
 {
-    bool replica;
-    return route_node(w, key, nkey, write ? RU_WRITE : RU_READ, gutter, held, &replica, NULL);
+    return route_node(w, key, nkey, use, gutter, held, replica, NULL);
 }
 
 /* The TTL edits the key's namespace asks for (lineedit.h), counted in ttl_rewrites. `cap`,
@@ -199,8 +195,8 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
  * rule sends it to the gutter pool, which may hold a copy written during the outage and is read
  * when the replica goes too, so it goes there as well, as the router's own request (the
  * client's answer is the replica's; the gutter's is read and dropped). */
-static void route_gutter_delete(struct rworker *w, const struct proto_req *req,
-                                const char *line, size_t len)
+void route_gutter_delete(struct rworker *w, const struct proto_req *req, const char *line,
+                         size_t len)
 {
     int64_t g = topo_gutter_route(w->topo, req->key, req->nkey);
     if (g < 0 || !upnode_up(w->map[g])) return;
@@ -288,10 +284,10 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     }
     if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0) goto oom;
     /* to the owner of a sharded pool's key: retried on the gutter if the owner fails it */
-    if (!gutter && !held && !rq->warm_mg && w->topo->gutter_pool >= 0 &&
+    f->movable = route_movable(w, req->key, req->nkey, gutter);
+    if (!gutter && !held && !rq->warm_mg && (w->topo->gutter_pool >= 0 || f->movable) &&
         !topo_pool_of(w->topo, req->key, req->nkey)->replicated && !(d->replica && write))
         f->failover = failover_kind(req);
-    f->movable = route_movable(w, req->key, req->nkey, gutter);
     client_enqueue(c, rq);
     upnode_submit(un, f);
     return;
@@ -413,7 +409,9 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             }
             route_tag(w->topo, f, key, nk, gutter); /* by the fragment's first key */
             f->held = held;
-            if (!warm && w->topo->gutter_pool >= 0) f->failover = FAILOVER_ANY; /* see below */
+            if (!warm && (w->topo->gutter_pool >= 0 || route_movable(w, key, nk, gutter)))
+                f->failover = FAILOVER_ANY; /* see below */
+            f->movable = !warm && route_movable(w, key, nk, gutter);
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;
