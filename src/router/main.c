@@ -6,6 +6,7 @@
  * the topology file and swaps it in while requests flow (an invalid or not-newer document is
  * logged and the running one kept); SIGINT/SIGTERM stop in reverse order. */
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
     worker_teardown(&router);
     close(router.listen_fd);
     topo_registry_teardown(&router.topo);
+    json_decref(router.applied_doc);
     nodestats_teardown(&router.nodes);
     scopestats_teardown(&router.scopes);
     options_release();
