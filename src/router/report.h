@@ -3,7 +3,8 @@
  *
  * A thread of its own (never a worker: an HTTP request blocks) POSTs `URL/v1/reports`
  * {"router": <its follower id: --client-id or the host name>, "nodes": {"host:port": "up" |
- * "down", ...}} listing every node of the topology's non-gutter pools that a worker has used
+ * "down", ...}} listing every node of the topology's non-gutter pools that a worker has sent a
+ * request to (a router that never talks to a node has no word on it)
  * (the workers' shared mark-down state, failover.h: "down" while marked down), every
  * --report-ms and at once when a node is marked down or up. It watches router.health_gen, which
  * every mark-down and mark-up bumps, every 10 ms. A control plane that answers 404 (one without
