@@ -158,6 +158,60 @@ def test_dead_primarys_keys_are_read_from_the_replica(trio, control, follower):
     restart_server(a)
 
 
+def test_primary_killed_under_pipelined_load_costs_readers_no_error_and_no_miss(trio, control,
+                                                                               follower):
+    """Four clients pipelining multi-gets of every node's keys while A is killed with SIGKILL
+    and then promoted over: every reply is every value (the requests in flight on A, and those
+    before it is marked down, are retried on the replica)."""
+    a, b, c, g, owners = trio
+    keys = {f"L{i}": sizes(i) for i in range(90)}
+    mine = {k: v for k, v in keys.items() if range_of(k) == 0}
+    router, admin = follower(control.url, "--timeout-ms", "300", "--retry-ms", "50",
+                             "--probe-ms", "100")
+    r = router.raw()
+    for k, v in keys.items():
+        assert r.store("set", k, v) == "STORED"
+    seed(b, mine)
+    names = list(keys)
+    want = [(k, 0, keys[k], None) for k in names]
+    stop = threading.Event()
+    bad, rounds = [], [0]
+
+    def reader(i):
+        with McRaw("127.0.0.1", router.port, timeout=10) as cl:
+            while not stop.is_set():
+                batch = names[i::4]
+                for _ in range(4):
+                    cl.send(f"get {' '.join(batch)}\r\n".encode())
+                for _ in range(4):
+                    try:
+                        got = cl.read_get_reply()
+                    except AssertionError as e:
+                        bad.append(str(e))
+                        return
+                    if got != [w for w in want if w[0] in batch]:
+                        bad.append(f"{len(got)} of {len(batch)} values")
+                rounds[0] += 1
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: rounds[0] >= 8, message="readers running")
+    a.proc.kill()
+    a.proc.wait()
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="the dead primary marked down")
+    n = rounds[0]
+    wait_until(lambda: rounds[0] >= n + 8, message="reads going on")
+    control.publish(doc(2, [a, b, c], [(b, c), (b, c), (c, b)], gutter=g))
+    n = rounds[0]
+    wait_until(lambda: rounds[0] >= n + 8, message="reads going on after the promotion")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not bad, bad[:5]
+    restart_server(a)
+
+
 def test_delete_of_a_dead_primarys_key_reaches_the_replica_and_the_gutter(trio, control,
                                                                          follower):
     a, b, c, g, _ = trio
