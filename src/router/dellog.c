@@ -102,34 +102,59 @@ void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, 
     pthread_mutex_unlock(&r->promo_lock);
 }
 
+#define DELLOG_BATCH 256 /* deletes per batch to one node, as the invalidator's default */
+
 struct replay_ctx {
     struct rworker *w;
     const uint8_t *slots;
     uint64_t sent, skipped;
+    struct frag **open;   /* per node of the table (w->nmap): its batch being filled */
+    uint32_t *nopen;      /* ...and how many deletes it holds */
 };
 
-/* One logged delete: to its owner in the worker's table when its slot was promoted. */
+/* Send node i's open batch: its deletes, then the mn that ends the reply. */
+static void replay_flush(struct replay_ctx *x, uint32_t i)
+{
+    struct frag *f = x->open[i];
+    if (f == NULL) return;
+    x->open[i] = NULL;
+    x->nopen[i] = 0;
+    if (buf_append(&f->out, "mn\r\n", 4) < 0) {
+        frag_destroy(f);
+        x->w->m.out_of_memory++;
+        return;
+    }
+    f->quiet_batch = true;
+    upnode_submit(x->w->map[i], f);
+}
+
+/* One logged delete: into a batch for its owner in the worker's table when its slot was
+ * promoted (`md <key> q` lines closed by `mn`, as the invalidator delivers them: the node
+ * answers only NF and errors, and the batch goes in one write). */
 static void replay_one(void *arg, uint16_t slot, const char *key, size_t nkey)
 {
     struct replay_ctx *x = arg;
     struct rworker *w = x->w;
     if (!(x->slots[slot / 8] & (1u << (slot % 8)))) return;
-    struct upnode *un = w->map[topo_route(w->topo, key, nkey)];
-    if (!upnode_up(un)) { /* its repair covers it, if it ever comes back */
+    uint32_t i = topo_route(w->topo, key, nkey);
+    if (!upnode_up(w->map[i])) { /* its repair covers it, if it ever comes back */
         x->skipped++;
         return;
     }
-    struct frag *f = frag_create(NULL, 0);
-    if (f == NULL || repairlog_delete_line(&f->out, key, nkey) < 0) {
-        if (f) frag_destroy(f);
+    struct frag *f = x->open[i];
+    if (f == NULL && (f = x->open[i] = frag_create(NULL, 0)) != NULL)
+        route_tag(w->topo, f, key, nkey, false);
+    size_t mark = f ? f->out.len : 0;
+    if (f == NULL || repairlog_delete_line(&f->out, key, nkey) < 0 ||
+        (f->out.len -= 2, buf_append(&f->out, " q\r\n", 4)) < 0) {
+        if (f) f->out.len = mark; /* the batch keeps its whole lines */
         w->m.out_of_memory++;
         x->skipped++;
         return;
     }
-    route_tag(w->topo, f, key, nkey, false);
     w->m.replayed_deletes++;
     x->sent++;
-    upnode_submit(un, f);
+    if (++x->nopen[i] >= DELLOG_BATCH) replay_flush(x, i);
 }
 
 void dellog_sync(struct rworker *w)
@@ -157,9 +182,18 @@ void dellog_sync(struct rworker *w)
     w->promo_seen = seq;
     if (!any) return;
     for (size_t i = 0; i < sizeof slots; i++) nslots += (uint64_t)__builtin_popcount(slots[i]);
-    struct replay_ctx x = {w, slots, 0, 0};
+    struct replay_ctx x = {w, slots, 0, 0, calloc(w->nmap, sizeof *x.open),
+                           calloc(w->nmap, sizeof *x.nopen)};
     uint64_t window = r->cfg.replay_window_s * 1000;
-    if (window) dellog_each(&w->dellog, w->now_ms > window ? w->now_ms - window : 0, replay_one, &x);
+    if (x.open == NULL || x.nopen == NULL) {
+        w->m.out_of_memory++;
+        log_error("worker %d: out of memory replaying recent deletes after a promotion", w->id);
+    } else if (window) {
+        dellog_each(&w->dellog, w->now_ms > window ? w->now_ms - window : 0, replay_one, &x);
+        for (uint32_t i = 0; i < w->nmap; i++) replay_flush(&x, i);
+    }
+    free(x.open);
+    free(x.nopen);
     log_notice("worker %d: topology version %llu promoted %llu slots: %llu recent deletes (last "
                "%llu s) sent again to their new primaries%s", w->id, (unsigned long long)version,
                (unsigned long long)nslots, (unsigned long long)x.sent,

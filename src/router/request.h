@@ -45,6 +45,8 @@ struct frag {
     bool overflow;          /* RQ_STATS: its reply grew past STATSMERGE_REPLY_MAX; failed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */
+    bool quiet_batch;       /* the router's batch of `md <key> q` lines closed by `mn` (dellog.c):
+                             * its reply is a list (RLIST_QUIET) */
     bool quiet_mn;          /* a quiet ma sent with its q and an mn behind it (frag_quiet_mn):
                              * its reply is the node's answer, if any, then MN */
     bool hidden;            /* ...and the node answered only MN: q hid a hit. Its reply is an

@@ -352,6 +352,7 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     f->qstart = uc->queued;
     uc->queued += buf_used(&f->out);
     reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
+    if (f->quiet_batch) f->want.list = RLIST_QUIET;
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
     /* a request that may be retried keeps its bytes until answered; one too large to keep
      * (window x value size) gives its value back now and is no longer retried */

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "router/dellog.h"
+#include "router/replyframe.h"
 #include "router/topo.h"
 
 struct seen {
@@ -111,12 +112,31 @@ static void test_slot_map_replicas_and_copies(void **state)
     topo_destroy(&t);
 }
 
+/* The reply to a replay batch (`md k q` lines and `mn`): NF and error lines, then MN. */
+static void test_quiet_batch_reply_frames(void **state)
+{
+    struct reply_want w;
+    const char req[] = "md a q\r\nmd b q\r\nmn\r\n";
+    reply_want_of(&w, req, sizeof req - 1);
+    w.list = RLIST_QUIET;
+    size_t len;
+    assert_int_equal(reply_list_line(&w, "MN\r\n", 4, true, &len), RLL_END);
+    assert_int_equal(len, 4);
+    assert_int_equal(reply_list_line(&w, "NF\r\nMN\r\n", 8, true, &len), RLL_ITEM);
+    assert_int_equal(reply_list_line(&w, "SERVER_ERROR x\r\n", 16, false, &len), RLL_ITEM);
+    assert_int_equal(reply_list_line(&w, "HD\r\n", 4, true, &len), RLL_BAD);
+    assert_int_equal(reply_list_line(&w, "MN", 2, true, &len), RLL_MORE);
+    assert_int_equal(reply_check_want(&w, req, "NF\r\nCLIENT_ERROR bad\r\nMN\r\n", 26), RFIT_OK);
+    assert_int_equal(reply_check_want(&w, req, "NF\r\nEND\r\n", 9), RFIT_BAD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_keeps_the_newest_in_order),
         cmocka_unit_test(test_mixed_key_sizes_wrap),
         cmocka_unit_test(test_slot_map_replicas_and_copies),
+        cmocka_unit_test(test_quiet_batch_reply_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
