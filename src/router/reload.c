@@ -26,8 +26,8 @@ void router_topology_refused(struct router *r, const char *origin, const char *e
         log_error("topology reload failed, keeping version %llu: %s", v, err);
 }
 
-/* The document in use, parsed, for promote_diff (under apply_lock): kept from the last apply,
- * or parsed from the table in use the first time. */
+/* The document in use, parsed, for promote_diff (under apply_lock): kept from the last apply
+ * when it has replicas, else parsed from the table in use. */
 static json_t *applied_doc(struct router *r)
 {
     if (r->applied_doc == NULL) {
@@ -47,7 +47,14 @@ int router_apply_topology(struct router *r, struct topo *t, const char *origin, 
     unsigned long long version = t->version;
     unsigned nnodes = t->nnodes, npools = t->npools, nns = t->nns;
     pthread_mutex_lock(&r->apply_lock);
-    json_t *old = applied_doc(r), *now = t->doc ? json_loads(t->doc, 0, NULL) : NULL;
+    /* only a table with replicas can have its slots promoted: without, nothing is parsed or
+     * kept (a document of 10,000 namespaces is megabytes of JSON tree) */
+    pthread_mutex_lock(&r->topo.lock);
+    bool old_replicas = topo_has_replicas(topo_current(&r->topo));
+    pthread_mutex_unlock(&r->topo.lock);
+    bool new_replicas = topo_has_replicas(t);
+    json_t *old = old_replicas ? applied_doc(r) : NULL;
+    json_t *now = old && t->doc ? json_loads(t->doc, 0, NULL) : NULL;
     uint16_t *promoted = malloc(SLOT_COUNT * sizeof *promoted);
     size_t npromoted = promoted && old && now ? promote_diff(old, now, NULL, promoted) : 0;
     if (topo_publish(&r->topo, t, err, errlen) < 0) {
@@ -58,7 +65,8 @@ int router_apply_topology(struct router *r, struct topo *t, const char *origin, 
         return -1;
     }
     json_decref(r->applied_doc);
-    r->applied_doc = now;
+    r->applied_doc = new_replicas ? now : NULL; /* else parsed again when needed */
+    if (!new_replicas) json_decref(now);
     if (npromoted) dellog_promoted(r, version, promoted, npromoted);
     pthread_mutex_unlock(&r->apply_lock);
     free(promoted);

@@ -14,13 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "router/dellog.h"
 #include "router/failover.h"
 #include "router/lineedit.h"
 #include "router/outage.h"
 #include "router/policy.h"
 #include "router/replica.h"
 #include "router/upstream.h"
-#include "router/dellog.h"
 #include "router/warm.h"
 #include "router/worker.h"
 
