@@ -212,6 +212,27 @@ def test_primary_killed_under_pipelined_load_costs_readers_no_error_and_no_miss(
     restart_server(a)
 
 
+def test_keys_of_a_one_copy_namespace_go_to_the_gutter_not_the_replica(start_server, control,
+                                                                      follower):
+    """Only copies-2 namespaces are replicated: the replica of a slot has no copy of a copies-1
+    key, so while its primary is down that key is the gutter's, as before."""
+    a, b, c, g = (start_server() for _ in range(4))
+    d = doc(1, [a, b, c], [(a, b), (b, c), (c, a)], gutter=g)
+    d["namespaces"]["one"] = {"pool": "main", "copies": 1}
+    control.publish(d)
+    two = next(k for k in (f"t{i}" for i in range(100)) if range_of(k) == 0)
+    one = next(k for k in (f"one:t{i}" for i in range(100)) if range_of(k) == 0)
+    seed(b, {two: b"replica", one: b"replica"})
+    seed(g, {two: b"gutter", one: b"gutter"})
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    a.proc.kill()
+    a.proc.wait()
+    assert r.get(two) == [(two, 0, b"replica", None)]
+    assert r.get(one) == [(one, 0, b"gutter", None)]
+    restart_server(a)
+
+
 def test_delete_of_a_dead_primarys_key_reaches_the_replica_and_the_gutter(trio, control,
                                                                          follower):
     a, b, c, g, _ = trio
