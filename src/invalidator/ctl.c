@@ -12,7 +12,12 @@
  * and only then adds new tables to the publication, so no change of a table PostgreSQL starts
  * sending can be decoded with the map before. An entry that fails (no such table or column, an
  * identity it may not change) is left out and logged, and the whole build is tried again every
- * CTL_RETRY_MS until it passes. */
+ * CTL_RETRY_MS until it passes.
+ *
+ * Promotions (FAILOVER.md C1, C6): the follower keeps the last document it took; when a newer
+ * one makes a slot's replica its primary (promote_diff), the recent deletes of those slots are
+ * sent again to every cluster (deliver_replay over the replay window), since asynchronous
+ * replication may have lost some of them on the way to the new primary. */
 #include "invalidator/ctl.h"
 
 #include <pthread.h>
@@ -28,7 +33,10 @@
 #include "common/follow.h"
 #include "common/log.h"
 #include "common/nsfields.h"
+#include "common/promote.h"
+#include "common/slot.h"
 #include "common/template.h"
+#include "invalidator/deliver.h"
 #include "invalidator/invalidator.h"
 #include "invalidator/setup.h"
 
@@ -47,6 +55,7 @@ struct inv_ctl {
     _Atomic uint64_t taken; /* newest topology version taken from the control plane */
     char id[200];
     char last_refused[2048]; /* the applier's: refusals last logged */
+    json_t *last_doc;      /* the follower's: the last document taken (promotions) */
 };
 
 static uint64_t ctl_version(void *ctx)
@@ -71,6 +80,32 @@ static void ctl_refused(void *ctx, const char *err)
     log_error("topology from the control plane refused, keeping the key templates of version "
               "%llu: %s",
               (unsigned long long)atomic_load(&c->taken), err);
+}
+
+/* The follower took `root` after the previous document: replay the recent deletes of the
+ * slots it promoted, to every cluster, and keep it for the next comparison. */
+static void ctl_promotions(struct inv_ctl *c, json_t *root, uint64_t version)
+{
+    if (c->last_doc && c->inv->d) {
+        uint16_t *slots = malloc(SLOT_COUNT * sizeof *slots);
+        size_t n = slots ? promote_diff(c->last_doc, root, NULL, slots) : 0;
+        if (n > 0) {
+            char err[256];
+            long q = deliver_replay(c->inv->d, NULL, slots, n, c->inv->opt.replay_window, err,
+                                    sizeof err);
+            if (q < 0)
+                log_error("topology version %llu promoted %zu slots; replay failed: %s",
+                          (unsigned long long)version, n, err);
+            else
+                log_notice("topology version %llu promoted %zu slots: %ld recent deletes "
+                           "(last %llu s) sent again to every cluster",
+                           (unsigned long long)version, n, q,
+                           (unsigned long long)c->inv->opt.replay_window);
+        }
+        free(slots);
+    }
+    json_decref(c->last_doc);
+    c->last_doc = json_incref(root);
 }
 
 /* A document: its namespaces' templates as [{"ns", "table", "keys"}], to the applier. */
@@ -121,6 +156,7 @@ static enum follow_take ctl_take(void *ctx, const char *text, size_t len, uint64
     pthread_cond_signal(&c->cond);
     pthread_mutex_unlock(&c->lock);
     atomic_store(&c->taken, version);
+    ctl_promotions(c, root, version);
     rc = FOLLOW_APPLIED;
 out:
     json_decref(entries);
@@ -363,6 +399,7 @@ void inv_ctl_stop(struct inv_ctl **pc)
         pthread_join(c->th, NULL);
     }
     json_decref(c->want);
+    json_decref(c->last_doc);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);

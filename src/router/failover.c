@@ -2,11 +2,13 @@
  * state the workers share (see failover.h). */
 #include "router/failover.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "router/lineedit.h"
+#include "router/outage.h"
 #include "router/policy.h"
 #include "router/replica.h"
 #include "router/route.h"
@@ -77,9 +79,10 @@ static int32_t failover_ns(const struct rworker *w, const char *key, size_t nkey
     return (int32_t)(topo_namespace(w->topo, key, nkey) - w->topo->ns);
 }
 
-/* Send f, rebuilt for the gutter into `out` (taken), to `gun`, counted for namespace `ns`. */
+/* Send f, rebuilt for the gutter (or, moved, for wherever its key goes now) into `out`
+ * (taken), to `gun`, counted for namespace `ns`. */
 static void failover_send(struct rworker *w, struct frag *f, struct buf *out, struct upnode *gun,
-                          int32_t ns)
+                          int32_t ns, bool gutter)
 {
     buf_release(&f->out);
     f->out = *out;
@@ -87,21 +90,54 @@ static void failover_send(struct rworker *w, struct frag *f, struct buf *out, st
     f->failover = FAILOVER_NONE; /* once */
     f->held = false;
     f->ns = ns;
-    f->pool = w->topo->gutter_pool;
+    f->pool = gutter ? w->topo->gutter_pool : (int32_t)w->topo->ns[ns].pool;
     upnode_submit(gun, f);
+}
+
+/* Where a retry of `key` goes: for a read or a delete of a copies-2 key, the slot's replica
+ * when this worker can read it (*replica; the owner failed, so it is as if it were down:
+ * route.c's rule), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
+ * wherever the worker's table routes it now (route_key_node: its owner, the replica, the
+ * gutter). NULL when nowhere can take it. `from` NULL: the key's owner in the current table. */
+static struct upnode *failover_dest(struct rworker *w, const struct upnode *from, const char *key,
+                                    size_t nkey, bool moved, enum route_use use, bool *gutter,
+                                    bool *replica)
+{
+    *gutter = true;
+    *replica = false;
+    if (from == NULL) from = w->map[topo_route(w->topo, key, nkey)];
+    if (moved) {
+        bool held;
+        struct upnode *un = w->map[route_key_node(w, key, nkey, use, gutter, &held, replica)];
+        return held || !upnode_up(un) ? NULL : un;
+    }
+    int64_t r = use == RU_WRITE ? -1 : topo_replica_route(w->topo, key, nkey);
+    if (r >= 0 && w->map[r] != from && outage_reads(w->map[r])) {
+        *gutter = false;
+        *replica = true;
+        return w->map[r];
+    }
+    return failover_gutter(w, from, key, nkey);
 }
 
 /* A request for one key. */
 static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f, bool sent,
-                         struct failover_req *r)
+                         struct failover_req *r, bool moved)
 {
     const struct proto_req *req = &r->req;
     if (req->key == NULL || req->nkey == 0) return false;
-    struct upnode *gun = failover_gutter(w, from, req->key, req->nkey);
+    if (from == NULL) from = w->map[topo_route(w->topo, req->key, req->nkey)]; /* parked */
+    bool write = proto_cmd_writes(req->cmd), gutter, replica;
+    bool del = req->cmd == CMD_DELETE || req->cmd == CMD_MD;
+    struct upnode *gun = failover_dest(w, from, req->key, req->nkey, moved,
+                                       del ? RU_DELETE : write ? RU_WRITE : RU_READ, &gutter,
+                                       &replica);
     if (gun == NULL) return false;
     struct ledit_ttl e;
-    int n = ledit_ttl(req, r->line, r->nline, topo_namespace(w->topo, req->key, req->nkey),
-                      w->topo->gutter_ttl, (int64_t)time(NULL), &e);
+    int n = gutter ? ledit_ttl(req, r->line, r->nline,
+                               topo_namespace(w->topo, req->key, req->nkey),
+                               w->topo->gutter_ttl, (int64_t)time(NULL), &e)
+                   : 0; /* the line's TTL already follows the namespace's rules */
     struct buf out;
     buf_init(&out);
     if (ledit_copy(&out, r->line, r->nline, req, false, NULL, e.cut, n) < 0 ||
@@ -109,15 +145,23 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
         buf_release(&out);
         return false;
     }
-    if (proto_cmd_writes(req->cmd)) {
-        /* logged here, for the owner: the gutter's answer is not the owner's */
-        replica_log(from, req->key, req->nkey, sent);
+    if (write) {
         replica_write_free(f->repl);
         f->repl = NULL;
+        struct upnode *owner = w->map[topo_route(w->topo, req->key, req->nkey)];
+        if (!moved) { /* logged here, for the owner: the gutter's answer is not the owner's */
+            replica_log(from, req->key, req->nkey, sent);
+        } else if (outage_write(f, owner, gun, req->key, req->nkey) < 0) {
+            buf_release(&out);
+            return false;
+        }
     }
-    w->m.gutter_retries++;
+    if (moved) w->m.moved_retries++;
+    else w->m.gutter_retries++;
+    if (replica && !write) w->m.replica_reads++;
+    if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
-    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey));
+    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter);
     return true;
 }
 
@@ -155,7 +199,7 @@ static int failover_to_multiget(struct rreq *rq, struct frag *f, const struct pr
  * splits a get over nodes: f takes the first group's keys, new fragments of the same request
  * the others, and the request's keys are re-assigned, so the merge keeps the client's order. */
 static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
-                         struct failover_req *r)
+                         struct failover_req *r, bool moved)
 {
     const struct proto_req *req = &r->req;
     struct rreq *rq = f->rq;
@@ -168,6 +212,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
         struct upnode *gun;
         int64_t ttl;
         int32_t ns; /* its first key's namespace */
+        bool gutter;
         struct frag *f;
         struct buf out;
     } *groups;
@@ -180,11 +225,13 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
     const char *kp = req->keys, *key;
     uint8_t nk;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
-        struct upnode *gun = failover_gutter(w, from, key, nk);
+        bool gutter, replica;
+        struct upnode *gun = failover_dest(w, from, key, nk, moved, RU_READ, &gutter, &replica);
         if (gun == NULL) goto out;
+        if (replica) w->m.replica_reads++;
         int64_t ttl = 0;
-        if (gat && !policy_ttl_capped(topo_namespace(w->topo, key, nk), w->topo->gutter_ttl,
-                                      req->exptime, now, &ttl))
+        if (gat && (!gutter || !policy_ttl_capped(topo_namespace(w->topo, key, nk),
+                                                  w->topo->gutter_ttl, req->exptime, now, &ttl)))
             ttl = req->exptime;
         uint32_t g = 0;
         while (g < ngroups && (groups[g].gun != gun || groups[g].ttl != ttl)) g++;
@@ -195,7 +242,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
                 groups = more;
                 cap *= 2;
             }
-            groups[g] = (struct group){gun, ttl, failover_ns(w, key, nk), NULL, {0}};
+            groups[g] = (struct group){gun, ttl, failover_ns(w, key, nk), gutter, NULL, {0}};
             buf_init(&groups[g].out);
             ngroups++;
             if ((gat ? buf_printf(&groups[g].out, "%s %lld", verb, (long long)ttl)
@@ -245,11 +292,13 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
         rq->pending = (uint16_t)(rq->pending + ngroups - 1);
     }
     groups[0].f = f;
-    w->m.gutter_retries++;
+    if (moved) w->m.moved_retries++;
+    else w->m.gutter_retries++;
     w->inflight--; /* upnode_submit counts each fragment again */
     /* the last submission may complete the request: nothing of it is read after */
     for (uint32_t g = 0; g < ngroups; g++)
-        failover_send(w, groups[g].f, &groups[g].out, groups[g].gun, groups[g].ns);
+        failover_send(w, groups[g].f, &groups[g].out, groups[g].gun, groups[g].ns,
+                      groups[g].gutter);
     ok = true;
 out:
     for (uint32_t g = 0; groups && g < ngroups; g++) buf_release(&groups[g].out);
@@ -262,17 +311,105 @@ bool failover_retry(struct upnode *from, struct frag *f, bool sent)
 {
     struct rworker *w = from->w;
     if (f->failover == FAILOVER_NONE || f->rq == NULL || f->probe ||
-        (sent && f->failover != FAILOVER_ANY) || !worker_topology_ready(w) ||
-        w->topo->gutter_pool < 0)
-        return false;
+        (sent && f->failover != FAILOVER_ANY) || !worker_topology_ready(w))
+        return false; /* with no gutter pool, only a slot's replica can take it */
     struct failover_req r;
     if (!failover_parse(w, f, &r)) return false;
     switch (r.req.cmd) {
     case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
-        return failover_get(w, from, f, &r);
+        return failover_get(w, from, f, &r, false);
     default:
-        return failover_one(w, from, f, sent, &r);
+        return failover_one(w, from, f, sent, &r, false);
     }
+}
+
+bool failover_is_moved(const char *reply, size_t n)
+{
+    static const char *const moved[] = {"SERVER_ERROR slot lease expired",
+                                        "SERVER_ERROR slot moving"};
+    for (size_t i = 0; i < sizeof moved / sizeof moved[0]; i++) {
+        size_t k = strlen(moved[i]);
+        if (n > k && !memcmp(reply, moved[i], k) && (reply[k] == '\r' || reply[k] == ' '))
+            return true;
+    }
+    return false;
+}
+
+bool failover_park(struct upnode *from, struct frag *f, const char *reply, size_t n)
+{
+    struct rworker *w = from->w;
+    if (w->r->cfg.moved_wait_ms == 0 || f->rq == NULL || f->probe) return false;
+    buf_release(&f->reply);
+    if (buf_append(&f->reply, reply, n) < 0) return false; /* kept for the fallback */
+    f->moved = true;
+    f->deadline_ms = w->now_ms + w->r->cfg.moved_wait_ms;
+    /* the node refused it: nothing is pending there for the repair logic */
+    replica_write_free(f->repl);
+    f->repl = NULL;
+    f->next = NULL;
+    if (w->parked_tail) w->parked_tail->next = f;
+    else w->parked = f;
+    w->parked_tail = f;
+    return true;
+}
+
+/* A parked fragment leaves: to where its key goes now (`newer`: the worker's table is newer
+ * than the one it was sent under), or to the gutter pool as for a node down. False: it cannot
+ * go anywhere; the caller answers it. */
+static bool failover_resend(struct rworker *w, struct frag *f, bool newer)
+{
+    struct failover_req r;
+    if (!worker_topology_ready(w) || !failover_parse(w, f, &r)) return false;
+    if (!newer && f->failover == FAILOVER_NONE) return false;
+    w->inflight++; /* a parked fragment is not counted; the send paths count it down first */
+    bool ok;
+    switch (r.req.cmd) {
+    case CMD_GET: case CMD_GETS: case CMD_GAT: case CMD_GATS:
+        ok = failover_get(w, NULL, f, &r, newer);
+        break;
+    default:
+        ok = failover_one(w, NULL, f, false, &r, newer);
+        break;
+    }
+    if (!ok) w->inflight--;
+    return ok;
+}
+
+void failover_unpark(struct rworker *w, bool expired)
+{
+    struct frag *list = w->parked, *next;
+    w->parked = w->parked_tail = NULL;
+    for (struct frag *f = list; f; f = next) {
+        next = f->next;
+        f->next = NULL;
+        if (f->rq == NULL) { /* its client has gone */
+            frag_destroy(f);
+            continue;
+        }
+        bool newer = worker_topology_ready(w) && w->topo->version > f->park_version;
+        if (!newer && !(expired && w->now_ms >= f->deadline_ms)) {
+            if (w->parked_tail) w->parked_tail->next = f;
+            else w->parked = f;
+            w->parked_tail = f;
+            continue;
+        }
+        char reply[256];
+        size_t n = buf_used(&f->reply) < sizeof reply ? buf_used(&f->reply) : 0;
+        memcpy(reply, buf_start(&f->reply), n);
+        buf_release(&f->reply);
+        if (failover_resend(w, f, newer)) continue;
+        if (n == 0) n = (size_t)snprintf(reply, sizeof reply, "SERVER_ERROR slot moved\r\n");
+        frag_complete(f, reply, n, false); /* the node's own answer, as it came */
+    }
+}
+
+void failover_unpark_all(struct rworker *w)
+{
+    for (struct frag *f = w->parked, *next; f; f = next) {
+        next = f->next;
+        frag_destroy(f); /* its client was destroyed first, which orphaned it */
+    }
+    w->parked = w->parked_tail = NULL;
 }
 
 void failover_publish(struct upnode *un, bool down)

@@ -75,4 +75,25 @@ void failover_publish(struct upnode *un, bool down);
  * (cheap when none: one atomic load). At the start of a batch, before any request is routed. */
 void failover_sync(struct rworker *w);
 
+/* Moved-retry (FAILOVER.md C6). A node answers `SERVER_ERROR slot lease expired` (its lease on
+ * the slot ran out: a replica may be promoted over it) or `SERVER_ERROR slot moving` (a planned
+ * handoff) for a key whose slot it no longer may serve. That is a routing failure, not the
+ * request's answer: a fragment routed to a node of a pool with replicas (frag.movable) that
+ * gets it is parked in its worker (never blocking it) until the worker adopts a newer topology,
+ * then sent once more to where that table routes its key(s) (the new owner; the replica or the
+ * gutter if the owner is down there), counted in moved_retries. When none comes within
+ * --moved-wait-ms, it falls back as for a node marked down: to the gutter pool when it may go
+ * there (any request: the node refused it, so it was not applied), else the client gets the
+ * node's error. A second refusal after the resend is passed to the client. */
+bool failover_is_moved(const char *reply, size_t n);
+/* f got such a reply from `from` (taken out of its queues and counted as answered): park it.
+ * False when it cannot be (no --moved-wait-ms, its client has gone): the caller completes it
+ * with the reply. */
+bool failover_park(struct upnode *from, struct frag *f, const char *reply, size_t n);
+/* Send again the parked fragments whose topology is now older than the worker's, and, with
+ * `expired`, fall back for those parked --moved-wait-ms (at the worker's tick). */
+void failover_unpark(struct rworker *w, bool expired);
+/* At the worker's exit, once its clients are destroyed: drop them all. */
+void failover_unpark_all(struct rworker *w);
+
 #endif

@@ -6,6 +6,7 @@
  * the topology file and swaps it in while requests flow (an invalid or not-newer document is
  * logged and the running one kept); SIGINT/SIGTERM stop in reverse order. */
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "common/options.h"
 #include "common/sigs.h"
 #include "router/follow.h"
+#include "router/report.h"
 #include "router/reload.h"
 #include "router/router.h"
 #include "router/router_admin.h"
@@ -109,6 +111,8 @@ int main(int argc, char **argv)
     membudget_setup_allocator();
     membudget_init(&router.budget, router.cfg.buffers_max);
     pthread_mutex_init(&router.reset_lock, NULL);
+    pthread_mutex_init(&router.promo_lock, NULL);
+    pthread_mutex_init(&router.apply_lock, NULL);
     connlist_init(&router.conns);
     if (worker_setup(&router, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-router: %s\n", err);
@@ -165,6 +169,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-router: %s\n", err);
         return 2;
     }
+    if (router.cfg.control && reporter_start(&router, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-router: %s\n", err);
+        return 2;
+    }
 
     for (;;) {
         int sig = 0;
@@ -176,12 +184,14 @@ int main(int argc, char **argv)
         log_notice("signal %d: shutting down", sig);
         break;
     }
+    reporter_stop(&router);
     follow_stop(router.follow); /* it publishes tables: before the workers go */
     admin_destroy(&admin);
     follow_free(&router.follow); /* the admin thread read its figures until admin_destroy */
     worker_teardown(&router);
     close(router.listen_fd);
     topo_registry_teardown(&router.topo);
+    json_decref(router.applied_doc);
     nodestats_teardown(&router.nodes);
     scopestats_teardown(&router.scopes);
     options_release();

@@ -69,6 +69,23 @@ bool nodestats_is_down(struct nodestats *s, const char *addr)
     return down;
 }
 
+int nodestats_state(struct nodestats *s, const char *addr)
+{
+    int state = -1;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->v[i]->addr, addr)) {
+            state = (int)(__atomic_load_n(&s->v[i]->health, __ATOMIC_ACQUIRE) & 1);
+            uint64_t sent = 0; /* a node no request went to: this router knows nothing of it */
+            for (size_t wi = 0; wi < s->nworkers; wi++)
+                sent += __atomic_load_n(&s->v[i]->slots[wi].requests, __ATOMIC_RELAXED);
+            if (state == 0 && sent == 0) state = -1;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    return state;
+}
+
 void nodestats_render(struct nodestats *s, struct buf *out)
 {
     static const struct {

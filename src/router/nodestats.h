@@ -44,6 +44,11 @@ struct nodestat *nodestats_get(struct nodestats *s, const char *addr);
 /* Whether any worker has the node at `addr` marked down (false for a node never used). Takes
  * the lock: for the admin thread. */
 bool nodestats_is_down(struct nodestats *s, const char *addr);
+/* The workers' shared mark-down state of the node at `addr` (its health epoch, failover.h): 1
+ * marked down, 0 up, -1 when no worker has sent it a request yet (this router has no word on
+ * it: its "up" would count against the routers that do, FAILOVER.md C4). Takes the lock: not
+ * for workers. */
+int nodestats_state(struct nodestats *s, const char *addr);
 /* Prometheus text for every node: shoal_router_node_{requests,errors,timeouts} counters,
  * shoal_router_node_down (workers that have it marked down) and the shoal_router_node_latency_us
  * summary (lathist_render). */

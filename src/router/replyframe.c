@@ -302,6 +302,11 @@ enum reply_lline reply_list_line(const struct reply_want *w, const char *p, size
     size_t ll = (size_t)(nl - p) + 1;
     bool crlf = ll >= 2 && nl[-1] == '\r';
     *len = ll;
+    if (w->list == RLIST_QUIET) { /* memcached's q hides md's HD, not its NF */
+        if (!crlf) return RLL_BAD;
+        if (line_is(p, ll, "MN")) return RLL_END;
+        return line_is(p, ll, "NF") || line_error(p, ll) ? RLL_ITEM : RLL_BAD;
+    }
     if (w->list == RLIST_NONE || w->list > RLIST_PREFIX) return RLL_BAD;
     const char *want = item[w->list];
     size_t k = strlen(want);

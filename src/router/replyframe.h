@@ -33,7 +33,10 @@ long reply_length(const char *p, size_t n, uint64_t max_value, uint64_t max_repl
  * `stats cachedump` (ITEM lines), `lru_crawler metadump` (key= lines, ended by a bare \n as
  * memcached sends them), `stats detail dump` (PREFIX lines). The router takes them line by
  * line (reply_list_line), so a dump of any size never has to be held whole. */
-enum reply_list { RLIST_NONE, RLIST_STAT, RLIST_ITEM, RLIST_KEY, RLIST_PREFIX };
+/* RLIST_QUIET: a batch of quiet meta deletes closed by `mn` that the router sends of its own
+ * accord (the recent-deletes replay, dellog.h): NF and error lines, ended by MN (set on the
+ * fragment, not taken from its line). */
+enum reply_list { RLIST_NONE, RLIST_STAT, RLIST_ITEM, RLIST_KEY, RLIST_PREFIX, RLIST_QUIET };
 
 /* What reply_list_line found at the start of a list reply's remaining bytes. */
 enum reply_lline {

@@ -45,6 +45,8 @@ struct frag {
     bool overflow;          /* RQ_STATS: its reply grew past STATSMERGE_REPLY_MAX; failed */
     bool held;              /* for a node back from an outage, not yet repaired (outage.h), and
                              * no gutter: fails at once like one for a node marked down */
+    bool quiet_batch;       /* the router's batch of `md <key> q` lines closed by `mn` (dellog.c):
+                             * its reply is a list (RLIST_QUIET) */
     bool quiet_mn;          /* a quiet ma sent with its q and an mn behind it (frag_quiet_mn):
                              * its reply is the node's answer, if any, then MN */
     bool hidden;            /* ...and the node answered only MN: q hid a hit. Its reply is an
@@ -52,6 +54,11 @@ struct frag {
                              * nothing */
     uint8_t stray;          /* sent on a connection standing in for its client's own: 1 + the
                              * own one's index (upstream.c); 0 when sent on its own */
+    bool movable;           /* may be sent again to its slot's new owner when its node answers
+                             * that the slot moved (failover.h, moved-retry); keeps its bytes
+                             * as a retryable one does */
+    bool moved;             /* ...it was: parked or sent again once already */
+    uint64_t park_version;  /* parked: the topology version its node refused it under */
     uint8_t failover;       /* may be retried on the gutter pool if its node fails it
                              * (failover.h): FAILOVER_NONE, _UNSENT or _ANY */
     uint64_t qstart;        /* where its bytes start in its connection's output stream: it

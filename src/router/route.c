@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "router/dellog.h"
 #include "router/failover.h"
 #include "router/lineedit.h"
 #include "router/outage.h"
@@ -24,23 +25,32 @@
 #include "router/worker.h"
 
 /* The node a key's request goes to: its owner, or, while the owner is marked down or back from
- * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), the gutter
- * pool's node for the key (when there is one and it is up; keys never move to other regular
- * nodes). *gutter says which; *held that the request goes to an owner that cannot take it and
- * must fail at once. In a replicated pool: this router's replica, or another one while it is
- * down or being repaired (replica.h), never the gutter. *owner (when not NULL) gets the key's
- * owner, so a caller that needs it does not route the key twice. */
-static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool write,
-                           bool *gutter, bool *held, uint32_t *owner)
+ * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for a read or a
+ * delete of a key of a copies-2 namespace the slot's replica when this worker can read it
+ * (*replica; FAILOVER.md C6), else the gutter pool's node for the key (when there is one and it
+ * is up; keys never move to other regular nodes). *gutter says which; *held that the request
+ * goes to an owner that cannot take it and must fail at once. In a replicated pool: this
+ * router's replica, or another one while it is down or being repaired (replica.h), never the
+ * gutter. *owner (when not NULL) gets the key's owner, so a caller that needs it does not
+ * route the key twice. */
+static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
+                           bool *gutter, bool *held, bool *replica, uint32_t *owner)
 {
     uint32_t node = topo_route(w->topo, key, nkey);
     struct upnode *un = w->map[node];
     if (owner) *owner = node;
-    *gutter = *held = false;
+    *gutter = *held = *replica = false;
     if (!un->mending && replica_readable(un)) return node;
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
     if (p->replicated) return replica_read_node(w, p, node);
-    if (write ? outage_writes(un) : outage_reads(un)) return node;
+    if (use == RU_WRITE ? outage_writes(un) : outage_reads(un)) return node;
+    if (use != RU_WRITE && p->replica) {
+        int64_t r = topo_replica_route(w->topo, key, nkey);
+        if (r >= 0 && (uint32_t)r != node && outage_reads(w->map[r])) {
+            *replica = true;
+            return (uint32_t)r;
+        }
+    }
     int64_t g = topo_gutter_route(w->topo, key, nkey);
     if (g < 0 || (uint32_t)g == node || !upnode_up(w->map[g])) { /* fails fast */
         *held = !un->down;
@@ -48,6 +58,12 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, bool
     }
     *gutter = true;
     return (uint32_t)g;
+}
+
+uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
+                        bool *gutter, bool *held, bool *replica)
+{
+    return route_node(w, key, nkey, use, gutter, held, replica, NULL);
 }
 
 /* The TTL edits the key's namespace asks for (lineedit.h), counted in ttl_rewrites. `cap`,
@@ -93,6 +109,11 @@ static bool route_holdoff_edit(struct client *c, const struct proto_req *req, co
         *cut = ledit_append(line, len, " H2", 3);
     }
     return true;
+}
+
+bool route_line_fits_quiet(struct rworker *w, size_t nline)
+{
+    return nline <= w->r->cfg.line_max + 1;
 }
 
 bool route_line_fits(struct client *c, const struct proto_req *req, size_t nline)
@@ -163,12 +184,43 @@ static void route_refund(struct rworker *w, const char *keys, const char *end, u
 /* Where route_node sends a key's request. */
 struct route_dest {
     uint32_t node, owner;
-    bool gutter, held;
+    bool gutter, held, replica;
 };
 
 static void route_forward_to(struct client *c, const struct proto_req *req, const char *line,
                              size_t len, const char *data, size_t ndata,
                              const struct route_dest *d);
+
+/* A delete of a key whose owner is down, going to the slot's replica (route_node): today's
+ * rule sends it to the gutter pool, which may hold a copy written during the outage and is read
+ * when the replica goes too, so it goes there as well, as the router's own request (the
+ * client's answer is the replica's; the gutter's is read and dropped). */
+void route_gutter_delete(struct rworker *w, const struct proto_req *req, const char *line,
+                         size_t len)
+{
+    int64_t g = topo_gutter_route(w->topo, req->key, req->nkey);
+    if (g < 0 || !upnode_up(w->map[g])) return;
+    struct frag *f = frag_create(NULL, 0);
+    if (f == NULL ||
+        ledit_copy(&f->out, line, len, req, req->noreply && req->cmd < CMD_MG,
+                   frag_quiet_drop(req, req->meta.quiet && req->cmd >= CMD_MG), NULL, 0) < 0 ||
+        !route_line_fits_quiet(w, buf_used(&f->out))) {
+        if (f) frag_destroy(f);
+        else w->m.out_of_memory++;
+        return;
+    }
+    route_tag(w->topo, f, req->key, req->nkey, true);
+    w->m.gutter_requests++;
+    upnode_submit(w->map[g], f);
+}
+
+/* May a request for key, sent to `gutter` or not, be sent again to the slot's new owner when
+ * its node answers that the slot moved (failover.h, moved-retry): a request to a node of a pool
+ * whose ranges name replicas (only those are fenced or handed off), not to the gutter. */
+static bool route_movable(struct rworker *w, const char *key, size_t nkey, bool gutter)
+{
+    return !gutter && topo_pool_of(w->topo, key, nkey)->replica != NULL;
+}
 
 /* Send one request to the node that owns req->key. `data` is a storage command's block with
  * its \r\n (NULL otherwise). */
@@ -182,8 +234,12 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     }
     struct route_dest d;
     /* writes reach here for sharded pools only (route_replicate) */
-    d.node = route_node(w, req->key, req->nkey, proto_cmd_writes(req->cmd), &d.gutter,
-                        &d.held, &d.owner);
+    bool del = req->cmd == CMD_DELETE || req->cmd == CMD_MD;
+    d.node = route_node(w, req->key, req->nkey,
+                        del ? RU_DELETE : proto_cmd_writes(req->cmd) ? RU_WRITE : RU_READ,
+                        &d.gutter, &d.held, &d.replica, &d.owner);
+    if (del) dellog_note(w, req->key, req->nkey);
+    else if (d.replica) w->m.replica_reads++;
     route_forward_to(c, req, line, len, data, ndata, &d);
 }
 
@@ -198,6 +254,7 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     uint32_t owner = d->owner;
     struct upnode *un = w->map[d->node];
     if (gutter) w->m.gutter_requests++;
+    if (d->replica && write) route_gutter_delete(w, req, line, len); /* and to the replica */
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
@@ -227,8 +284,9 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     }
     if ((data && buf_append(&f->out, data, ndata) < 0) || frag_quiet_mn(f, req) < 0) goto oom;
     /* to the owner of a sharded pool's key: retried on the gutter if the owner fails it */
-    if (!gutter && !held && !rq->warm_mg && w->topo->gutter_pool >= 0 &&
-        !topo_pool_of(w->topo, req->key, req->nkey)->replicated)
+    f->movable = route_movable(w, req->key, req->nkey, gutter);
+    if (!gutter && !held && !rq->warm_mg && (w->topo->gutter_pool >= 0 || f->movable) &&
+        !topo_pool_of(w->topo, req->key, req->nkey)->replicated && !(d->replica && write))
         f->failover = failover_kind(req);
     client_enqueue(c, rq);
     upnode_submit(un, f);
@@ -284,7 +342,9 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             krcap *= 2;
         }
         struct key_route *r = &kr[nkeys];
-        r->d.node = route_node(w, key, nk, false, &r->d.gutter, &r->d.held, &r->d.owner);
+        r->d.node = route_node(w, key, nk, RU_READ, &r->d.gutter, &r->d.held, &r->d.replica,
+                               &r->d.owner);
+        if (r->d.replica) w->m.replica_reads++;
         if (r->d.node != kr[0].d.node) split = true;
         held_any |= r->d.held;
         r->ttl = gat ? route_gat_ttl(w, key, nk, r->d.gutter, req->exptime, now) : 0;
@@ -349,7 +409,9 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
             }
             route_tag(w->topo, f, key, nk, gutter); /* by the fragment's first key */
             f->held = held;
-            if (!warm && w->topo->gutter_pool >= 0) f->failover = FAILOVER_ANY; /* see below */
+            if (!warm && (w->topo->gutter_pool >= 0 || route_movable(w, key, nk, gutter)))
+                f->failover = FAILOVER_ANY; /* see below */
+            f->movable = !warm && route_movable(w, key, nk, gutter);
             fi = rq->nfrags++;
             rq->frags[fi] = f;
             w->scratch[node] = fi;

@@ -41,6 +41,22 @@ void route_flush_ns(struct client *c, const struct proto_req *req, const char *l
  * under text noreply) and returns false: the caller sends nothing. */
 bool route_line_fits(struct client *c, const struct proto_req *req, size_t nline);
 
+/* Same rule, for a line the router sends of its own accord (nothing is answered). */
+bool route_line_fits_quiet(struct rworker *w, size_t nline);
+
+/* What a request does to its key, for routing (route.c's route_node). */
+enum route_use { RU_READ, RU_WRITE, RU_DELETE };
+/* Where a request for `key` goes now (the owner, the slot's replica for a read or a delete
+ * while the owner is down, the gutter pool's node; *gutter, *held, *replica as route.c's
+ * route_node says): for a request sent again after its node answered that the slot moved
+ * (failover.c). */
+uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
+                        bool *gutter, bool *held, bool *replica);
+/* A delete (req, its line) going to the slot's replica while the owner is down also goes to the
+ * gutter pool's node for the key, as the router's own request (see route.c). */
+void route_gutter_delete(struct rworker *w, const struct proto_req *req, const char *line,
+                         size_t len);
+
 /* Mark fragment f as one for key's namespace and for the pool it is sent to (per-pool/namespace
  * figures): the namespace's pool, or the gutter pool when `gutter`. */
 void route_tag(const struct topo *t, struct frag *f, const char *key, size_t nkey,

@@ -19,6 +19,7 @@
 #include "common/membudget.h"
 #include "common/metrics.h"
 #include "common/uring.h"
+#include "router/dellog.h"
 #include "router/nodestats.h"
 #include "router/scopestats.h"
 #include "router/topo.h"
@@ -87,6 +88,19 @@
     X(control_wait_ms, 0, UINT, "5000", 100, 3600000,                                            \
       "with --control and no --config: how long to wait at start for the first document "       \
       "before giving up (exit status 2)", NULL)                                                   \
+    X(moved_wait_ms, 0, UINT, "1000", 0, 60000,                                                  \
+      "a request a node refuses because its slot moved (lease expired, handoff) waits this long " \
+      "for a newer topology and is sent to the slot's new owner; else it falls back as for a "  \
+      "node down", NULL)                                                                         \
+    X(report_ms, 0, UINT, "1000", 50, 600000,                                                    \
+      "with --control: how often the nodes' up/down states are reported (POST /v1/reports; at " \
+      "once on a change)", NULL)                                                                  \
+    X(replay_window_s, 0, UINT, "60", 0, 86400,                                                  \
+      "seconds of recent deletes kept, sent again to a promoted slot's new primary (0: none)",  \
+      NULL)                                                                                      \
+    X(replay_log_bytes, 0, SIZE, "8m", 0, 1ull << 34,                                            \
+      "memory for the recent-deletes log, all workers together (the oldest are forgotten first)", \
+      NULL)                                                                                      \
     FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
@@ -94,7 +108,8 @@ struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
-        admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms;
+        admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
+        moved_wait_ms, report_ms, replay_window_s, replay_log_bytes;
     const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */
 };
@@ -134,6 +149,11 @@ struct router_config {
       "repaired")                                                                                 \
     X(gutter_retries, COUNTER, "requests retried on the gutter pool after their node refused, " \
       "reset or timed out (failover.h)")                                                           \
+    X(replica_reads, COUNTER, "reads sent to a slot's replica while its primary is down or " \
+      "being repaired (FAILOVER.md C6)")                                                          \
+    X(moved_retries, COUNTER, "requests a node refused as its slot moved (lease expired, " \
+      "moving), sent again to the slot's owner in a newer topology")                              \
+    X(replayed_deletes, COUNTER, "recent deletes sent again to a promoted slot's new primary")   \
     X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
       "no gutter for it")                                                                         \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
@@ -186,11 +206,16 @@ struct rworker {
     struct uring ring;          /* batches client reads and sends when use_ring (--io-uring) */
     bool use_ring;
     uint64_t next_idle_ms;      /* next look for idle incomplete requests (client_budget.c) */
+    struct dellog dellog;       /* its recent deletes (dellog.h) */
+    uint64_t promo_seen;        /* router.promo_seq it last replayed for */
+    struct frag *parked, *parked_tail; /* waiting for a newer topology (moved-retry, failover.h) */
     struct router_metrics m __attribute__((aligned(64)));
 };
 
 struct opt_def;
 struct follow;
+struct reporter;
+struct json_t;
 
 struct router {
     struct router_config cfg;
@@ -215,6 +240,14 @@ struct router {
      * own counters, and /metrics, keep counting: nothing writes another thread's counters) */
     pthread_mutex_t reset_lock;
     struct router_metrics reset_base;
+    /* promotions of published versions, for the workers' replay (dellog.h) */
+    pthread_mutex_t promo_lock;
+    uint64_t promo_seq;
+    struct dellog_promo promo[DELLOG_PROMOS];
+    /* router_apply_topology: one at a time; the document in use, parsed (promote_diff) */
+    pthread_mutex_t apply_lock;
+    struct json_t *applied_doc;
+    struct reporter *reporter;  /* --control's node reports (report.h), or NULL */
 };
 
 void router_metrics_sum(struct router *r, struct router_metrics *out);

@@ -49,6 +49,7 @@ void topo_destroy(struct topo **tp)
     for (uint32_t i = 0; i < t->npools; i++) {
         free(t->pools[i].nodes);
         free(t->pools[i].owner);
+        free(t->pools[i].replica);
     }
     free(t->pools);
     free(t->nodes);
@@ -183,23 +184,29 @@ static int topo_parse_slots(struct topo *t, struct topo_pool *p, json_t *slots, 
             if (!strcmp(t->nodes[p->nodes[k]].addr, addr)) owner = p->nodes[k];
         if (owner == UINT32_MAX)
             return topo_err(err, errlen, "%s: '%.200s' is not in %s.nodes", sub, addr, ppath);
-        /* design.md's copies = 2: the range's second node. Checked and kept in the document;
-         * the router routes by `node` alone for now. */
+        /* design.md's copies = 2: the range's second node, read while the primary is marked
+         * down (route.c) */
         json_t *rv = json_object_get(r, "replica");
+        uint32_t rep = TOPO_NO_REPLICA;
         if (rv) {
             const char *ra = json_string_value(rv);
-            bool member = false;
             for (uint32_t k = 0; ra && k < p->nnodes; k++)
-                if (!strcmp(t->nodes[p->nodes[k]].addr, ra)) member = true;
-            if (!member || !strcmp(ra, addr))
+                if (!strcmp(t->nodes[p->nodes[k]].addr, ra)) rep = p->nodes[k];
+            if (rep == TOPO_NO_REPLICA || !strcmp(ra, addr))
                 return topo_err(err, errlen, "%.200s.replica: must be another node of %s.nodes",
                                 path, ppath);
+            if (p->replica == NULL) {
+                if ((p->replica = malloc(SLOT_COUNT * sizeof *p->replica)) == NULL)
+                    return topo_err(err, errlen, "%s: out of memory", path);
+                for (uint32_t s = 0; s < SLOT_COUNT; s++) p->replica[s] = TOPO_NO_REPLICA;
+            }
         }
         for (uint64_t s = from; s <= to; s++) {
             if (p->owner[s] != UINT16_MAX)
                 return topo_err(err, errlen, "%s: slot %llu is already assigned", path,
                                 (unsigned long long)s);
             p->owner[s] = (uint16_t)owner;
+            if (p->replica) p->replica[s] = (uint16_t)rep;
         }
     }
     for (uint32_t s = 0; s < SLOT_COUNT; s++)
@@ -380,6 +387,8 @@ static int topo_parse_namespaces(struct topo *t, json_t *nss, char *err, size_t 
         int pi = topo_pool_index(t, pool);
         if (pi < 0) return topo_err(err, errlen, "%s.pool: no pool named '%.64s'", path, pool);
         ns->pool = (uint32_t)pi;
+        json_t *cv = json_object_get(nv, "copies");
+        ns->copies = json_is_integer(cv) && json_integer_value(cv) == 2 ? 2 : 1;
         if (topo_parse_ns_settings(ns, nv, path, err, errlen) < 0) return -1;
         ns->ops.milli = (int64_t)ns->ops.rate * 1000; /* start full */
         ns->bytes.milli = (int64_t)ns->bytes.rate * 1000;
@@ -503,6 +512,22 @@ uint32_t topo_route_pool(const struct topo *t, uint32_t pool, const char *key, s
 uint32_t topo_route(const struct topo *t, const char *key, size_t nkey)
 {
     return topo_route_pool(t, topo_namespace(t, key, nkey)->pool, key, nkey);
+}
+
+int64_t topo_replica_route(const struct topo *t, const char *key, size_t nkey)
+{
+    const struct topo_ns *ns = topo_namespace(t, key, nkey);
+    const struct topo_pool *p = &t->pools[ns->pool];
+    if (p->replica == NULL || ns->copies < 2) return -1;
+    uint16_t r = p->replica[slot_of_key(key, nkey)];
+    return r == TOPO_NO_REPLICA ? -1 : r;
+}
+
+bool topo_has_replicas(const struct topo *t)
+{
+    for (uint32_t i = 0; i < t->npools; i++)
+        if (t->pools[i].replica) return true;
+    return false;
 }
 
 int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey)

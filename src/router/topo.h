@@ -24,6 +24,7 @@
 #define TOPO_ADDR_MAX 128
 #define TOPO_NODES_MAX 4096
 #define TOPO_POOLS_MAX 1024 /* each pool holds a 32 KB slot map */
+#define TOPO_NO_REPLICA UINT16_MAX
 
 /* One upstream node, shared by every pool that lists it (same "host:port" text). */
 struct topo_node {
@@ -37,6 +38,9 @@ struct topo_pool {
     uint32_t nnodes;
     uint32_t *nodes;  /* indices into topo->nodes, in document order */
     uint16_t *owner;  /* SLOT_COUNT entries: slot -> index into topo->nodes */
+    uint16_t *replica; /* SLOT_COUNT entries: slot -> its range's "replica" (index into
+                        * topo->nodes, TOPO_NO_REPLICA when the range names none); NULL when no
+                        * range of the pool names one (FAILOVER.md C1, C6) */
     bool replicated;  /* "mode": "replicated": every key on every node (owner unused) */
     int32_t warm_from; /* index of the warm pool this (cold) pool fills from, -1 when none */
 };
@@ -59,6 +63,7 @@ struct topo_ns {
     uint64_t max_value_bytes; /* larger values are refused (0: no limit) */
     struct topo_bucket ops;   /* requests (keys, for a multi-get) per second */
     struct topo_bucket bytes; /* value bytes written per second */
+    uint8_t copies;           /* 1 or 2: with 2 its keys are on the slot's replica too (C2) */
 };
 
 struct topo {
@@ -101,6 +106,12 @@ const struct topo_pool *topo_pool_of(const struct topo *t, const char *key, size
 /* Which node of a replicated pool this process reads from: a stable hash of its client id,
  * set once at start (topo_set_replica). */
 void topo_set_replica(uint32_t hash);
+/* The replica of `key`'s slot in its namespace's pool (index into t->nodes), or -1 when the
+ * slot has none or the namespace keeps one copy (only copies 2 is replicated). */
+int64_t topo_replica_route(const struct topo *t, const char *key, size_t nkey);
+/* Whether any pool has ranges with a replica (promotions and the recent-deletes log concern
+ * those pools only). */
+bool topo_has_replicas(const struct topo *t);
 /* The gutter pool's node for `key` (same slot rule), or -1 when there is no gutter pool. */
 int64_t topo_gutter_route(const struct topo *t, const char *key, size_t nkey);
 

@@ -352,12 +352,15 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     f->qstart = uc->queued;
     uc->queued += buf_used(&f->out);
     reply_want_of(&f->want, buf_start(&f->out), buf_used(&f->out));
+    if (f->quiet_batch) f->want.list = RLIST_QUIET;
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
     /* a request that may be retried keeps its bytes until answered; one too large to keep
      * (window x value size) gives its value back now and is no longer retried */
-    if (f->failover != FAILOVER_NONE && buf_used(&f->out) > FAILOVER_KEEP_MAX)
+    if ((f->failover != FAILOVER_NONE || f->movable) && buf_used(&f->out) > FAILOVER_KEEP_MAX) {
         f->failover = FAILOVER_NONE;
-    if (f->failover == FAILOVER_NONE) frag_keep_line(f);
+        f->movable = false;
+    }
+    if (f->failover == FAILOVER_NONE && !f->movable) frag_keep_line(f);
     f->next = NULL;
     if (uc->sent_tail) uc->sent_tail->next = f;
     else uc->sent = f;
@@ -492,6 +495,7 @@ void upnode_submit(struct upnode *un, struct frag *f)
 {
     struct rworker *w = un->w;
     f->next = NULL;
+    f->park_version = w->topo ? w->topo->version : 0; /* routed by it (moved-retry) */
     f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
     w->inflight++;
     if (!f->probe) SCOPESTAT_ADD(&w->r->scopes, w->id, f->pool, -1, requests);
@@ -740,9 +744,16 @@ static void upconn_parse(struct upconn *uc)
                 continue;
             }
         }
+        /* a refusal because the slot moved: sent again once a newer topology comes (failover.h),
+         * so it keeps its bytes */
+        bool park = f->movable && !f->moved && !f->quiet_mn && failover_is_moved(reply, (size_t)len);
         /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
-        if (f->out.cap > FRAG_LINE_KEEP) buf_release(&f->out);
-        else buf_consume(&f->out, buf_used(&f->out));
+        if (park) {
+        } else if (f->out.cap > FRAG_LINE_KEEP) {
+            buf_release(&f->out);
+        } else {
+            buf_consume(&f->out, buf_used(&f->out));
+        }
         upconn_pop(uc, f);
         if (f->want.list != RLIST_NONE && uc->rscan > 0) {
             /* the requests behind a dump waited for it, not for a slow node: their time starts
@@ -763,7 +774,8 @@ static void upconn_parse(struct upconn *uc)
             un->window++; /* additive increase: one per window of replies */
             un->grow = 0;
         }
-        frag_complete(f, reply, (size_t)len, false);
+        if (!park || !failover_park(un, f, reply, (size_t)len))
+            frag_complete(f, reply, (size_t)len, false);
         buf_consume(&uc->rbuf, used);
     }
     if (buf_used(&uc->rbuf) == 0) buf_compact(&uc->rbuf, UPSTREAM_BUF_KEEP);

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "router/client.h"
+#include "router/dellog.h"
 #include "router/failover.h"
 #include "router/request.h"
 #include "router/upstream.h"
@@ -201,7 +202,7 @@ static void *worker_main(void *arg)
     for (;;) {
         topo_quiescent(&w->topo_seen); /* holds no topology table while blocked */
         int timeout = w->dirty || w->dirty_up ? 0 : WORKER_TICK_MS;
-        if (timeout && !w->inflight) { /* idle: until a probe or a repair is due (on a tick) */
+        if (timeout && !w->inflight && !w->parked) { /* idle: until a probe or a repair is due (on a tick) */
             uint64_t idle = upstream_idle_ms(w, 1000);
             if (idle > WORKER_TICK_MS) timeout = (int)idle;
         }
@@ -213,6 +214,8 @@ static void *worker_main(void *arg)
         uint64_t gen = topo_gen(&r->topo);
         if (gen != w->topo_gen) worker_adopt(w, gen);
         failover_sync(w); /* mark-downs of other workers, before any request is routed */
+        dellog_sync(w);   /* replays after a promotion (needs the table just adopted) */
+        if (w->parked) failover_unpark(w, false); /* moved-retry: sent under an older one */
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
@@ -230,12 +233,14 @@ static void *worker_main(void *arg)
         if (w->now_ms >= next_tick) {
             next_tick = w->now_ms + WORKER_TICK_MS;
             upstream_check_timeouts(w);
+            if (w->parked) failover_unpark(w, true); /* those past --moved-wait-ms */
             worker_finish_batch(w);
         }
         client_budget_sweep(w); /* between batches: no client is being serviced */
     }
 out:
     while (w->clients) client_destroy(w->clients);
+    failover_unpark_all(w); /* their requests are gone now */
     w->dirty = NULL;
     w->dirty_up = NULL;
     while (w->upnodes) {
@@ -247,6 +252,7 @@ out:
     free(w->map);
     free(w->scratch);
     w->map = NULL;
+    dellog_free(&w->dellog);
     request_pools_drain();
     topo_quiescent(&w->topo_seen);
     return NULL;
@@ -266,6 +272,8 @@ int worker_setup(struct router *r, char *err, size_t errlen)
         struct rworker *w = &r->workers[i];
         w->r = r;
         w->id = (int)i;
+        if (r->cfg.replay_window_s)
+            dellog_init(&w->dellog, r->cfg.replay_log_bytes / r->cfg.threads);
         w->epfd = epoll_create1(EPOLL_CLOEXEC);
         w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (w->epfd < 0 || w->wakefd < 0) {

@@ -597,3 +597,40 @@ def test_replica_served_cluster_never_keeps_an_old_row(start_server, tmp_path, r
         assert inv.metrics()['shoal_invalidator_cluster_replica_up{cluster="region"}'] == 1
         assert inv.stop() is None
         pair.primary("SELECT pg_drop_replication_slot('s_race')")
+
+
+def test_promotion_in_the_followed_document_replays_the_promoted_slots(pg, start_server,
+                                                                       start_invalidator):
+    """--control: a newer document whose slot's replica became its node (a promotion,
+    FAILOVER.md C1) makes the invalidator send that slot's recent deletes again, to every
+    cluster, as POST /v1/replay would; other slots are left alone."""
+    from fakecontrol import FakeControl
+    products(pg, "p_promo", 2)
+    node = start_server()
+    keys = ["catalog:product:1", "catalog:product:2"]
+    s = key_slot(keys[0])
+    assert key_slot(keys[1]) != s and 0 < s < 16383
+
+    def doc(version, owner):
+        a, b = "127.0.0.1:1", "127.0.0.1:2"
+        slots = [{"from": 0, "to": s - 1, "node": a},
+                 {"from": s, "to": s, "node": owner, **({"replica": b} if owner == a else {})},
+                 {"from": s + 1, "to": 16383, "node": a}]
+        return {"version": version, "pools": {"main": {"nodes": [a, b], "slots": slots}},
+                "namespaces": {"default": {"pool": "main", "copies": 2}}}
+
+    control = FakeControl()
+    try:
+        control.publish(doc(1, "127.0.0.1:1"))
+        inv = start_invalidator(node, {"public.p_promo": {"keys": ["catalog:product:{id}"]}},
+                                "--control", control.url)
+        set_keys(node, keys)
+        pg.sql("UPDATE p_promo SET price = price + 1")
+        wait_until(lambda: not present(node, keys), timeout=10, message="both keys deleted")
+        set_keys(node, keys)  # as a promoted replica that missed the deletes would hold them
+        control.publish(doc(2, "127.0.0.1:2"))
+        wait_until(lambda: present(node, keys) == [keys[1]], timeout=10,
+                   message="the promoted slot's key deleted again, the other left")
+        assert "promoted 1 slots" in inv.stderr_text()
+    finally:
+        control.stop()

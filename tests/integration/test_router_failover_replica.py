@@ -1,0 +1,400 @@
+"""shoal-router and issue 15's replicated slots (FAILOVER.md C4, C6), against a stand-in control
+plane (fakecontrol.py) that publishes hand-written documents whose ranges carry a "replica":
+
+- a dead primary's keys are read from the slot's replica (hit ratio intact, no client error);
+  deletes reach the replica (and the gutter);
+- the router reports its nodes' states (POST /v1/reports) within --report-ms of a change;
+- a document that promotes slots makes the router send their recent deletes again to the new
+  primary, and leaves other slots alone;
+- a node answering `SERVER_ERROR slot lease expired` costs the client nothing when a newer
+  topology arrives within --moved-wait-ms, and falls back as for a node down otherwise.
+
+The nodes are real shoal-nodes without --control (they keep every key), seeded by hand on both
+the primary and the replica: the replication stream is shoal-node's part, not tested here.
+Skipped when SHOAL_TEST_SERVER=memcached."""
+
+import json
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import _check_survived, _register, key_slot, restart_server
+from fakecontrol import FakeControl
+from fakenode import FakeNode
+from mcraw import McRaw, http, wait_until
+from test_router_control_follow import spawn_follower
+
+pytestmark = pytest.mark.shoal_only
+
+RANGES = [(0, 5460), (5461, 10921), (10922, 16383)]
+
+
+def addr(n):
+    return n if isinstance(n, str) else f"127.0.0.1:{n.port}"
+
+
+def doc(version, nodes, owners, gutter=None, copies=2, ranges=RANGES):
+    """Pool "main" of `nodes` whose ranges are owned by owners[i] = (node, replica or None)."""
+    slots = []
+    for (lo, hi), (node, rep) in zip(ranges, owners):
+        r = {"from": lo, "to": hi, "node": addr(node)}
+        if rep is not None:
+            r["replica"] = addr(rep)
+        slots.append(r)
+    d = {"version": version,
+         "pools": {"main": {"nodes": [addr(n) for n in nodes], "slots": slots}},
+         "namespaces": {"default": {"pool": "main", "copies": copies}}}
+    if gutter is not None:
+        d["pools"]["gutter"] = {"nodes": [addr(gutter)]}
+        d["gutter_pool"] = "gutter"
+        d["gutter_ttl"] = 30
+    return d
+
+
+def range_of(key):
+    s = key_slot(key)
+    return next(i for i, (lo, hi) in enumerate(RANGES) if lo <= s <= hi)
+
+
+def metric(admin, name):
+    status, body = http(admin, "GET", "/metrics")
+    assert status == 200
+    m = re.search(rf"^{name} (\S+)$", body, re.M)
+    assert m, f"/metrics has {name}"
+    return float(m.group(1))
+
+
+def seed(node, items):
+    """Store every (key, value) on `node` directly (behind the router's back)."""
+    with McRaw("127.0.0.1", node.port) as c:
+        for k, v in items.items():
+            assert c.store("set", k, v) == "STORED"
+
+
+def held(node, key):
+    with McRaw("127.0.0.1", node.port) as c:
+        got = c.meta(f"mg {key} v")
+        return got.value if got.code == "VA" else None
+
+
+def sizes(i):
+    """Mixed value sizes: a few bytes to 100 KB."""
+    return (b"%d-" % i) * ((7, 300, 5000, 34000)[i % 4])
+
+
+@pytest.fixture
+def control():
+    c = FakeControl(hold=2.0)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def follower(request, tmp_path):
+    started = []
+
+    def start(url, *extra):
+        r, admin = spawn_follower(tmp_path, url, "--client-id", "r1", *extra, name=len(started))
+        started.append(r)
+        _register(request.node, r)
+        return r, admin
+
+    yield start
+    _check_survived(started)
+
+
+@pytest.fixture
+def trio(start_server, control):
+    """Three nodes A, B, C (A's ranges replicated on B, B's on C, C's on A), a gutter node, and
+    version 1 of that document published."""
+    a, b, c, g = (start_server() for _ in range(4))
+    owners = [(a, b), (b, c), (c, a)]
+    control.publish(doc(1, [a, b, c], owners, gutter=g))
+    return a, b, c, g, owners
+
+
+FAST = ("--timeout-ms", "300", "--retry-ms", "50", "--probe-ms", "100", "--down-after", "1",
+        "--report-ms", "300")
+
+
+def test_dead_primarys_keys_are_read_from_the_replica(trio, control, follower):
+    a, b, c, g, _ = trio
+    keys = {f"k{i}": sizes(i) for i in range(120)}
+    mine = {k: v for k, v in keys.items() if range_of(k) == 0}
+    assert len(mine) >= 20
+    seed(a, mine)
+    seed(b, mine)  # what replication would have put there
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    for k, v in keys.items():
+        if k not in mine:
+            assert r.store("set", k, v) == "STORED"
+    for k, v in mine.items():
+        assert r.get(k) == [(k, 0, v, None)]
+    a.proc.kill()
+    a.proc.wait()
+    # a client beside, stuck half way through a request: nobody waits for it
+    stuck = socket.create_connection(("127.0.0.1", router.port))
+    stuck.sendall(b"get k1 k2")
+    # the first request after the kill finds the node gone: its part for the dead node is
+    # retried on the replica, the other nodes' parts answered by them, merged in key order
+    got = r.get(*keys)
+    assert got == [(k, 0, v, None) for k, v in keys.items()]
+    hits = 0
+    for k, v in mine.items():
+        got = r.get(k)
+        assert got in ([], [(k, 0, v, None)]), f"{k}: {got!r}"
+        hits += bool(got)
+    assert hits == len(mine), f"only {hits} of {len(mine)} read from the replica"
+    assert metric(admin, "shoal_router_replica_reads_total") >= len(mine)
+    # mg too, and a multi-get mixing the dead node's keys with others'
+    k0 = next(iter(mine))
+    got = r.meta(f"mg {k0} v")
+    assert got.code == "VA" and got.value == mine[k0]
+    stuck.close()
+    restart_server(a)
+
+
+def test_primary_killed_under_pipelined_load_costs_readers_no_error_and_no_miss(trio, control,
+                                                                               follower):
+    """Four clients pipelining multi-gets of every node's keys while A is killed with SIGKILL
+    and then promoted over: every reply is every value (the requests in flight on A, and those
+    before it is marked down, are retried on the replica)."""
+    a, b, c, g, owners = trio
+    keys = {f"L{i}": sizes(i) for i in range(90)}
+    mine = {k: v for k, v in keys.items() if range_of(k) == 0}
+    router, admin = follower(control.url, "--timeout-ms", "300", "--retry-ms", "50",
+                             "--probe-ms", "100")
+    r = router.raw()
+    for k, v in keys.items():
+        assert r.store("set", k, v) == "STORED"
+    seed(b, mine)
+    names = list(keys)
+    want = [(k, 0, keys[k], None) for k in names]
+    stop = threading.Event()
+    bad, rounds = [], [0]
+
+    def reader(i):
+        with McRaw("127.0.0.1", router.port, timeout=10) as cl:
+            while not stop.is_set():
+                batch = names[i::4]
+                for _ in range(4):
+                    cl.send(f"get {' '.join(batch)}\r\n".encode())
+                for _ in range(4):
+                    try:
+                        got = cl.read_get_reply()
+                    except AssertionError as e:
+                        bad.append(str(e))
+                        return
+                    if got != [w for w in want if w[0] in batch]:
+                        bad.append(f"{len(got)} of {len(batch)} values")
+                rounds[0] += 1
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: rounds[0] >= 8, message="readers running")
+    a.proc.kill()
+    a.proc.wait()
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="the dead primary marked down")
+    n = rounds[0]
+    wait_until(lambda: rounds[0] >= n + 8, message="reads going on")
+    control.publish(doc(2, [a, b, c], [(b, c), (b, c), (c, b)], gutter=g))
+    n = rounds[0]
+    wait_until(lambda: rounds[0] >= n + 8, message="reads going on after the promotion")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not bad, bad[:5]
+    restart_server(a)
+
+
+def test_keys_of_a_one_copy_namespace_go_to_the_gutter_not_the_replica(start_server, control,
+                                                                      follower):
+    """Only copies-2 namespaces are replicated: the replica of a slot has no copy of a copies-1
+    key, so while its primary is down that key is the gutter's, as before."""
+    a, b, c, g = (start_server() for _ in range(4))
+    d = doc(1, [a, b, c], [(a, b), (b, c), (c, a)], gutter=g)
+    d["namespaces"]["one"] = {"pool": "main", "copies": 1}
+    control.publish(d)
+    two = next(k for k in (f"t{i}" for i in range(100)) if range_of(k) == 0)
+    one = next(k for k in (f"one:t{i}" for i in range(100)) if range_of(k) == 0)
+    seed(b, {two: b"replica", one: b"replica"})
+    seed(g, {two: b"gutter", one: b"gutter"})
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    a.proc.kill()
+    a.proc.wait()
+    assert r.get(two) == [(two, 0, b"replica", None)]
+    assert r.get(one) == [(one, 0, b"gutter", None)]
+    restart_server(a)
+
+
+def test_delete_of_a_dead_primarys_key_reaches_the_replica_and_the_gutter(trio, control,
+                                                                         follower):
+    a, b, c, g, _ = trio
+    mine = [k for k in (f"d{i}" for i in range(60)) if range_of(k) == 0][:4]
+    items = {k: sizes(i) for i, k in enumerate(mine)}
+    seed(a, items)
+    seed(b, items)
+    seed(g, items)  # copies written through the gutter in an earlier outage
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    assert r.get(mine[0]) == [(mine[0], 0, items[mine[0]], None)]
+    a.proc.kill()
+    a.proc.wait()
+    wait_until(lambda: r.get(mine[0]) and metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="the dead primary marked down")
+    assert r.cmd(f"delete {mine[1]}") == "DELETED"
+    assert r.meta(f"md {mine[2]}").code == "HD"
+    r.send(f"md {mine[3]} q\r\nmn\r\n".encode())
+    assert r.read_line() == "MN"
+    for k in mine[1:]:
+        assert held(b, k) is None, f"{k} still on the replica"
+        wait_until(lambda: held(g, k) is None, message=f"{k} deleted in the gutter too")
+        assert r.get(k) == []
+    assert held(b, mine[0]) == items[mine[0]], "a key nobody deleted is untouched"
+    restart_server(a)
+
+
+def test_reports_show_a_node_down_then_up(trio, control, follower):
+    a, b, c, g, _ = trio
+    router, admin = follower(control.url, *FAST)
+    first = control.wait_post("/v1/reports")
+    assert first["nodes"] == {}, "nodes this router never talked to are not its to judge"
+    r = router.raw()
+    for i in range(60):  # every node used: each has a state
+        r.store("set", f"u{i}", "x")
+    ident = f"127.0.0.1:{a.port}"
+    body = control.wait_post("/v1/reports", lambda b: b["nodes"].get(ident) == "up")
+    assert body["router"] == "r1"
+    assert set(body["nodes"]) == {addr(n) for n in (a, b, c)}, "the gutter is not reported"
+    a.proc.kill()
+    a.proc.wait()
+    t0 = time.monotonic()
+    mine = next(k for k in (f"u{i}" for i in range(60)) if range_of(k) == 0)
+    r.get(mine)
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="marked down")
+    control.wait_post("/v1/reports", lambda b: b["nodes"].get(ident) == "down", timeout=0.3 + 1)
+    assert time.monotonic() - t0 < 1.5
+    n_down = len(control.posts("/v1/reports"))
+    restart_server(a)
+    wait_until(lambda: any(p["nodes"].get(ident) == "up"
+                           for p in control.posts("/v1/reports")[n_down:]),
+               timeout=3, message="a report of the node up again")
+    # periodic: more reports keep coming at about --report-ms
+    n = len(control.posts("/v1/reports"))
+    wait_until(lambda: len(control.posts("/v1/reports")) >= n + 2, timeout=2,
+               message="reports every --report-ms")
+
+
+def test_a_control_plane_without_reports_is_told_once(trio, control, follower):
+    control.answer("/v1/reports", lambda body: (404, {"error": "no such resource"}))
+    router, admin = follower(control.url, "--report-ms", "50")
+    wait_until(lambda: "has no /v1/reports" in router.stderr_text(), message="the 404 logged")
+    time.sleep(0.5)  # ten report periods: none asked again
+    assert len(control.posts("/v1/reports")) == 1
+    assert router.stderr_text().count("has no /v1/reports") == 1
+    r = router.raw()
+    assert r.store("set", "still", "serving") == "STORED"
+
+
+def test_promotion_replays_recent_deletes_to_the_new_primary(trio, control, follower):
+    a, b, c, g, owners = trio
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    keys = [f"p{i}" for i in range(200)]
+    gone = [k for k in keys if range_of(k) == 0][:3]      # deleted, slot promoted
+    kept = [k for k in keys if range_of(k) == 0][3:5]     # not deleted, slot promoted
+    other = [k for k in keys if range_of(k) == 1][:2]     # deleted, slot not promoted
+    for i, k in enumerate(gone + kept + other):
+        assert r.store("set", k, sizes(i)) == "STORED"
+    for k in gone + other:
+        assert r.cmd(f"delete {k}") == "DELETED"
+    # the replication of the deletes was lost: B (A's replica) and C still hold the values
+    seed(b, {k: b"stale" for k in gone + kept})
+    seed(b, {k: b"stale" for k in other})  # B owns `other`: set again after the delete
+    # A dies; control promotes B over A's range (its replica becomes C)
+    control.publish(doc(2, [a, b, c], [(b, c), (b, c), (c, b)], gutter=g))
+    wait_until(lambda: all(held(b, k) is None for k in gone), timeout=3,
+               message="the promoted slots' recent deletes sent to the new primary")
+    assert metric(admin, "shoal_router_replayed_deletes_total") == len(gone) * 1.0
+    assert all(held(b, k) == b"stale" for k in kept), "a key nobody deleted is left alone"
+    assert all(held(b, k) == b"stale" for k in other), "a slot not promoted is left alone"
+    assert "promoted" in router.stderr_text()
+
+
+class LeaseLapsed(FakeNode):
+    """A primary whose lease ran out: every request is refused as the node fences it."""
+
+    def answer(self, line, rest):
+        if line.startswith((b"set ", b"ms ")):
+            n = int(line.split()[4] if line.startswith(b"set") else line.split()[2])
+            if len(rest) < n + 2:
+                return None
+            rest = rest[n + 2:]
+        if line.startswith(b"version"):
+            return b"VERSION fake\r\n", rest
+        return b"SERVER_ERROR slot lease expired\r\n", rest
+
+
+@pytest.fixture
+def fenced(start_server, control):
+    f = LeaseLapsed()
+    a, g = start_server(), start_server()
+    whole = [(0, 16383)]
+    control.publish(doc(1, [f.addr, a], [(f.addr, a)], gutter=g, ranges=whole))
+    yield f, a, g, whole
+    f.stop.set()
+
+
+def test_slot_lease_expired_waits_for_the_new_owner(fenced, control, follower):
+    f, a, g, whole = fenced
+    items = {f"m{i}": sizes(i) for i in range(6)}
+    seed(a, items)
+    router, admin = follower(control.url, "--moved-wait-ms", "3000")
+    r = router.raw()
+    stuck = socket.create_connection(("127.0.0.1", router.port))
+    stuck.sendall(b"set half 0 0 10\r\nabc")  # a client beside, half way through a request
+    k = "m1"
+    r.send(f"get {k}\r\n".encode())
+    r.send(f"mg m2 v\r\n".encode())
+    time.sleep(0.3)  # both refused and parked by now; the promotion comes later
+    control.publish(doc(2, [f.addr, a], [(a, None)], gutter=g, ranges=whole))
+    assert r.read_get_reply() == [(k, 0, items[k], None)]
+    got = r.read_meta()
+    assert got.code == "VA" and got.value == items["m2"]
+    assert metric(admin, "shoal_router_moved_retries_total") == 2
+    stuck.close()
+
+
+def test_slot_lease_expired_without_a_new_topology_falls_back_as_for_a_node_down(
+        fenced, control, follower):
+    """No newer document within --moved-wait-ms: reads go to the slot's replica, writes to the
+    gutter, as they would with the node marked down."""
+    f, a, g, whole = fenced
+    seed(a, {"gk": b"from-replica"})
+    router, admin = follower(control.url, "--moved-wait-ms", "200")
+    r = router.raw()
+    t0 = time.monotonic()
+    assert r.get("gk") == [("gk", 0, b"from-replica", None)]
+    assert time.monotonic() - t0 >= 0.2
+    assert r.store("set", "gw", "x") == "STORED"  # a write may go to the gutter as well
+    assert held(g, "gw") == b"x"
+    assert metric(admin, "shoal_router_moved_retries_total") == 0
+
+
+def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_server, control,
+                                                                        follower):
+    f = LeaseLapsed()
+    a = start_server()
+    control.publish(doc(1, [f.addr, a], [(f.addr, a)], ranges=[(0, 16383)]))
+    router, admin = follower(control.url, "--moved-wait-ms", "100")
+    r = router.raw()
+    assert r.cmd("incr n 1") == "SERVER_ERROR slot lease expired"
+    assert r.store("set", "x", "1") == "SERVER_ERROR slot lease expired"
+    f.stop.set()
