@@ -22,6 +22,7 @@
 #include "common/sigs.h"
 #include "control/api.h"
 #include "control/control.h"
+#include "control/failover.h"
 #include "control/forward.h"
 #include "control/leader.h"
 #include "control/model.h"
@@ -135,6 +136,15 @@ int main(int argc, char **argv)
         return 2;
     }
     dash_setup(ctl.cfg.chart_js);
+    /* failure detection and promotion (issue 15). TODO(lease): at merge, after the lease table
+     * is made, failover_set_lease(ctl.fo, <a wrapper calling lease_lapsed(table, node, now)>,
+     * table) here, before failover_start; until then a dead node's lease counts as lapsed
+     * FAILOVER_LEASE_STUB_MS after it was declared dead. */
+    ctl.fo = failover_create(&ctl, err, sizeof err);
+    if (ctl.fo == NULL || failover_start(ctl.fo, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
     if (ctl.cfg.etcd) {
         /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
         push_pause(ctl.push);
@@ -185,6 +195,7 @@ int main(int argc, char **argv)
     }
     log_notice("signal %d: shutting down", sig);
     control_close_writes(&ctl); /* no write uses ha or fwd once this returns */
+    failover_destroy(&ctl.fo);  /* its changes and held drains end before the rest goes */
     forward_destroy(&ctl.fwd); /* answers the changes still waiting for the leader */
     ha_destroy(&ctl.ha);       /* a leader resigns, so another takes over at once */
     poll_stop(ctl.poll); /* held polls answered; new ones refused until the listener is gone */
