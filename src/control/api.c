@@ -410,7 +410,7 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static json_t *pool_object(const json_t *m, const char *name, struct failover *fo)
+static json_t *pool_object(const json_t *m, const char *name)
 {
     const json_t *p = json_object_get(json_object_get(m, "pools"), name);
     if (p == NULL) return NULL;
@@ -433,7 +433,6 @@ static json_t *pool_object(const json_t *m, const char *name, struct failover *f
                 rcount += json_integer_value(json_object_get(r, "to")) -
                           json_integer_value(json_object_get(r, "from")) + 1;
         json_object_set_new(n, "replica_slots", json_integer(rcount));
-        if (fo) failover_node_fields(fo, addr, n);
     }
     const char *g = json_string_value(json_object_get(m, "gutter_pool"));
     /* its namespaces' names, sorted, so the answer does not depend on insertion order */
@@ -457,7 +456,7 @@ static int pool_reply(struct control *c, const char *name, int status, long move
                       struct buf *out)
 {
     pthread_mutex_lock(&c->lock);
-    json_t *p = pool_object(c->model, name, c->fo);
+    json_t *p = pool_object(c->model, name);
     json_t *o = json_pack("{s:I,s:o*}", "version", (json_int_t)c->version, "pool", p);
     pthread_mutex_unlock(&c->lock);
     if (p == NULL) {
@@ -492,7 +491,7 @@ static int pool_route_in(struct control *c, const char *method, const char *rest
             const char *k;
             json_t *v;
             json_object_foreach(json_object_get(c->model, "pools"), k, v)
-                json_object_set_new(all, k, pool_object(c->model, k, c->fo));
+                json_object_set_new(all, k, pool_object(c->model, k));
             json_t *o = json_pack("{s:I,s:o}", "version", (json_int_t)c->version, "pools", all);
             pthread_mutex_unlock(&c->lock);
             append_json(out, o);

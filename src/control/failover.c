@@ -183,19 +183,6 @@ bool failover_live(void *fv, const char *node)
     return live;
 }
 
-void failover_node_fields(struct failover *f, const char *node, json_t *obj)
-{
-    pthread_mutex_lock(&f->mu);
-    struct fo_node *n = node_find(f, NULL, node);
-    char dr[32];
-    snprintf(dr, sizeof dr, "%u/%u", n ? n->down : 0, n ? n->listed : 0);
-    json_object_set_new(obj, "state", json_string(n ? node_state(n) : "up"));
-    json_object_set_new(obj, "down_reports", json_string(dr));
-    json_object_set_new(obj, "probe", json_string(n == NULL || !n->watched || !n->probed ? "off"
-                                                  : n->probe_ok ? "ok" : "failing"));
-    pthread_mutex_unlock(&f->mu);
-}
-
 json_t *failover_status(struct failover *f)
 {
     json_t *nodes = json_object(), *routers = json_object();

@@ -52,10 +52,9 @@ void failover_destroy(struct failover **f);
 int failover_report(struct failover *f, json_t *body, struct model_err *e);
 /* model_live_fn for model_replicas_sync: false for a node held dead. Called under c->lock. */
 bool failover_live(void *f, const char *node);
-/* Add "state" (up|suspect|dead), "down_reports" ("k/n") and "probe" (ok|failing|off) to a
- * node object of GET /v1/pools. Called under c->lock. */
-void failover_node_fields(struct failover *f, const char *node, json_t *obj);
-/* GET /v1/failures: {"nodes": {...}, "routers": {id: age_ms}}. A new reference. */
+/* GET /v1/failures: {"nodes": {"host:port": {"pool", "state": "up|suspect|dead",
+ * "down_reports": "k/n", "probe": "ok|failing|off", "promoted", "suspect_ms", "dead_ms"}},
+ * "routers": {id: {"age_ms", "fresh"}}, and the three timing options}. A new reference. */
 json_t *failover_status(struct failover *f);
 /* POST /v1/pools/P/nodes/N/drain on the admin thread: checks, then holds the request and
  * queues the drain for the failover thread, which answers it. ADMIN_HELD, or a status with the

@@ -349,10 +349,9 @@ def test_majority_down_and_failing_probes_promote_to_the_replica_in_one_version(
     assert m["shoal_control_nodes_dead"] == 1
     assert 0 < m["shoal_control_promotion_seconds"] < 5
     assert "promoted " in ctl.stderr_text() and f"of {dead.addr} to" in ctl.stderr_text()
-    assert node_state(ctl, dead.addr) == "dead"
-    status, body = ctl.get("/v1/pools/main")
-    st = {n["node"]: n for n in body["pool"]["nodes"]}[dead.addr]
+    st = failures(ctl)[dead.addr]
     assert st["state"] == "dead" and st["probe"] == "failing" and st["down_reports"] == "2/3"
+    assert st["promoted"] is True
 
 
 def test_a_minority_saying_down_promotes_nothing(cluster):
