@@ -825,6 +825,16 @@ static void drain_run(struct failover *f, struct drain_job *j)
     json_t *o = json_pack("{s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:i}", "version", (json_int_t)version,
                           "pool", j->pool, "node", j->node, "moved", moved, "failed", failed,
                           "kept", kept, "ms", (json_int_t)ms, "slots", (int)sa.swapped);
+    if (o && json_array_size(failed) > 0) {
+        char msg[MODEL_ADDR_MAX + 300];
+        snprintf(msg, sizeof msg, "%zu range%s of %s could not be handed off (the replica did not "
+                 "catch up in time, or the node refused): %s; drain again", json_array_size(failed),
+                 json_array_size(failed) == 1 ? "" : "s", j->node,
+                 json_array_size(moved) ? "the others moved" : "nothing moved");
+        json_object_set_new(o, "error", json_string(msg));
+        json_object_set_new(o, "field", json_string("node"));
+        json_object_set_new(o, "rule", json_string("handoff"));
+    }
     answer_json(j->h, json_array_size(failed) > 0 ? 502 : 200, o);
 }
 

@@ -568,14 +568,10 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
     static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
     int st = pool_slots(p, path, owner, replica, e);
     if (st) return st;
-    /* Within one of even, unless a node owns nothing: a promotion (a dead node's slots went
-     * to their replicas) or a drain (swapped with them) left it a replica only, and slots are
-     * never moved back by hand since that would lose their items. */
-    uint32_t counts[SLOTMAP_NODES_MAX];
-    slotmap_counts(owner, (uint32_t)n, counts);
-    bool idle = false;
-    for (size_t k = 0; k < n; k++) idle |= counts[k] == 0;
-    if (!idle && slotmap_check_even(owner, (uint32_t)n) < 0)
+    /* Within one of even, unless a promotion (a dead node's slots went to their replicas) or
+     * a drain (swapped with them) marked the pool "uneven": slots are never moved back to even
+     * by control, since that would drop their items. */
+    if (!json_is_true(json_object_get(p, "uneven")) && slotmap_check_even(owner, (uint32_t)n) < 0)
         return model_fail(e, 500, path, "even", "%s.slots: not within one slot of even", path);
     return 0;
 }
@@ -817,7 +813,7 @@ static bool pool_has_replicas(const json_t *p)
 /* Give pool `name` (value p) the slots `owner`/`replica` (a shallow copy of p, so a value
  * shared with older models is never edited); nothing when they render as it has. */
 static int pool_set_slots(json_t *m, const char *name, json_t *p, const uint16_t *owner,
-                          const uint16_t *replica, struct model_err *e)
+                          const uint16_t *replica, bool uneven, struct model_err *e)
 {
     json_t *slots = ranges_json_r(owner, replica, json_object_get(p, "nodes"));
     if (slots == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
@@ -826,6 +822,7 @@ static int pool_set_slots(json_t *m, const char *name, json_t *p, const uint16_t
         return 0;
     }
     json_t *np = json_copy(p);
+    if (np && uneven) json_object_set_new(np, "uneven", json_true());
     if (np == NULL || json_object_set_new(np, "slots", slots) < 0 ||
         json_object_set_new(json_object_get(m, "pools"), name, np) < 0)
         return model_fail(e, 507, "body", "memory", "out of memory");
@@ -870,7 +867,7 @@ static int pool_replicas(json_t *m, const char *name, json_t *p, bool want, mode
         bool zoned = pool_zones(nodes, zone);
         slotmap_replicas(owner, replica, n, zoned ? zone : NULL, alive);
     }
-    return pool_set_slots(m, name, p, owner, replica, e);
+    return pool_set_slots(m, name, p, owner, replica, false, e);
 }
 
 int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void *ctx,
@@ -909,7 +906,7 @@ int model_promote(json_t *m, const char *pool, const char *dead, uint32_t *promo
         replica[s] = SLOTMAP_NONE;
         (*promoted)++;
     }
-    return pool_set_slots(m, pool, p, owner, replica, e);
+    return pool_set_slots(m, pool, p, owner, replica, *promoted > 0, e);
 }
 
 int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slots,
@@ -929,5 +926,5 @@ int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slo
         replica[s] = (uint16_t)d;
         (*swapped)++;
     }
-    return pool_set_slots(m, pool, p, owner, replica, e);
+    return pool_set_slots(m, pool, p, owner, replica, *swapped > 0, e);
 }

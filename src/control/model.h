@@ -5,7 +5,9 @@
  *   {"format": 1, "version": N, "gutter_pool": P (optional), "gutter_ttl": S,
  *    "pools": {P: {"nodes": [{"node": "host:port", "admin": "host:port", "zone": Z}...],
  *                  "slots": [{"from": A, "to": B, "node": "host:port",
- *                             "replica": "host:port" (copies 2)}...]}},
+ *                             "replica": "host:port" (copies 2)}...],
+ *                  "uneven": true (after a promotion or drain: the even rule no longer
+ *                                  applies to its map)}},
  *    "namespaces": {N: {"team", "pool", "memory", "copies", "eviction", "default_ttl",
  *                       "max_ttl", "lease_ttl", "stale_ttl", "lease_period",
  *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec",

@@ -484,3 +484,48 @@ def test_a_failed_handoff_keeps_the_range_and_says_so(cluster):
     assert status == 502, body
     assert body["moved"] == [] and body["failed"] and body["failed"][0]["status"] == 504
     assert ctl.version() == v0
+
+
+def test_cli_node_drain_prints_the_ranges_moved(cluster):
+    import subprocess
+    from pathlib import Path
+    ctl, nodes, admins, routers = cluster()
+    mine = [r for r in ranges(ctl.topology()) if r["node"] == nodes[2].addr]
+    cli = Path(__file__).resolve().parents[2] / "build/bin/shoal"
+    p = subprocess.run([str(cli), "node", "drain", "main", nodes[2].addr, "--control",
+                        f"http://127.0.0.1:{ctl.port}"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    for r in mine:
+        assert f"{r['from']}-{r['to']}" in p.stdout and r["replica"] in p.stdout, p.stdout
+    assert "drained: " in p.stdout and "moved" in p.stdout
+    assert owned(ctl.topology(), nodes[2].addr) == []
+    # again: nothing left to move
+    p = subprocess.run([str(cli), "node", "drain", "main", nodes[2].addr, "--control",
+                        f"http://127.0.0.1:{ctl.port}"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0 and "drained: 0 slots" in p.stdout, (p.stdout, p.stderr)
+
+
+def test_a_dead_node_can_be_replaced_and_the_state_reloads(cluster, start_control):
+    ctl, nodes, admins, routers = cluster()
+    dead = nodes[1]
+    v0 = ctl.version()
+    dead.kill()
+    for r in ("r0", "r1", "r2"):
+        routers.set(r, dead.addr, "down")
+    wait_until(lambda: ctl.version() > v0, timeout=6, message="the promotion")
+    # the promoted map is not even: it stays valid across a restart
+    routers.stop()
+    ctl.kill9()
+    ctl = start_control(data_dir=ctl.data_dir)
+    assert owned(ctl.topology(), dead.addr) == []
+    # replace: remove the dead node (nothing moves: it owns nothing), add a new one
+    status, body = ctl.delete(f"/v1/pools/main/nodes/{dead.addr}")
+    assert status == 200 and body["moved"] == 0, body
+    status, body = ctl.post("/v1/pools/main/nodes", {"node": "127.0.0.1:23099"})
+    assert status == 200 and body["moved"] == 16384 // 3, body
+    doc = ctl.topology()
+    for r in ranges(doc):
+        assert r["replica"] != r["node"] and dead.addr not in (r["node"], r["replica"])
+    assert sum(r["to"] - r["from"] + 1 for r in ranges(doc) if r["replica"] == "127.0.0.1:23099") > 0
