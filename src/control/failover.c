@@ -445,6 +445,7 @@ static size_t evaluate(struct failover *f, const struct target *t, size_t nt, ui
 /* ---- promotion ----------------------------------------------------------------------------- */
 
 struct promote_arg {
+    struct failover *f;
     const char *pool, *dead;
     uint32_t promoted;
 };
@@ -452,7 +453,7 @@ struct promote_arg {
 static int promote_fn(json_t *m, void *arg, struct model_err *e)
 {
     struct promote_arg *a = arg;
-    return model_promote(m, a->pool, a->dead, &a->promoted, e);
+    return model_promote(m, a->pool, a->dead, failover_live, a->f, &a->promoted, e);
 }
 
 static int noop_fn(json_t *m, void *arg, struct model_err *e)
@@ -525,7 +526,7 @@ static bool promote(struct failover *f, const struct action *a)
         snprintf(to + l, sizeof to - l, "%s%s", l ? "," : "", k);
     }
     json_decref(cands);
-    struct promote_arg pa = {a->pool, a->addr, 0};
+    struct promote_arg pa = {f, a->pool, a->addr, 0};
     struct model_err e;
     uint64_t version = 0;
     char what[MODEL_ADDR_MAX + 100];
@@ -867,7 +868,18 @@ static void *fo_main(void *arg)
             continue;
         }
         next = clock_mono_ms() + c->cfg.probe_ms;
-        if (c->ha && !ha_is_leader(c->ha)) continue; /* the leader decides */
+        if (c->ha && !ha_is_leader(c->ha)) { /* the leader decides; this one forgets what it
+                                              * saw, so a later term starts from fresh reports */
+            pthread_mutex_lock(&f->mu);
+            f->nn = 0;
+            for (size_t i = 0; i < f->nr; i++) json_decref(f->routers[i].nodes);
+            memset(f->routers, 0, f->nr * sizeof *f->routers);
+            f->nr = 0;
+            pthread_mutex_unlock(&f->mu);
+            CTL_SET(c, nodes_suspect, 0);
+            CTL_SET(c, nodes_dead, 0);
+            continue;
+        }
         size_t nt = 0;
         struct target *t = targets(c, &nt);
         unsigned tmo = c->cfg.probe_ms < FO_PROBE_TIMEOUT_MS ? (unsigned)c->cfg.probe_ms

@@ -888,8 +888,8 @@ int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void
     return st;
 }
 
-int model_promote(json_t *m, const char *pool, const char *dead, uint32_t *promoted,
-                  struct model_err *e)
+int model_promote(json_t *m, const char *pool, const char *dead, model_live_fn live, void *ctx,
+                  uint32_t *promoted, struct model_err *e)
 {
     static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
     *promoted = 0;
@@ -899,9 +899,16 @@ int model_promote(json_t *m, const char *pool, const char *dead, uint32_t *promo
     if (d < 0) return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", dead, pool);
     int st = pool_slots(p, pool, owner, replica, e);
     if (st) return st;
+    const json_t *nodes = json_object_get(p, "nodes");
     for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (replica[s] == (uint16_t)d) replica[s] = SLOTMAP_NONE;
         if (owner[s] != (uint16_t)d || replica[s] == SLOTMAP_NONE) continue;
+        /* a replica dead too holds nothing worth promoting: the range stays (the gutter's) */
+        if (live && !live(ctx, json_string_value(json_object_get(json_array_get(nodes, replica[s]),
+                                                                 "node")))) {
+            replica[s] = SLOTMAP_NONE;
+            continue;
+        }
         owner[s] = replica[s];
         replica[s] = SLOTMAP_NONE;
         (*promoted)++;

@@ -95,11 +95,12 @@ bool model_pool_replicated(const json_t *m, const char *pool);
  * 0, or an HTTP status with `e` filled. */
 int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void *ctx,
                         struct model_err *e);
-/* Promotion (C5): every range of `dead` in `pool` that has a replica goes to it (the replica
- * field dropped; model_replicas_sync gives another), and `dead` stops being anyone's replica.
- * *promoted: slots moved. Ranges without a replica stay (the gutter covers them). */
-int model_promote(json_t *m, const char *pool, const char *dead, uint32_t *promoted,
-                  struct model_err *e);
+/* Promotion (C5): every range of `dead` in `pool` that has a live replica (`live`, NULL: all)
+ * goes to it (the replica field dropped; model_replicas_sync gives another), and `dead` stops
+ * being anyone's replica. *promoted: slots moved. Ranges without a live replica stay (the
+ * gutter covers them). */
+int model_promote(json_t *m, const char *pool, const char *dead, model_live_fn live, void *ctx,
+                  uint32_t *promoted, struct model_err *e);
 /* Drain: every slot s with slots[s] set, owned by `node` and with a replica, swaps: the
  * replica owns it, `node` becomes its replica. *swapped: slots swapped. */
 int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slots,
