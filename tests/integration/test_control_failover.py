@@ -312,7 +312,7 @@ def test_reports_are_checked(start_control):
 # ---- C4 + C5: promotion --------------------------------------------------------------------------
 
 def test_majority_down_and_failing_probes_promote_to_the_replica_in_one_version(cluster):
-    ctl, nodes, admins, routers = cluster()
+    ctl, nodes, admins, routers = cluster("--probe-ms", "100")
     dead = nodes[1]
     before = ctl.topology()
     v0 = before["version"]
