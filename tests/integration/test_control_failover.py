@@ -20,6 +20,7 @@ import pytest
 
 from mcraw import wait_until
 from ports import free_port
+from etcdharness import etcd_cluster  # noqa: F401  (a fixture)
 
 FAILURE_MS = 1000
 LEASE_STUB_MS = 2000  # FAILOVER_LEASE_STUB_MS until the lease module is wired
@@ -529,3 +530,22 @@ def test_a_dead_node_can_be_replaced_and_the_state_reloads(cluster, start_contro
     for r in ranges(doc):
         assert r["replica"] != r["node"] and dead.addr not in (r["node"], r["replica"])
     assert sum(r["to"] - r["from"] + 1 for r in ranges(doc) if r["replica"] == "127.0.0.1:23099") > 0
+
+
+def test_a_standby_forwards_reports_to_the_leader(etcd_cluster, start_control):
+    import uuid
+    prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
+    ctls = [start_control("--etcd", etcd_cluster.urls, "--etcd-prefix", prefix) for _ in range(2)]
+
+    def leader():
+        ls = [c for c in ctls if c.metrics().get("shoal_control_leader") == 1]
+        return ls[0] if len(ls) == 1 else None
+
+    lead = wait_until(leader, timeout=10, message="one leader")
+    standby = [c for c in ctls if c is not lead][0]
+    status, body = standby.post("/v1/reports", {"router": "r9", "nodes": {"127.0.0.1:1": "down"}})
+    assert status == 200, body
+    assert lead.metrics()["shoal_control_reports_total"] == 1
+    assert standby.metrics()["shoal_control_reports_total"] == 0
+    assert "r9" in lead.get("/v1/failures")[1]["routers"]
+    assert standby.get("/v1/failures")[1]["routers"] == {}
