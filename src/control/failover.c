@@ -54,10 +54,10 @@ struct drain_job {
 
 struct failover {
     struct control *c;
-    pthread_t th;
+    pthread_t th, dth; /* the failover thread; the drain thread */
     bool started, stop;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv, dcv; /* the failover thread's wake-up; a drain queued */
     struct fo_node *nodes; /* under mu */
     size_t nn, cap;
     struct fo_router *routers; /* under mu */
@@ -65,7 +65,8 @@ struct failover {
     struct drain_job *drains, **drains_tail; /* under mu */
     failover_lease_fn lease;
     void *lease_ctx;
-    struct httpc *http; /* the thread's */
+    struct httpc *http;  /* the failover thread's */
+    struct httpc *dhttp; /* the drain thread's: a drain's handoffs never hold up detection */
 };
 
 /* ---- node table (under mu) ----------------------------------------------------------------- */
@@ -695,7 +696,7 @@ int failover_drain(struct failover *f, const char *pool, const char *node, json_
     pthread_mutex_lock(&f->mu);
     *f->drains_tail = j;
     f->drains_tail = &j->next;
-    pthread_cond_signal(&f->cv);
+    pthread_cond_signal(&f->dcv);
     pthread_mutex_unlock(&f->mu);
     return ADMIN_HELD;
 fail:
@@ -763,7 +764,7 @@ static void drain_run(struct failover *f, struct drain_job *j)
         snprintf(url, sizeof url, "http://%s/v1/replication/handoff", admin);
         struct httpc_reply r;
         httpc_reply_init(&r);
-        int rc = body ? httpc_request(f->http, "POST", url, body, strlen(body),
+        int rc = body ? httpc_request(f->dhttp, "POST", url, body, strlen(body),
                                       j->timeout_ms + 1000, &r, err, sizeof err)
                       : -1;
         free(body);
@@ -848,7 +849,7 @@ static void *fo_main(void *arg)
     uint64_t next = clock_mono_ms();
     for (;;) {
         pthread_mutex_lock(&f->mu);
-        while (!f->stop && f->drains == NULL && clock_mono_ms() < next) {
+        while (!f->stop && clock_mono_ms() < next) {
             struct timespec ts = clock_deadline(next - clock_mono_ms());
             pthread_cond_timedwait(&f->cv, &f->mu, &ts);
         }
@@ -856,17 +857,7 @@ static void *fo_main(void *arg)
             pthread_mutex_unlock(&f->mu);
             break;
         }
-        struct drain_job *j = f->drains;
-        if (j) {
-            f->drains = j->next;
-            if (f->drains == NULL) f->drains_tail = &f->drains;
-        }
         pthread_mutex_unlock(&f->mu);
-        if (j) {
-            drain_run(f, j);
-            free(j);
-            continue;
-        }
         next = clock_mono_ms() + c->cfg.probe_ms;
         if (c->ha && !ha_is_leader(c->ha)) { /* the leader decides; this one forgets what it
                                               * saw, so a later term starts from fresh reports */
@@ -909,22 +900,46 @@ static void *fo_main(void *arg)
     return NULL;
 }
 
+/* Drains one at a time, on their own thread: handoffs take up to their timeout each. */
+static void *drain_main(void *arg)
+{
+    struct failover *f = arg;
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        while (!f->stop && f->drains == NULL) pthread_cond_wait(&f->dcv, &f->mu);
+        if (f->stop) {
+            pthread_mutex_unlock(&f->mu);
+            return NULL;
+        }
+        struct drain_job *j = f->drains;
+        f->drains = j->next;
+        if (f->drains == NULL) f->drains_tail = &f->drains;
+        pthread_mutex_unlock(&f->mu);
+        drain_run(f, j);
+        free(j);
+    }
+}
+
 struct failover *failover_create(struct control *c, char *err, size_t errlen)
 {
     struct failover *f = calloc(1, sizeof *f);
     if (f == NULL || (f->routers = calloc(FO_ROUTERS_MAX, sizeof *f->routers)) == NULL ||
-        (f->http = httpc_create(1 << 20)) == NULL ||
-        (c->auth_header && httpc_add_header(f->http, c->auth_header) < 0)) {
+        (f->http = httpc_create(1 << 20)) == NULL || (f->dhttp = httpc_create(1 << 20)) == NULL ||
+        (c->auth_header && (httpc_add_header(f->http, c->auth_header) < 0 ||
+                            httpc_add_header(f->dhttp, c->auth_header) < 0))) {
         if (f) httpc_destroy(&f->http);
+        if (f) httpc_destroy(&f->dhttp);
         if (f) free(f->routers);
         free(f);
         snprintf(err, errlen, "failover: out of memory (or libcurl missing)");
         return NULL;
     }
     httpc_set_connect_timeout(f->http, FO_ADMIN_TIMEOUT_MS);
+    httpc_set_connect_timeout(f->dhttp, FO_ADMIN_TIMEOUT_MS);
     f->c = c;
     pthread_mutex_init(&f->mu, NULL);
     clock_cond_init_monotonic(&f->cv);
+    pthread_cond_init(&f->dcv, NULL);
     f->drains_tail = &f->drains;
     f->lease = lease_stub;
     f->lease_ctx = f;
@@ -943,6 +958,15 @@ int failover_start(struct failover *f, char *err, size_t errlen)
         snprintf(err, errlen, "failover: cannot start its thread");
         return -1;
     }
+    if (pthread_create(&f->dth, NULL, drain_main, f) != 0) {
+        pthread_mutex_lock(&f->mu);
+        f->stop = true;
+        pthread_cond_signal(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        pthread_join(f->th, NULL);
+        snprintf(err, errlen, "failover: cannot start its drain thread");
+        return -1;
+    }
     f->started = true;
     return 0;
 }
@@ -954,8 +978,12 @@ void failover_destroy(struct failover **fp)
     pthread_mutex_lock(&f->mu);
     f->stop = true;
     pthread_cond_signal(&f->cv);
+    pthread_cond_signal(&f->dcv);
     pthread_mutex_unlock(&f->mu);
-    if (f->started) pthread_join(f->th, NULL);
+    if (f->started) {
+        pthread_join(f->th, NULL);
+        pthread_join(f->dth, NULL);
+    }
     for (struct drain_job *j = f->drains, *nx; j; j = nx) {
         nx = j->next;
         answer_json(j->h, 503, json_pack("{s:s,s:s,s:s}", "error", "shutting down: drain not "
@@ -966,8 +994,10 @@ void failover_destroy(struct failover **fp)
     free(f->routers);
     free(f->nodes);
     httpc_destroy(&f->http);
+    httpc_destroy(&f->dhttp);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
+    pthread_cond_destroy(&f->dcv);
     free(f);
     *fp = NULL;
 }

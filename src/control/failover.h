@@ -14,8 +14,8 @@
  *
  * One thread ("failover") probes every --probe-ms with non-blocking sockets (all nodes at once,
  * poll()), evaluates the rule, asks replicas' admin ports for `applied` (common/httpc) and
- * publishes changes with control_change; it also runs drains, so the admin thread never waits
- * for a node. Only the leader (or a lone control) decides and promotes; a standby forwards
+ * publishes changes with control_change; a second thread runs drains (one at a time), so
+ * neither the admin thread nor failure detection ever waits for a handoff. Only the leader (or a lone control) decides and promotes; a standby forwards
  * reports to it (api.c). Reports and node states live in memory only: a new leader starts
  * from nothing and needs fresh reports (a few seconds) before it can promote. */
 #ifndef SHOAL_CONTROL_FAILOVER_H
