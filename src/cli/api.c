@@ -95,6 +95,12 @@ char *cli_path_escape(const char *s)
 
 json_t *cli_call(const char *control, const char *method, const char *path, json_t *body)
 {
+    return cli_call_t(control, method, path, body, CLI_API_TIMEOUT_MS);
+}
+
+json_t *cli_call_t(const char *control, const char *method, const char *path, json_t *body,
+                   unsigned timeout_ms)
+{
     char url[2048], err[1024];
     size_t clen = strlen(control);
     while (clen > 0 && control[clen - 1] == '/') clen--;
@@ -108,7 +114,7 @@ json_t *cli_call(const char *control, const char *method, const char *path, json
     }
     struct httpc_reply r;
     httpc_reply_init(&r);
-    int rc = httpc_request(h, method, url, text, text ? strlen(text) : 0, CLI_API_TIMEOUT_MS, &r,
+    int rc = httpc_request(h, method, url, text, text ? strlen(text) : 0, timeout_ms, &r,
                            err, sizeof err);
     free(text);
     if (rc < 0) {

@@ -3,7 +3,7 @@
  * One file per concept: main.c (dispatch, help), args.c (flag tables and values), api.c (calls
  * to shoal-control over src/common/httpc, readable errors), out.c (tables, sizes, JSON),
  * layout.c (the local cluster's record under DIR), cluster.c (shoal up/down), ns.c (namespace
- * commands), pool.c (pool show, node add/remove), probe.c (a node's health and figures),
+ * commands), pool.c (pool show, node add/remove/drain), probe.c (a node's health and figures),
  * status.c (shoal status), top.c (shoal top) and token.c (the bearer token).
  *
  * Exit status: 0 done, 1 refused or failed (the message says why and what to do), 2 usage. */
@@ -71,6 +71,9 @@ bool cli_json(const struct cli_cmd *cmd, const struct cli_args *a);
  * json_decref's it). On anything else print what went wrong and what to do, and return NULL.
  * body may be NULL. The token (cli_token()) goes as `Authorization: Bearer`. */
 json_t *cli_call(const char *control, const char *method, const char *path, json_t *body);
+/* cli_call with its own timeout (a drain waits for handoffs). */
+json_t *cli_call_t(const char *control, const char *method, const char *path, json_t *body,
+                   unsigned timeout_ms);
 /* A plain GET of any URL within timeout_ms: 0 with *status and the body (NUL-terminated, caller
  * frees), or -1 with a message in err. */
 int cli_http_get(const char *url, unsigned timeout_ms, long *status, char **body, char *err,
@@ -113,10 +116,11 @@ int cli_ns_delete(const struct cli_cmd *cmd, struct cli_args *a);
 int cli_pool_show(const struct cli_cmd *cmd, struct cli_args *a);
 int cli_node_add(const struct cli_cmd *cmd, struct cli_args *a);
 int cli_node_remove(const struct cli_cmd *cmd, struct cli_args *a);
+int cli_node_drain(const struct cli_cmd *cmd, struct cli_args *a);
 int cli_status(const struct cli_cmd *cmd, struct cli_args *a);
 int cli_top(const struct cli_cmd *cmd, struct cli_args *a);
 
 extern const struct cli_flag cli_up_flags[], cli_down_flags[], cli_ns_flags[],
-    cli_node_flags[], cli_top_flags[];
+    cli_node_flags[], cli_top_flags[], cli_drain_flags[];
 
 #endif

@@ -30,6 +30,9 @@ static const struct cli_cmd commands[] = {
      "its share of the slots from the others.", cli_node_flags, 2, 2, cli_node_add},
     {"node remove", "POOL HOST:PORT [flags]", "Remove a node from a pool: its slots go to the "
      "others.", NULL, 2, 2, cli_node_remove},
+    {"node drain", "POOL HOST:PORT [--force] [flags]", "Hand a node's slots to their replicas "
+     "(copies 2) with nothing lost, then make it their replica: before taking it down.",
+     cli_drain_flags, 2, 2, cli_node_drain},
     {"status", "[flags]", "The cluster at a glance: each node's health, slots, memory, items and "
      "hit ratio, and the topology version.", NULL, 0, 0, cli_status},
     {"top", "[flags]", "Live per-namespace ops/s, hit ratio and memory, refreshed every second "

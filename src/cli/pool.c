@@ -1,5 +1,6 @@
 /* pool.c — `shoal pool show [POOL]`, `shoal node add POOL HOST:PORT`, `shoal node remove POOL
- * HOST:PORT`: pools, their nodes and slot ranges through shoal-control's API. */
+ * HOST:PORT`, `shoal node drain POOL HOST:PORT`: pools, their nodes and slot ranges through
+ * shoal-control's API. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,14 @@
 
 const struct cli_flag cli_node_flags[] = {
     {"admin", "HOST:PORT", "the node's admin address: namespace settings are pushed there [none]"},
+    {NULL, NULL, NULL},
+};
+
+const struct cli_flag cli_drain_flags[] = {
+    {"force", NULL, "move the ranges that have a live replica and keep the others (without it, "
+     "ranges without one refuse the drain)"},
+    {"timeout-ms", "MS", "how long each replica may take to catch up before its handoff fails "
+     "[2000]"},
     {NULL, NULL, NULL},
 };
 
@@ -129,3 +138,62 @@ static int node_change(const struct cli_cmd *cmd, struct cli_args *a, bool add)
 
 int cli_node_add(const struct cli_cmd *cmd, struct cli_args *a) { return node_change(cmd, a, true); }
 int cli_node_remove(const struct cli_cmd *cmd, struct cli_args *a) { return node_change(cmd, a, false); }
+
+int cli_node_drain(const struct cli_cmd *cmd, struct cli_args *a)
+{
+    const char *pool = a->pos[0], *node = a->pos[1];
+    if (strchr(node, ':') == NULL)
+        return cli_err("shoal %s: %s is not HOST:PORT", cmd->name, node), 2;
+    uint64_t tmo = 2000;
+    const char *t = cli_flag(cmd, a, "timeout-ms");
+    if (t && (cli_parse_uint(t, &tmo) < 0 || tmo < 10 || tmo > 600000))
+        return cli_err("shoal %s: --timeout-ms must be 10 to 600000", cmd->name), 2;
+    char *p = cli_path_escape(pool), *n = cli_path_escape(node), path[1024];
+    snprintf(path, sizeof path, "/v1/pools/%s/nodes/%s/drain", p ? p : "", n ? n : "");
+    free(p);
+    free(n);
+    json_t *body = json_pack("{s:b,s:I}", "force", cli_switch(cmd, a, "force"), "timeout_ms",
+                             (json_int_t)tmo);
+    bool json = cli_json(cmd, a);
+    if (!json) {
+        printf("draining %s of pool %s: handing its ranges off to their replicas...\n", node, pool);
+        fflush(stdout);
+    }
+    /* one handoff per replica, each up to timeout-ms */
+    json_t *r = cli_call_t(cli_control_url(cmd, a), "POST", path, body,
+                           (unsigned)(tmo * 8 + 10000));
+    json_decref(body);
+    if (r == NULL) return 1;
+    if (json) {
+        cli_print_json(r);
+        json_decref(r);
+        return 0;
+    }
+    struct cli_table *tb = cli_table_new(3, "slots", "now on", "");
+    size_t i;
+    json_t *v;
+    char rg[64];
+    json_array_foreach(json_object_get(r, "moved"), i, v) {
+        snprintf(rg, sizeof rg, "%lld-%lld", (long long)json_integer_value(json_object_get(v, "from")),
+                 (long long)json_integer_value(json_object_get(v, "to")));
+        cli_table_row(tb, rg, json_string_value(json_object_get(v, "new_node")),
+                      "moved (handed off, no lag)");
+    }
+    json_array_foreach(json_object_get(r, "kept"), i, v) {
+        snprintf(rg, sizeof rg, "%lld-%lld", (long long)json_integer_value(json_array_get(v, 0)),
+                 (long long)json_integer_value(json_array_get(v, 1)));
+        cli_table_row(tb, rg, node, "kept (no live replica)");
+    }
+    cli_table_print(tb, 2);
+    cli_table_free(&tb);
+    printf("drained: %lld slots in %zu range%s moved in %lld ms, %zu range%s kept; topology "
+           "version %lld\n", (long long)json_integer_value(json_object_get(r, "slots")),
+           json_array_size(json_object_get(r, "moved")),
+           json_array_size(json_object_get(r, "moved")) == 1 ? "" : "s",
+           (long long)json_integer_value(json_object_get(r, "ms")),
+           json_array_size(json_object_get(r, "kept")),
+           json_array_size(json_object_get(r, "kept")) == 1 ? "" : "s",
+           (long long)json_integer_value(json_object_get(r, "version")));
+    json_decref(r);
+    return 0;
+}

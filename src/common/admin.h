@@ -29,7 +29,7 @@
 #include "common/auth.h"
 
 #define ADMIN_BODY_MAX (1 << 20)
-#define ADMIN_ROUTES_MAX 8
+#define ADMIN_ROUTES_MAX 16
 #define ADMIN_BODY_TIMEOUT 10
 #define ADMIN_HEADERS_MAX 3 /* extra headers on a shared answer */
 

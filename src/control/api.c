@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "control/control.h"
+#include "control/failover.h"
 #include "control/forward.h"
 #include "control/leader.h"
 #include "control/lease.h"
@@ -71,7 +72,8 @@ int control_install(struct control *c, json_t *model)
     return 0;
 }
 
-enum op { OP_NS_CREATE, OP_NS_UPDATE, OP_NS_DELETE, OP_POOL_CREATE, OP_NODE_ADD, OP_NODE_REMOVE };
+enum op { OP_NS_CREATE, OP_NS_UPDATE, OP_NS_DELETE, OP_POOL_CREATE, OP_NODE_ADD, OP_NODE_REMOVE,
+          OP_FN };
 
 struct change {
     enum op op;
@@ -80,6 +82,9 @@ struct change {
     json_t *body;
     uint32_t moved;
     char created[80]; /* the name a create made */
+    control_fn fn;    /* OP_FN: control's own change (control_change), on pool `name` */
+    void *arg;
+    const char *what;
 };
 
 /* A team token may create, change and delete only its own team's namespaces: the one it
@@ -124,6 +129,7 @@ static int run_op(json_t *m, struct change *ch, struct model_err *e)
     case OP_POOL_CREATE: st = model_pool_create(m, ch->body, &made, e); break;
     case OP_NODE_ADD: st = model_node_add(m, ch->name, ch->body, &ch->moved, e); break;
     case OP_NODE_REMOVE: st = model_node_remove(m, ch->name, ch->node, &ch->moved, e); break;
+    case OP_FN: st = ch->fn(m, ch->arg, e); break;
     }
     if (st == 0 && made) snprintf(ch->created, sizeof ch->created, "%s", made);
     return st;
@@ -131,20 +137,23 @@ static int run_op(json_t *m, struct change *ch, struct model_err *e)
 
 static const char *const op_names[] = {"namespace created", "namespace changed",
                                        "namespace removed", "pool created", "node added",
-                                       "node removed"};
+                                       "node removed", ""};
 
 /* The namespace and the pool a change edits in place: deep copies in its fork of the model. */
 static void touched(const struct change *ch, const char **ns, const char **pool)
 {
     *ns = ch->op == OP_NS_UPDATE ? ch->name : NULL;
-    *pool = ch->op == OP_NODE_ADD || ch->op == OP_NODE_REMOVE ? ch->name : NULL;
+    *pool = ch->op == OP_NODE_ADD || ch->op == OP_NODE_REMOVE || ch->op == OP_FN ? ch->name
+                                                                                 : NULL;
 }
 
-/* Apply one change: fork, change, check whole, store, install. 0, or an HTTP status with the
- * error written to `out` (nothing changed). The fork shares every value the change does not
- * touch with the model served, so its cost follows the change, not the model's size: the
- * check skips shared values and the texts are rendered from each namespace's cached text. */
-static int apply(struct control *c, struct change *ch, struct buf *out)
+/* Apply one change: fork, change, replicas in line, check whole, store, install. 0, 304 (a
+ * change of control's own that changed nothing: no version), or an HTTP status with `e`
+ * filled (nothing changed). The fork shares every value the change does not touch with the
+ * model served, so its cost follows the change, not the model's size: the check skips shared
+ * values and the texts are rendered from each namespace's cached text. */
+static int apply_core(struct control *c, struct change *ch, struct model_err *ep,
+                      uint64_t *version_out)
 {
     struct model_err e;
     char err[300];
@@ -153,6 +162,12 @@ static int apply(struct control *c, struct change *ch, struct buf *out)
     pthread_mutex_lock(&c->lock);
     json_t *next = model_fork(c->model, tns, tpool);
     int st = next ? run_op(next, ch, &e) : model_fail(&e, 507, "body", "memory", "out of memory");
+    if (st == 0)
+        st = model_replicas_sync(next, tpool, c->fo ? failover_live : NULL, c->fo, &e);
+    if (st == 0 && ch->op == OP_FN &&
+        json_equal(json_object_get(next, "pools"), json_object_get(c->model, "pools")) &&
+        json_equal(json_object_get(next, "namespaces"), json_object_get(c->model, "namespaces")))
+        st = 304;
     if (st == 0) st = model_check_since(next, c->model, &e);
     uint64_t version = c->version + 1;
     if (st == 0) {
@@ -187,17 +202,35 @@ static int apply(struct control *c, struct change *ch, struct buf *out)
     }
     pthread_mutex_unlock(&c->lock);
     json_decref(next);
+    if (st == 304) return 304;
     if (st) {
         CTL_INC(c, changes_refused);
-        return reply_err(out, &e);
+        *ep = e;
+        return st;
     }
     CTL_INC(c, changes_applied);
-    log_notice("version %llu: %s %s%s%s", (unsigned long long)version, op_names[ch->op],
+    log_notice("version %llu: %s %s%s%s", (unsigned long long)version,
+               ch->op == OP_FN ? ch->what : op_names[ch->op],
                ch->created[0] ? ch->created : ch->name ? ch->name : "", ch->node ? " " : "",
                ch->node ? ch->node : "");
     poll_notify(c->poll, version);
     push_notify(c->push);
+    if (version_out) *version_out = version;
     return 0;
+}
+
+static int apply(struct control *c, struct change *ch, struct buf *out)
+{
+    struct model_err e;
+    int st = apply_core(c, ch, &e, NULL);
+    return st ? reply_err(out, &e) : 0;
+}
+
+int control_change(struct control *c, const char *pool, const char *what, control_fn fn,
+                   void *arg, struct model_err *e, uint64_t *version)
+{
+    struct change ch = {.op = OP_FN, .name = pool, .fn = fn, .arg = arg, .what = what};
+    return apply_core(c, &ch, e, version);
 }
 
 /* The body as JSON; NULL with the error written when it does not parse. An empty body is an
@@ -396,6 +429,12 @@ static json_t *pool_object(const json_t *m, const char *name)
                 count += json_integer_value(json_object_get(r, "to")) -
                          json_integer_value(json_object_get(r, "from")) + 1;
         json_object_set_new(n, "slots", json_integer(count));
+        json_int_t rcount = 0;
+        json_array_foreach(json_object_get(p, "slots"), k, r)
+            if (!strcmp(json_string_value(json_object_get(r, "replica")) ?: "", addr))
+                rcount += json_integer_value(json_object_get(r, "to")) -
+                          json_integer_value(json_object_get(r, "from")) + 1;
+        json_object_set_new(n, "replica_slots", json_integer(rcount));
     }
     const char *g = json_string_value(json_object_get(m, "gutter_pool"));
     /* its namespaces' names, sorted, so the answer does not depend on insertion order */
@@ -472,6 +511,18 @@ static int pool_route_in(struct control *c, const char *method, const char *rest
         if (strcmp(method, "POST"))
             return fail(out, 405, "method", "method", "POST here adds a node");
         ch.op = OP_NODE_ADD;
+    } else if (!strncmp(sub, "/nodes/", 7) && sub[7] && strlen(sub) > 13 &&
+               !strcmp(sub + strlen(sub) - 6, "/drain")) {
+        if (strcmp(method, "POST"))
+            return fail(out, 405, "method", "method", "POST here drains the node");
+        if (c->fo == NULL) return fail(out, 503, "drain", "failover", "no failover module");
+        char node[MODEL_ADDR_MAX + 1];
+        snprintf(node, sizeof node, "%.*s", (int)(strlen(sub) - 13), sub + 7);
+        json_t *b = parse_body(body, len, out, &st);
+        if (b == NULL) return st;
+        st = failover_drain(c->fo, pool, node, b, out);
+        json_decref(b);
+        return st;
     } else if (!strncmp(sub, "/nodes/", 7) && sub[7]) {
         if (strcmp(method, "DELETE"))
             return fail(out, 405, "method", "method", "DELETE here removes the node");
@@ -479,7 +530,8 @@ static int pool_route_in(struct control *c, const char *method, const char *rest
         ch.node = sub + 7;
     } else {
         return fail(out, 404, "path", "path",
-                    "no such resource: /v1/pools/<name> or /v1/pools/<name>/nodes[/<host:port>]");
+                    "no such resource: /v1/pools/<name> or /v1/pools/<name>/nodes[/<host:port>"
+                    "[/drain]]");
     }
     ch.name = *pool ? pool : NULL;
     if (ch.op != OP_NODE_REMOVE && (ch.body = parse_body(body, len, out, &st)) == NULL) return st;
@@ -550,6 +602,45 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
     return ADMIN_HELD;
 }
 
+/* ---- failures ------------------------------------------------------------------------------ */
+
+static int reports_route(void *ctx, const char *method, const char *rest, const char *body,
+                         size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    if (strcmp(method, "POST") || *rest)
+        return fail(out, strcmp(method, "POST") ? 405 : 404, "method", "method",
+                    "POST /v1/reports {\"router\": ID, \"nodes\": {\"host:port\": \"up\"|\"down\"}}");
+    int st = 0;
+    if (!write_enter(c, method, out, &st)) return st;
+    /* the leader decides: a standby sends the report on (forward.h) */
+    st = to_leader(c, method, "/v1/reports", rest, body, len, out);
+    if (st < 0) {
+        json_t *b = parse_body(body, len, out, &st);
+        if (b) {
+            struct model_err e;
+            st = c->fo ? failover_report(c->fo, b, &e)
+                       : model_fail(&e, 503, "reports", "failover", "no failover module");
+            if (st) reply_err(out, &e);
+            else st = 200, buf_append_str(out, "{}\n");
+            json_decref(b);
+        }
+    }
+    write_leave(c, method);
+    return st;
+}
+
+static int failures_route(void *ctx, const char *method, const char *rest, const char *body,
+                          size_t len, struct buf *out)
+{
+    struct control *c = ctx;
+    if (strcmp(method, "GET")) return fail(out, 405, "method", "method", "GET here");
+    if (*rest) return fail(out, 404, "path", "path", "GET /v1/failures");
+    if (c->fo == NULL) return fail(out, 503, "failures", "failover", "no failover module");
+    append_json(out, failover_status(c->fo));
+    return 200;
+}
+
 static void control_metrics(void *ctx, struct buf *out)
 {
     struct control *c = ctx;
@@ -560,6 +651,12 @@ static void control_metrics(void *ctx, struct buf *out)
     metrics_write_prom(out, "shoal_control", control_metric_descs,
                        sizeof control_metric_descs / sizeof control_metric_descs[0], &m, NULL);
     if (c->leases) lease_metrics(c->leases, out, clock_mono_ms());
+    char line[300];
+    snprintf(line, sizeof line,
+             "# HELP shoal_control_promotion_seconds the last promotion's time from first "
+             "suspicion to publication\n# TYPE shoal_control_promotion_seconds gauge\n"
+             "shoal_control_promotion_seconds %.3f\n", (double)m.promotion_ms / 1000.0);
+    buf_append_str(out, line);
 }
 
 struct admin *api_create(struct control *c, char *err, size_t errlen)
@@ -572,6 +669,8 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         /* renewals need an admin token under --auth-file (a team's could hold off failover) */
         {"/v1/leases", lease_route, c, 0},
         {"/v1/stats", dash_stats_route, c, ADMIN_ROUTE_QUERY},
+        {"/v1/reports", reports_route, c, ADMIN_ROUTE_HOLD},
+        {"/v1/failures", failures_route, c, 0},
         {"/static", dash_static_route, c, 0},
         {"/", dash_page_route, c, 0},
     };

@@ -72,6 +72,14 @@
     X(token_file, 0, STR, NULL, 0, 0,                                                            \
       "file holding the bearer token sent with pushes to nodes' admin ports (default: the "     \
       "SHOAL_TOKEN variable); an admin token where nodes run with --auth-file", NULL)            \
+    X(probe_ms, 0, UINT, "200", 10, 60000,                                                       \
+      "how often control probes the data port of every node of a pool with replicas (TCP "      \
+      "connect and version, each allowed min(this, 200) ms), ms", NULL)                          \
+    X(failure_timeout_ms, 0, UINT, "1000", 0, 600000,                                            \
+      "how long a node must stay suspect (most reporting routers say down and probes fail) "    \
+      "before it is dead and its slots are promoted to their replicas, ms", NULL)                \
+    X(report_stale_ms, 0, UINT, "3000", 100, 600000,                                             \
+      "a router's failure report older than this no longer counts, ms", NULL)                    \
     X(verbose, 'v', COUNT, "0", 0, 0, "log more (-v events, -vv debug)", NULL)                   \
     X(lease_ms, 0, UINT, "2000", 100, 600000,                                                    \
       "slot lease granted to nodes (POST /v1/leases), ms: a node that has not renewed for this " \
@@ -84,6 +92,7 @@ struct control_config {
         admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms,
         lease_ms;
     uint64_t stats_interval_ms, stats_window, stats_timeout_ms, stats_workers, stats_namespaces;
+    uint64_t probe_ms, failure_timeout_ms, report_stale_ms;
     const char *listen, *data_dir, *state, *port_file, *etcd, *etcd_prefix, *advertise,
         *auth_file, *token_file, *chart_js;
 };
@@ -116,7 +125,16 @@ struct control_config {
     X(stats_samples, COUNTER, "dashboard samples taken (every node's /metrics read once)")      \
     X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
     X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked") \
-    X(lease_grants, COUNTER, "slot leases granted or renewed (POST /v1/leases answered 200)")
+    X(lease_grants, COUNTER, "slot leases granted or renewed (POST /v1/leases answered 200)")  \
+    X(reports, COUNTER, "router failure reports taken (POST /v1/reports)")                      \
+    X(probe_failures, COUNTER, "probes of a node's data port that failed (connect or version)") \
+    X(nodes_suspect, GAUGE, "nodes suspect now: most reporting routers say down and probes fail") \
+    X(nodes_dead, GAUGE, "nodes dead now: suspect for --failure-timeout-ms")                     \
+    X(promotions, COUNTER, "promotions published (each a dead node's slots to their replicas)")  \
+    X(promotion_ms, GAUGE, "the last promotion's time from first suspicion to publication, ms") \
+    X(returns, COUNTER, "dead nodes back (probes pass, routers say up), made replicas again")   \
+    X(drains, COUNTER, "drains done (ranges handed off to their replicas and swapped)")          \
+    X(handoff_failures, COUNTER, "drain handoffs a node refused or did not answer")
 
 struct control_metrics {
     CONTROL_METRICS(METRIC_FIELD)
@@ -131,6 +149,7 @@ struct sampler;
 struct topo_doc;
 struct render;
 struct lease_table;
+struct failover;
 
 struct control {
     struct control_config cfg;
@@ -149,6 +168,7 @@ struct control {
     char *auth_header; /* "Authorization: Bearer ..." for pushes (--token-file), or NULL */
     struct sampler *stats; /* the dashboard's samples (sampler.h) */
     struct lease_table *leases; /* nodes' slot leases (lease.h) */
+    struct failover *fo;   /* failure detection, promotion, drain (failover.h); NULL in tests */
     /* Shutdown (control_close_writes): under `lock`. Once `closing` is set every write is
      * answered 503 "shutting down"; `writers` counts the writes still inside a handler (they
      * may use ha and fwd), and `idle` is signalled when the last one leaves. */
@@ -167,5 +187,16 @@ void control_close_writes(struct control *c);
 /* Make `model` the current state (it is consumed): render its topology document, set the
  * version. Caller holds c->lock or runs before any other thread starts. 0 or -1 (memory). */
 int control_install(struct control *c, json_t *model);
+
+struct model_err;
+/* A change made by control itself (a promotion, a returning node, a drain's swap), through the
+ * same path as the API's: fn edits a fork of the model in which pool `pool` is a deep copy,
+ * then replicas are brought in line (model_replicas_sync), the model checked, stored, the
+ * version bumped and long polls woken. `what` names it in the log. Returns 0 with *version set,
+ * 304 when fn changed nothing (no version), or an HTTP status with `e` filled. Any thread but
+ * one holding c->lock. */
+typedef int (*control_fn)(json_t *m, void *arg, struct model_err *e);
+int control_change(struct control *c, const char *pool, const char *what, control_fn fn,
+                   void *arg, struct model_err *e, uint64_t *version);
 
 #endif

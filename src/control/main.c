@@ -23,6 +23,7 @@
 #include "common/sigs.h"
 #include "control/api.h"
 #include "control/control.h"
+#include "control/failover.h"
 #include "control/forward.h"
 #include "control/leader.h"
 #include "control/lease.h"
@@ -60,6 +61,11 @@ static int load_state(struct control *c, char *err, size_t errlen)
         return snprintf(err, errlen, "out of memory"), -1;
     }
     return 0;
+}
+
+static bool lease_hook(void *t, const char *node, uint64_t now_ms)
+{
+    return lease_lapsed(t, node, now_ms);
 }
 
 int main(int argc, char **argv)
@@ -141,6 +147,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "shoal-control: out of memory\n");
         return 2;
     }
+    /* failure detection and promotion (issue 15), promoting only over lapsed leases */
+    ctl.fo = failover_create(&ctl, err, sizeof err);
+    if (ctl.fo) failover_set_lease(ctl.fo, lease_hook, ctl.leases);
+    if (ctl.fo == NULL || failover_start(ctl.fo, err, sizeof err) < 0) {
+        fprintf(stderr, "shoal-control: %s\n", err);
+        return 2;
+    }
     if (ctl.cfg.etcd) {
         /* with etcd only the leader pushes to nodes: the pusher resumes when this one wins */
         push_pause(ctl.push);
@@ -193,6 +206,7 @@ int main(int argc, char **argv)
     }
     log_notice("signal %d: shutting down", sig);
     control_close_writes(&ctl); /* no write uses ha or fwd once this returns */
+    failover_destroy(&ctl.fo);  /* its changes and held drains end before the rest goes */
     forward_destroy(&ctl.fwd); /* answers the changes still waiting for the leader */
     ha_destroy(&ctl.ha);       /* a leader resigns, so another takes over at once */
     poll_stop(ctl.poll); /* held polls answered; new ones refused until the listener is gone */

@@ -285,8 +285,11 @@ static int node_index(const json_t *nodes, const char *addr)
     return -1;
 }
 
-/* The pool's slot ranges as an owner per slot (indexes into its nodes). */
-static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, struct model_err *e)
+/* The pool's slot ranges as an owner per slot (indexes into its nodes), and, when `replica` is
+ * not NULL, each slot's replica (SLOTMAP_NONE where the range names none). A replica must be
+ * another node of the pool. */
+static int pool_slots(const json_t *pool, const char *path, uint16_t *owner, uint16_t *replica,
+                      struct model_err *e)
 {
     static __thread uint8_t seen[SLOT_COUNT];
     memset(seen, 0, sizeof seen);
@@ -300,16 +303,22 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
     json_array_foreach(slots, i, r) {
         const json_t *from = json_object_get(r, "from"), *to = json_object_get(r, "to");
         const char *node = json_string_value(json_object_get(r, "node"));
+        const json_t *rv = json_object_get(r, "replica");
         int idx = node ? node_index(nodes, node) : -1;
+        int ridx = rv ? node_index(nodes, json_string_value(rv) ?: "") : (int)SLOTMAP_NONE;
         if (!int_in(from, 0, SLOT_COUNT - 1) || !int_in(to, 0, SLOT_COUNT - 1) ||
             json_integer_value(from) > json_integer_value(to) || idx < 0)
             return model_fail(e, 500, f, "slot_map",
                               "%s[%zu]: needs from <= to within 0-16383 and a node of the pool",
                               f, i);
+        if (ridx < 0 || ridx == idx)
+            return model_fail(e, 500, f, "replica",
+                              "%s[%zu]: a replica must be another node of the pool", f, i);
         for (json_int_t s = json_integer_value(from); s <= json_integer_value(to); s++) {
             if (seen[s]++) return model_fail(e, 500, f, "slot_map", "%s: slot %lld twice", f,
                                              (long long)s);
             owner[s] = (uint16_t)idx;
+            if (replica) replica[s] = (uint16_t)ridx;
         }
     }
     for (uint32_t s = 0; s < SLOT_COUNT; s++)
@@ -317,22 +326,33 @@ static int pool_owner(const json_t *pool, const char *path, uint16_t *owner, str
     return 0;
 }
 
-static json_t *ranges_json(const uint16_t *owner, const json_t *nodes)
+/* The map as ranges; `replica` NULL: none. */
+static json_t *ranges_json_r(const uint16_t *owner, const uint16_t *replica, const json_t *nodes)
 {
     static __thread struct slot_range r[SLOT_COUNT];
-    size_t n = slotmap_to_ranges(owner, r);
+    size_t n = slotmap_to_ranges_r(owner, replica, r);
     json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        json_array_append_new(
-            a, json_pack("{s:i,s:i,s:O}", "from", (int)r[i].from, "to", (int)r[i].to, "node",
-                         json_object_get(json_array_get(nodes, r[i].node), "node")));
+    for (size_t i = 0; a && i < n; i++) {
+        json_t *o = json_pack("{s:i,s:i,s:O}", "from", (int)r[i].from, "to", (int)r[i].to,
+                              "node", json_object_get(json_array_get(nodes, r[i].node), "node"));
+        if (o && r[i].replica != SLOTMAP_NONE)
+            json_object_set(o, "replica",
+                            json_object_get(json_array_get(nodes, r[i].replica), "node"));
+        json_array_append_new(a, o);
+    }
     return a;
+}
+
+static json_t *ranges_json(const uint16_t *owner, const json_t *nodes)
+{
+    return ranges_json_r(owner, NULL, nodes);
 }
 
 /* A node entry from a request: "host:port" or {"node": "host:port", "admin": "host:port"}. */
 static json_t *node_entry(json_t *v, const char *field, struct model_err *e)
 {
     const char *node = NULL, *admin = NULL;
+    const json_t *zone = NULL;
     char f[160];
     if (json_is_string(v)) {
         node = json_string_value(v);
@@ -340,13 +360,21 @@ static json_t *node_entry(json_t *v, const char *field, struct model_err *e)
         const char *k;
         json_t *x;
         json_object_foreach(v, k, x) {
-            if (strcmp(k, "node") && strcmp(k, "admin")) {
+            if (strcmp(k, "node") && strcmp(k, "admin") && strcmp(k, "zone")) {
                 snprintf(f, sizeof f, "%s%s%s", field, *field ? "." : "", k);
                 model_fail(e, 400, f, "unknown_field",
                            "unknown field '%s'; a node is {\"node\": \"host:port\", \"admin\": "
-                           "\"host:port\"}", k);
+                           "\"host:port\", \"zone\": \"name\"}", k);
                 return NULL;
             }
+        }
+        zone = json_object_get(v, "zone");
+        snprintf(f, sizeof f, "%s%szone", field, *field ? "." : "");
+        if (zone && !name_ok(json_string_value(zone))) {
+            model_fail(e, 400, f, "name",
+                       "%s must be the node's zone label: 1 to %d letters, digits, '_', '-' or "
+                       "'.'", f, MODEL_NAME_MAX);
+            return NULL;
         }
         node = json_string_value(json_object_get(v, "node"));
         admin = json_string_value(json_object_get(v, "admin"));
@@ -365,6 +393,7 @@ static json_t *node_entry(json_t *v, const char *field, struct model_err *e)
     }
     json_t *o = json_pack("{s:s}", "node", node);
     if (o && admin) json_object_set_new(o, "admin", json_string(admin));
+    if (o && zone) json_object_set(o, "zone", (json_t *)zone);
     if (o == NULL) model_fail(e, 507, field, "memory", "out of memory");
     return o;
 }
@@ -473,15 +502,16 @@ int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
         return model_fail(e, 409, "node", "limit", "at most %d nodes in a pool",
                           SLOTMAP_NODES_MAX);
     }
-    static __thread uint16_t owner[SLOT_COUNT];
-    int st = pool_owner(p, pool, owner, e);
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
+    int st = pool_slots(p, pool, owner, replica, e);
     if (st) {
         json_decref(o);
         return st;
     }
     json_array_append_new(nodes, o);
     *moved = slotmap_add(owner, n);
-    json_object_set_new(p, "slots", ranges_json(owner, nodes));
+    /* a slot the new node took keeps its replica (unless that is the new node: none) */
+    json_object_set_new(p, "slots", ranges_json_r(owner, replica, nodes));
     return 0;
 }
 
@@ -500,12 +530,19 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
         return model_fail(e, 409, "node", "last_node",
                           "node %s is the last of pool %s: a pool keeps at least one node", node,
                           pool);
-    static __thread uint16_t owner[SLOT_COUNT];
-    int st = pool_owner(p, pool, owner, e);
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
+    int st = pool_slots(p, pool, owner, replica, e);
     if (st) return st;
     *moved = slotmap_remove(owner, n, (uint32_t)idx);
+    /* its replicas are gone; a slot it gave to its own replica has none (model_replicas_sync
+     * gives each another) */
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+        if (replica[s] == (uint16_t)idx) replica[s] = SLOTMAP_NONE;
+        else if (replica[s] != SLOTMAP_NONE && replica[s] > (uint16_t)idx) replica[s]--;
+        if (replica[s] == owner[s]) replica[s] = SLOTMAP_NONE;
+    }
     json_array_remove(nodes, (size_t)idx);
-    json_object_set_new(p, "slots", ranges_json(owner, nodes));
+    json_object_set_new(p, "slots", ranges_json_r(owner, replica, nodes));
     return 0;
 }
 
@@ -528,10 +565,13 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
         if (!addr_ok(a) || (adm && !addr_ok(json_string_value(adm))) || node_index(nodes, a) != (int)i)
             return model_fail(e, 500, path, "host_port", "%s.nodes[%zu]: bad or repeated", path, i);
     }
-    static __thread uint16_t owner[SLOT_COUNT];
-    int st = pool_owner(p, path, owner, e);
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
+    int st = pool_slots(p, path, owner, replica, e);
     if (st) return st;
-    if (slotmap_check_even(owner, (uint32_t)n) < 0)
+    /* Within one of even, unless a promotion (a dead node's slots went to their replicas) or
+     * a drain (swapped with them) marked the pool "uneven": slots are never moved back to even
+     * by control, since that would drop their items. */
+    if (!json_is_true(json_object_get(p, "uneven")) && slotmap_check_even(owner, (uint32_t)n) < 0)
         return model_fail(e, 500, path, "even", "%s.slots: not within one slot of even", path);
     return 0;
 }
@@ -729,5 +769,169 @@ uint64_t model_ns_share(const json_t *m, const char *name)
     const json_t *p = json_object_get(json_object_get(m, "pools"),
                                       json_string_value(json_object_get(ns, "pool")) ?: "");
     size_t n = json_array_size(json_object_get(p, "nodes"));
-    return nsf_share((uint64_t)json_integer_value(json_object_get(ns, "memory")), n);
+    /* copies 2: each node holds its primary share and as much again as replica */
+    uint64_t copies = (uint64_t)json_integer_value(json_object_get(ns, "copies"));
+    uint64_t mem = (uint64_t)json_integer_value(json_object_get(ns, "memory"));
+    return nsf_share(copies >= 2 && mem <= UINT64_MAX / copies ? mem * copies : mem, n);
+}
+
+/* ---- replicas and failover (issue 15) ---------------------------------------------------- */
+
+/* Pools holding at least one namespace with copies 2, as an object of names. */
+static json_t *replicated_pools(const json_t *m)
+{
+    json_t *w = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)json_object_get(m, "namespaces"), k, v)
+        if (w && json_integer_value(json_object_get(v, "copies")) >= 2)
+            json_object_set_new(w, json_string_value(json_object_get(v, "pool")) ?: "",
+                                json_true());
+    return w;
+}
+
+bool model_pool_replicated(const json_t *m, const char *pool)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)json_object_get(m, "namespaces"), k, v)
+        if (json_integer_value(json_object_get(v, "copies")) >= 2 &&
+            !strcmp(json_string_value(json_object_get(v, "pool")) ?: "", pool))
+            return true;
+    return false;
+}
+
+static bool pool_has_replicas(const json_t *p)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(p, "slots"), i, r)
+        if (json_object_get(r, "replica")) return true;
+    return false;
+}
+
+/* Give pool `name` (value p) the slots `owner`/`replica` (a shallow copy of p, so a value
+ * shared with older models is never edited); nothing when they render as it has. */
+static int pool_set_slots(json_t *m, const char *name, json_t *p, const uint16_t *owner,
+                          const uint16_t *replica, bool uneven, struct model_err *e)
+{
+    json_t *slots = ranges_json_r(owner, replica, json_object_get(p, "nodes"));
+    if (slots == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
+    if (json_equal(slots, json_object_get(p, "slots"))) {
+        json_decref(slots);
+        return 0;
+    }
+    json_t *np = json_copy(p);
+    if (np && uneven) json_object_set_new(np, "uneven", json_true());
+    if (np == NULL || json_object_set_new(np, "slots", slots) < 0 ||
+        json_object_set_new(json_object_get(m, "pools"), name, np) < 0)
+        return model_fail(e, 507, "body", "memory", "out of memory");
+    return 0;
+}
+
+/* Zone ids of the pool's nodes (the index of the first node with the same label; no label is
+ * a zone of its own, ""), and whether any node has a label. */
+static bool pool_zones(const json_t *nodes, uint16_t *zone)
+{
+    size_t n = json_array_size(nodes);
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *zi = json_string_value(json_object_get(json_array_get(nodes, i), "zone")) ?: "";
+        any |= *zi != 0;
+        zone[i] = (uint16_t)i;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(zi, json_string_value(json_object_get(json_array_get(nodes, j), "zone")) ?: "")) {
+                zone[i] = (uint16_t)j;
+                break;
+            }
+    }
+    return any;
+}
+
+/* Recompute pool `name`'s replicas (want: it should have them). */
+static int pool_replicas(json_t *m, const char *name, json_t *p, bool want, model_live_fn live,
+                         void *ctx, struct model_err *e)
+{
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT], zone[SLOTMAP_NODES_MAX];
+    static __thread uint8_t alive[SLOTMAP_NODES_MAX];
+    int st = pool_slots(p, name, owner, replica, e);
+    if (st) return st;
+    const json_t *nodes = json_object_get(p, "nodes");
+    uint32_t n = (uint32_t)json_array_size(nodes);
+    if (!want) {
+        for (uint32_t s = 0; s < SLOT_COUNT; s++) replica[s] = SLOTMAP_NONE;
+    } else {
+        for (uint32_t i = 0; i < n; i++)
+            alive[i] = live == NULL ||
+                       live(ctx, json_string_value(json_object_get(json_array_get(nodes, i), "node")));
+        bool zoned = pool_zones(nodes, zone);
+        slotmap_replicas(owner, replica, n, zoned ? zone : NULL, alive);
+    }
+    return pool_set_slots(m, name, p, owner, replica, false, e);
+}
+
+int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void *ctx,
+                        struct model_err *e)
+{
+    json_t *want = replicated_pools(m);
+    if (want == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
+    const char *k;
+    json_t *p;
+    int st = 0;
+    void *tmp;
+    json_object_foreach_safe(json_object_get(m, "pools"), tmp, k, p) {
+        bool w = json_object_get(want, k) != NULL;
+        if (w == pool_has_replicas(p) && !(touched && !strcmp(touched, k))) continue;
+        if ((st = pool_replicas(m, k, p, w, live, ctx, e)) != 0) break;
+    }
+    json_decref(want);
+    return st;
+}
+
+int model_promote(json_t *m, const char *pool, const char *dead, model_live_fn live, void *ctx,
+                  uint32_t *promoted, struct model_err *e)
+{
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
+    *promoted = 0;
+    json_t *p = json_object_get(json_object_get(m, "pools"), pool);
+    if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
+    int d = node_index(json_object_get(p, "nodes"), dead);
+    if (d < 0) return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", dead, pool);
+    int st = pool_slots(p, pool, owner, replica, e);
+    if (st) return st;
+    const json_t *nodes = json_object_get(p, "nodes");
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+        if (replica[s] == (uint16_t)d) replica[s] = SLOTMAP_NONE;
+        if (owner[s] != (uint16_t)d || replica[s] == SLOTMAP_NONE) continue;
+        /* a replica dead too holds nothing worth promoting: the range stays (the gutter's) */
+        if (live && !live(ctx, json_string_value(json_object_get(json_array_get(nodes, replica[s]),
+                                                                 "node")))) {
+            replica[s] = SLOTMAP_NONE;
+            continue;
+        }
+        owner[s] = replica[s];
+        replica[s] = SLOTMAP_NONE;
+        (*promoted)++;
+    }
+    return pool_set_slots(m, pool, p, owner, replica, *promoted > 0, e);
+}
+
+int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slots,
+               uint32_t *swapped, struct model_err *e)
+{
+    static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
+    *swapped = 0;
+    json_t *p = json_object_get(json_object_get(m, "pools"), pool);
+    if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
+    int d = node_index(json_object_get(p, "nodes"), node);
+    if (d < 0) return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", node, pool);
+    int st = pool_slots(p, pool, owner, replica, e);
+    if (st) return st;
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+        if (!slots[s] || owner[s] != (uint16_t)d || replica[s] == SLOTMAP_NONE) continue;
+        owner[s] = replica[s];
+        replica[s] = (uint16_t)d;
+        (*swapped)++;
+    }
+    return pool_set_slots(m, pool, p, owner, replica, *swapped > 0, e);
 }

@@ -3,8 +3,11 @@
  *
  * The model is the state file's content:
  *   {"format": 1, "version": N, "gutter_pool": P (optional), "gutter_ttl": S,
- *    "pools": {P: {"nodes": [{"node": "host:port", "admin": "host:port"}...],
- *                  "slots": [{"from": A, "to": B, "node": "host:port"}...]}},
+ *    "pools": {P: {"nodes": [{"node": "host:port", "admin": "host:port", "zone": Z}...],
+ *                  "slots": [{"from": A, "to": B, "node": "host:port",
+ *                             "replica": "host:port" (copies 2)}...],
+ *                  "uneven": true (after a promotion or drain: the even rule no longer
+ *                                  applies to its map)}},
  *    "namespaces": {N: {"team", "pool", "memory", "copies", "eviction", "default_ttl",
  *                       "max_ttl", "lease_ttl", "stale_ttl", "lease_period",
  *                       "max_value_bytes", "ops_per_sec", "bytes_per_sec",
@@ -24,6 +27,7 @@
 #define SHOAL_CONTROL_MODEL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define MODEL_FORMAT 1
@@ -73,8 +77,34 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
 json_t *model_topology(const json_t *m);
 /* The same without "namespaces" (render.h adds their text). */
 json_t *model_topology_frame(const json_t *m);
-/* A namespace's memory share on each node of its pool: memory / nodes, rounded down. */
+/* A namespace's memory share on each node of its pool: memory * copies / nodes, rounded down
+ * (with copies 2 each node holds its primary share and a replica's). */
 uint64_t model_ns_share(const json_t *m, const char *ns);
+
+/* ---- replicas and failover (issue 15, docs/operations.md "Failure handling") -------------
+ * A pool holding a namespace with copies 2 has a "replica" on every range that can have one
+ * (slotmap_replicas: another live node, another zone when zones are labelled); others have
+ * none. */
+typedef bool (*model_live_fn)(void *ctx, const char *node);
+/* Pool `pool` holds a namespace with copies 2. */
+bool model_pool_replicated(const json_t *m, const char *pool);
+/* Bring every pool's replicas in line with its namespaces: added where a copies-2 namespace
+ * arrived, removed where the last left, and recomputed for pool `touched` (NULL: none); nodes
+ * for which `live` says false (NULL: all live) are nobody's replica in the pools recomputed. A pool that changes
+ * gets a new value (shallow copy): values shared with the model served are never edited.
+ * 0, or an HTTP status with `e` filled. */
+int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void *ctx,
+                        struct model_err *e);
+/* Promotion (C5): every range of `dead` in `pool` that has a live replica (`live`, NULL: all)
+ * goes to it (the replica field dropped; model_replicas_sync gives another), and `dead` stops
+ * being anyone's replica. *promoted: slots moved. Ranges without a live replica stay (the
+ * gutter covers them). */
+int model_promote(json_t *m, const char *pool, const char *dead, model_live_fn live, void *ctx,
+                  uint32_t *promoted, struct model_err *e);
+/* Drain: every slot s with slots[s] set, owned by `node` and with a replica, swaps: the
+ * replica owns it, `node` becomes its replica. *swapped: slots swapped. */
+int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slots,
+               uint32_t *swapped, struct model_err *e);
 
 /* Fill `e` and return `status`. */
 int model_fail(struct model_err *e, int status, const char *field, const char *rule,

@@ -91,7 +91,7 @@ def test_namespace_create_get_list_round_trip(ctl):
     assert body["version"] == 2
     ns = body["namespace"]
     assert ns["name"] == "catalog" and ns["eviction"] == "lfu" and ns["copies"] == 2
-    assert body["share"] == (3 << 20) // 3
+    assert body["share"] == 2 * (3 << 20) // 3  # copies 2: a primary and a replica share
     status, one = ctl.get("/v1/namespaces/catalog")
     assert status == 200 and one["namespace"] == ns
     status, all_ = ctl.get("/v1/namespaces")

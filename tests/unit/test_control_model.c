@@ -4,6 +4,7 @@
  * changes on a fork that shares untouched values (model_fork), the check that skips them
  * (model_check_since), and the texts rendered from cached namespace texts (render.c). */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -308,6 +309,145 @@ static void test_render_matches_whole_dumps_across_changes(void **state)
     assert_null(r);
 }
 
+/* ---- replicas and failover (issue 15) ----------------------------------------------------- */
+
+static json_t *replicated(void)
+{
+    json_t *m = three();
+    struct model_err e;
+    const char *name;
+    json_t *b = pool_of("{\"name\": \"orders\", \"pool\": \"main\", \"copies\": 2}");
+    assert_int_equal(model_ns_create(m, b, &name, &e), 0);
+    json_decref(b);
+    assert_int_equal(model_replicas_sync(m, NULL, NULL, NULL, &e), 0);
+    assert_int_equal(model_check(m, &e), 0);
+    return m;
+}
+
+static json_t *main_slots(json_t *m)
+{
+    return json_object_get(json_object_get(json_object_get(m, "pools"), "main"), "slots");
+}
+
+static void test_sync_adds_and_removes_replicas_without_editing_shared_values(void **state)
+{
+    json_t *m = three();
+    struct model_err e;
+    json_t *pool_before = json_object_get(json_object_get(m, "pools"), "main");
+    json_t *f = model_fork(m, "default", NULL);
+    json_t *b = pool_of("{\"copies\": 2}");
+    assert_int_equal(model_ns_update(f, "default", b, &e), 0);
+    assert_int_equal(model_replicas_sync(f, NULL, NULL, NULL, &e), 0);
+    json_t *pool_after = json_object_get(json_object_get(f, "pools"), "main");
+    assert_ptr_not_equal(pool_after, pool_before); /* a new value */
+    assert_false(json_object_get(json_array_get(json_object_get(pool_before, "slots"), 0),
+                                 "replica")); /* the shared one untouched */
+    size_t i;
+    json_t *r;
+    json_array_foreach(main_slots(f), i, r) {
+        const char *rep = json_string_value(json_object_get(r, "replica"));
+        assert_non_null(rep);
+        assert_string_not_equal(rep, json_string_value(json_object_get(r, "node")));
+    }
+    assert_int_equal(model_check_since(f, m, &e), 0);
+    json_decref(b);
+    b = pool_of("{\"copies\": 1}");
+    assert_int_equal(model_ns_update(f, "default", b, &e), 0);
+    assert_int_equal(model_replicas_sync(f, NULL, NULL, NULL, &e), 0);
+    json_array_foreach(main_slots(f), i, r) assert_null(json_object_get(r, "replica"));
+    json_decref(b);
+    json_decref(f);
+    json_decref(m);
+}
+
+static bool not_node2(void *ctx, const char *node)
+{
+    return strcmp(node, "10.0.0.2:1") != 0;
+}
+
+static void test_promote_moves_ranges_to_their_replicas(void **state)
+{
+    json_t *m = replicated();
+    struct model_err e;
+    uint32_t promoted = 0;
+    json_t *before = json_deep_copy(main_slots(m));
+    assert_int_equal(model_promote(m, "main", "10.0.0.2:1", not_node2, NULL, &promoted, &e), 0);
+    assert_int_equal(promoted, 5461);
+    assert_int_equal(model_replicas_sync(m, "main", not_node2, NULL, &e), 0);
+    assert_int_equal(model_check(m, &e), 0); /* uneven now, and marked so */
+    assert_true(json_is_true(json_object_get(json_object_get(json_object_get(m, "pools"), "main"),
+                                             "uneven")));
+    size_t i;
+    json_t *r;
+    json_array_foreach(main_slots(m), i, r) {
+        assert_string_not_equal(json_string_value(json_object_get(r, "node")), "10.0.0.2:1");
+        const char *rep = json_string_value(json_object_get(r, "replica"));
+        assert_true(rep == NULL || strcmp(rep, "10.0.0.2:1") != 0);
+    }
+    /* each of the dead node's old ranges now belongs to its old replica */
+    json_array_foreach(before, i, r) {
+        if (strcmp(json_string_value(json_object_get(r, "node")), "10.0.0.2:1")) continue;
+        json_int_t s = json_integer_value(json_object_get(r, "from"));
+        size_t k;
+        json_t *x;
+        json_array_foreach(main_slots(m), k, x)
+            if (json_integer_value(json_object_get(x, "from")) <= s &&
+                json_integer_value(json_object_get(x, "to")) >= s)
+                assert_string_equal(json_string_value(json_object_get(x, "node")),
+                                    json_string_value(json_object_get(r, "replica")));
+    }
+    json_decref(before);
+    json_decref(m);
+}
+
+static void test_swap_makes_the_drained_node_the_replica(void **state)
+{
+    json_t *m = replicated();
+    struct model_err e;
+    static uint8_t slots[16384];
+    memset(slots, 1, sizeof slots);
+    uint32_t swapped = 0;
+    assert_int_equal(model_swap(m, "main", "10.0.0.1:1", slots, &swapped, &e), 0);
+    assert_int_equal(swapped, 5461);
+    assert_int_equal(model_check(m, &e), 0);
+    size_t i;
+    json_t *r;
+    json_int_t as_replica = 0;
+    json_array_foreach(main_slots(m), i, r) {
+        assert_string_not_equal(json_string_value(json_object_get(r, "node")), "10.0.0.1:1");
+        if (!strcmp(json_string_value(json_object_get(r, "replica")), "10.0.0.1:1"))
+            as_replica += json_integer_value(json_object_get(r, "to")) -
+                          json_integer_value(json_object_get(r, "from")) + 1;
+    }
+    assert_true(as_replica >= 5461);
+    json_decref(m);
+}
+
+static void test_zone_is_kept_and_checked(void **state)
+{
+    json_t *m = model_new();
+    struct model_err e;
+    const char *name;
+    json_t *b = pool_of("{\"name\": \"main\", \"nodes\": [{\"node\": \"10.0.0.1:1\", \"zone\": "
+                        "\"a\"}, {\"node\": \"10.0.0.2:1\", \"zone\": \"b\"}]}");
+    assert_int_equal(model_pool_create(m, b, &name, &e), 0);
+    json_decref(b);
+    json_t *n0 = json_array_get(json_object_get(json_object_get(json_object_get(m, "pools"), "main"),
+                                                "nodes"), 0);
+    assert_string_equal(json_string_value(json_object_get(n0, "zone")), "a");
+    json_t *doc = model_topology(m);
+    char *text = json_dumps(doc, 0);
+    assert_null(strstr(text, "zone")); /* zones stay out of the document */
+    free(text);
+    json_decref(doc);
+    uint32_t moved;
+    b = pool_of("{\"node\": \"10.0.0.3:1\", \"zone\": \"\"}");
+    assert_int_equal(model_node_add(m, "main", b, &moved, &e), 400);
+    assert_string_equal(e.field, "zone");
+    json_decref(b);
+    json_decref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +456,10 @@ int main(void)
         cmocka_unit_test(test_namespace_create_and_share),
         cmocka_unit_test(test_refusals_name_field_and_rule),
         cmocka_unit_test(test_node_add_and_remove_keep_map_even),
+        cmocka_unit_test(test_sync_adds_and_removes_replicas_without_editing_shared_values),
+        cmocka_unit_test(test_promote_moves_ranges_to_their_replicas),
+        cmocka_unit_test(test_swap_makes_the_drained_node_the_replica),
+        cmocka_unit_test(test_zone_is_kept_and_checked),
         cmocka_unit_test(test_check_refuses_broken_slot_maps),
         cmocka_unit_test(test_topology_has_router_shape),
         cmocka_unit_test(test_fork_shares_untouched_and_copies_touched),

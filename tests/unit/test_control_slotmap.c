@@ -136,6 +136,182 @@ static void test_check_even_refuses_uneven_and_unowned(void **state)
     assert_int_equal(slotmap_check_even(map, 4), -1);
 }
 
+/* ---- replicas (issue 15) ------------------------------------------------------------------ */
+
+static uint16_t rep[SLOT_COUNT], rep_before[SLOT_COUNT];
+
+/* Every slot has a valid replica, and live nodes hold within one slot of even (spread). */
+static void check_replicas_even(uint32_t n, const uint16_t *zone, const uint8_t *live)
+{
+    assert_int_equal(slotmap_check_replicas(map, rep, n, zone, live), 0);
+    uint32_t cnt[SLOTMAP_NODES_MAX] = {0}, nlive = 0, lo = SLOT_COUNT, hi = 0;
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+        assert_true(rep[s] < n);
+        assert_true(rep[s] != map[s]);
+        cnt[rep[s]]++;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (live && !live[i]) {
+            assert_int_equal(cnt[i], 0);
+            continue;
+        }
+        nlive++;
+        if (cnt[i] < lo) lo = cnt[i];
+        if (cnt[i] > hi) hi = cnt[i];
+    }
+    assert_true(hi - lo <= 1);
+}
+
+static void test_replicas_fresh_map_is_even_and_short(void **state)
+{
+    static struct slot_range r[SLOT_COUNT];
+    for (uint32_t n = 2; n <= 200; n++) {
+        slotmap_even(map, n);
+        for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+        assert_int_equal(slotmap_replicas(map, rep, n, NULL, NULL), SLOT_COUNT);
+        check_replicas_even(n, NULL, NULL);
+        /* a ring: node i's slots on one or two nodes, so the ranges stay few */
+        assert_true(slotmap_to_ranges_r(map, rep, r) <= 2 * n);
+        /* and computing again changes nothing */
+        assert_int_equal(slotmap_replicas(map, rep, n, NULL, NULL), 0);
+    }
+}
+
+static void test_replicas_one_node_has_none(void **state)
+{
+    slotmap_even(map, 1);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = 0; /* invalid: itself */
+    assert_int_equal(slotmap_replicas(map, rep, 1, NULL, NULL), SLOT_COUNT);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) assert_int_equal(rep[s], SLOTMAP_NONE);
+    assert_int_equal(slotmap_check_replicas(map, rep, 1, NULL, NULL), 0);
+}
+
+static void test_replicas_go_to_another_zone(void **state)
+{
+    uint16_t zone[SLOTMAP_NODES_MAX];
+    for (uint32_t z = 2; z <= 4; z++)
+        for (uint32_t n = z; n <= 48; n += z) { /* equal zones, nodes interleaved or grouped */
+            for (int grouped = 0; grouped < 2; grouped++) {
+                for (uint32_t i = 0; i < n; i++)
+                    zone[i] = (uint16_t)(grouped ? i / (n / z) : i % z);
+                slotmap_even(map, n);
+                for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+                slotmap_replicas(map, rep, n, zone, NULL);
+                for (uint32_t s = 0; s < SLOT_COUNT; s++)
+                    assert_true(zone[rep[s]] != zone[map[s]]);
+                check_replicas_even(n, zone, NULL);
+            }
+        }
+    /* unequal zones: still another zone for every slot, even where it cannot be even */
+    uint16_t z3[3] = {1, 1, 2};
+    slotmap_even(map, 3);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+    slotmap_replicas(map, rep, 3, z3, NULL);
+    assert_int_equal(slotmap_check_replicas(map, rep, 3, z3, NULL), 0);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) assert_true(z3[rep[s]] != z3[map[s]]);
+    /* one zone only: any other node */
+    uint16_t same[4] = {7, 7, 7, 7};
+    slotmap_even(map, 4);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+    slotmap_replicas(map, rep, 4, same, NULL);
+    check_replicas_even(4, same, NULL);
+}
+
+/* A join moves only about the new node's share of replicas (plus the slots it took as owner,
+ * whose replica may have been it), a leave only the leaver's replicas and the slots it owned;
+ * in any order, the map stays valid and even. */
+static void test_replicas_move_little_on_joins_and_leaves(void **state)
+{
+    srand(15);
+    uint32_t n = 3;
+    slotmap_even(map, n);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+    slotmap_replicas(map, rep, n, NULL, NULL);
+    for (int step = 0; step < 600; step++) {
+        if (n == 2 || (n < 40 && rand() % 2)) {
+            uint32_t moved = slotmap_add(map, n);
+            n++;
+            memcpy(rep_before, rep, sizeof rep);
+            uint32_t changed = slotmap_replicas(map, rep, n, NULL, NULL);
+            assert_true(changed <= moved + SLOT_COUNT / n + 1);
+        } else {
+            uint32_t g = (uint32_t)rand() % n;
+            uint32_t cnt_rep = 0;
+            for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+                cnt_rep += rep[s] == g;
+                if (rep[s] == g) rep[s] = SLOTMAP_NONE;
+                else if (rep[s] > g && rep[s] != SLOTMAP_NONE) rep[s]--;
+            }
+            uint32_t moved = slotmap_remove(map, n, g);
+            n--;
+            uint32_t changed = slotmap_replicas(map, rep, n, NULL, NULL);
+            /* the leaver's replicas were dropped above; the rest: slots it owned whose new
+             * owner was their replica */
+            assert_true(changed <= cnt_rep + moved);
+        }
+        check_replicas_even(n, NULL, NULL);
+    }
+}
+
+/* A dead node: its slots go to their replicas (as a promotion does), and the replicas are
+ * computed again with it not live: nothing names it, the survivors are even, and only the
+ * promoted slots and those it was replica of change. Back again, it takes its even share. */
+static void test_replicas_after_promotion_and_return(void **state)
+{
+    for (uint32_t n = 2; n <= 24; n++)
+        for (uint32_t dead = 0; dead < n; dead += 3) {
+            uint8_t live[SLOTMAP_NODES_MAX];
+            memset(live, 1, n);
+            slotmap_even(map, n);
+            for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+            slotmap_replicas(map, rep, n, NULL, NULL);
+            uint32_t touched = 0;
+            for (uint32_t s = 0; s < SLOT_COUNT; s++) {
+                if (map[s] == dead) {
+                    map[s] = rep[s];
+                    rep[s] = SLOTMAP_NONE;
+                    touched++;
+                } else if (rep[s] == dead) {
+                    touched++;
+                }
+            }
+            live[dead] = 0;
+            uint32_t changed = slotmap_replicas(map, rep, n, NULL, live);
+            assert_true(changed <= touched + SLOT_COUNT / n + 1);
+            if (n == 2) {
+                for (uint32_t s = 0; s < SLOT_COUNT; s++) assert_int_equal(rep[s], SLOTMAP_NONE);
+            } else if (n == 3) { /* the promoted node owns 2/3: the other holds its replicas */
+                assert_int_equal(slotmap_check_replicas(map, rep, n, NULL, live), 0);
+            } else {
+                check_replicas_even(n, NULL, live);
+            }
+            for (uint32_t s = 0; s < SLOT_COUNT; s++) assert_true(map[s] != dead);
+            live[dead] = 1;
+            slotmap_replicas(map, rep, n, NULL, live);
+            if (n == 2) /* it holds every replica: the other owns every slot */
+                for (uint32_t s = 0; s < SLOT_COUNT; s++) assert_int_equal(rep[s], dead);
+            else
+                check_replicas_even(n, NULL, live); /* the returning node holds its share again */
+        }
+}
+
+static void test_check_replicas_refuses_invalid(void **state)
+{
+    slotmap_even(map, 3);
+    for (uint32_t s = 0; s < SLOT_COUNT; s++) rep[s] = SLOTMAP_NONE;
+    slotmap_replicas(map, rep, 3, NULL, NULL);
+    assert_int_equal(slotmap_check_replicas(map, rep, 3, NULL, NULL), 0);
+    uint16_t keep = rep[0];
+    rep[0] = map[0]; /* its own owner */
+    assert_int_equal(slotmap_check_replicas(map, rep, 3, NULL, NULL), -1);
+    rep[0] = SLOTMAP_NONE; /* missing */
+    assert_int_equal(slotmap_check_replicas(map, rep, 3, NULL, NULL), -1);
+    rep[0] = keep;
+    uint8_t live[3] = {1, 1, 1};
+    live[keep] = 0; /* a dead replica */
+    assert_int_equal(slotmap_check_replicas(map, rep, 3, NULL, live), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -146,6 +322,12 @@ int main(void)
         cmocka_unit_test(test_joins_and_leaves_in_any_order_stay_even),
         cmocka_unit_test(test_ranges_cover_every_slot_once),
         cmocka_unit_test(test_check_even_refuses_uneven_and_unowned),
+        cmocka_unit_test(test_replicas_fresh_map_is_even_and_short),
+        cmocka_unit_test(test_replicas_one_node_has_none),
+        cmocka_unit_test(test_replicas_go_to_another_zone),
+        cmocka_unit_test(test_replicas_move_little_on_joins_and_leaves),
+        cmocka_unit_test(test_replicas_after_promotion_and_return),
+        cmocka_unit_test(test_check_replicas_refuses_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
