@@ -50,10 +50,14 @@ def binpath(env, name):
     return os.environ.get(env) or str(ROOT / "build" / "bin" / name)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+try:  # the tests' port allocator: outside the ephemeral range, SHOAL_TEST_PORTS honoured
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from ports import free_port
+except ImportError:
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
 
 
 def req(host_port, method, path, body=None, timeout=5.0):
@@ -156,12 +160,11 @@ class Cluster:
 
     def start(self):
         a = self.args
-        pf = self.work / "control.port"
-        self.spawn("control", [binpath("SHOAL_CONTROL_BIN", "shoal-control"), "-p", "0",
-                               "-l", "127.0.0.1", "--port-file", str(pf),
+        cport = free_port()
+        self.spawn("control", [binpath("SHOAL_CONTROL_BIN", "shoal-control"), "-p", str(cport),
+                               "-l", "127.0.0.1",
                                "--data-dir", str(self.work / "control-data"), *a.control_args])
-        self.control = "127.0.0.1:" + wait_until(
-            lambda: pf.exists() and pf.read_text().strip(), 10, "shoal-control's port file")
+        self.control = f"127.0.0.1:{cport}"
         self.control_url = "http://" + self.control
         wait_until(lambda: req(self.control, "GET", "/healthz")[0] == 200, 10, "control healthy")
 
@@ -268,7 +271,7 @@ class Load(threading.Thread):
     def __init__(self, cl, args, duration):
         super().__init__(daemon=True)
         a = args
-        self.argv = [binpath("BENCH_BIN", "shoal-bench"), "aside-db", "-s", cl.router,
+        self.argv = [os.environ.get("SHOAL_BENCH_BIN") or binpath("BENCH_BIN", "shoal-bench"), "aside-db", "-s", cl.router,
                      "-t", str(a.threads), "--rate", str(a.rate), "--keys", str(a.keys),
                      "--write-rate", str(a.write_rate), "--prefill", "--report-ms", "200",
                      "--timeout-ms", str(a.bench_timeout_ms), "-d", str(duration)]

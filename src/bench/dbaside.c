@@ -617,9 +617,21 @@ int bench_dbaside_main(int argc, char **argv)
     }
     atomic_store(&g_stop, true);
     for (unsigned i = 0; i <= g_o.threads; i++) pthread_join(ts[i].tid, NULL);
-    double secs = (bench_now_ns() - start) / 1e9;
+    uint64_t stopped = bench_now_ns();
+    double secs = (stopped - start) / 1e9;
     sum(ts, g_o.threads + 1, cur);
     char head[96];
+    /* what was answered between the last report and the stop: every request is in one line */
+    bool rest = false;
+    for (int j = 0; j < 12; j++) {
+        delta[j] = cur[j] - prev[j];
+        rest |= delta[j] != 0;
+    }
+    if (rest) {
+        snprintf(head, sizeof head, "\"t\": %.3f, \"ts\": %.3f, \"partial\": true", secs,
+                 realtime_s());
+        print_counts(head, delta, tick / 1e9);
+    }
     snprintf(head, sizeof head, "\"summary\": true, \"seconds\": %.3f", secs);
     print_counts(head, cur, secs);
     for (unsigned i = 0; i <= g_o.threads; i++) conn_close(&ts[i].c);
