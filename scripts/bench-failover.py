@@ -233,6 +233,7 @@ class Sampler(threading.Thread):
         self.cl, self.stop_ev = cl, threading.Event()
         self.topo = []  # (ts, version, primaries, replicas)
         self.down = []  # (ts, marked_down_total)
+        self.router = []  # (ts, router's topology version, replayed deletes or None)
         self.gutter = []  # (ts, get_hits, get_misses)
         self.errors = 0
 
@@ -252,6 +253,8 @@ class Sampler(threading.Thread):
             try:
                 m = metrics(self.cl.router_admin)
                 self.down.append((now, m.get("shoal_router_nodes_marked_down_total", 0)))
+                self.router.append((now, m.get("shoal_router_topology_version", 0),
+                                    m.get("shoal_router_replayed_deletes_total")))
             except OSError:
                 self.errors += 1
             if now - last_g >= 1.0:
@@ -353,6 +356,19 @@ def run(a, work):
         time.sleep(a.after + 0.3)
         t_end = t_kill + a.after
         load.stop()
+        # counters at the end, to tell where the gets went (replica reads, gutter, down node)
+        try:
+            res["router_counters"] = {k: v for k, v in metrics(cl.router_admin).items()
+                                      if v and (k.endswith("_total") and "{" not in k)}
+        except OSError:
+            res["router_counters"] = None
+        res["node_gets"] = {}
+        for n in cl.nodes:
+            try:
+                st = mc_stats(n)
+                res["node_gets"][n] = [int(st.get("get_hits", 0)), int(st.get("get_misses", 0))]
+            except OSError:
+                res["node_gets"][n] = None
         sampler.stop_ev.set()
         sampler.join(5)
 
@@ -389,7 +405,23 @@ def run(a, work):
         res["errors_after_marked_down"] = (sum(d["errors"] for d in load.lines
                                                if d["ts"] - 0.2 >= t_down) if t_down else None)
         res["errors_per_s_after_kill"] = [b["errors"] for b in after]
-        t_replay = t_promo if a.copies == 2 and t_promo else t_kill
+        # "after the replay": once the router holds the promoted version and (when it counts
+        # them, C6) its replayed deletes have moved; copies 1 (no promotion): after the kill
+        t_replay, t_router = t_kill, None
+        if t_promo:
+            held = [(ts, rd) for ts, v, rd in sampler.router
+                    if ts >= t_kill and v >= res["promoted_version"]]
+            if held:
+                t_router = held[0][0]
+                res["router_switched_s"] = round(t_router - t_promo, 3)
+                rd0 = next((rd for ts, v, rd in sampler.router if ts >= t_kill), None)
+                moved = [ts for ts, rd in held if rd is not None and rd0 is not None and rd > rd0]
+                t_replay = moved[0] if moved else t_router
+                res["replayed_deletes"] = (held[-1][1] - rd0) if rd0 is not None else None
+            else:
+                t_replay = t_end
+        res["replay_s"] = round(t_replay - t_kill, 3)
+        res["stale_after_kill"] = sum(d["stale"] for d in load.lines if d["ts"] > t_kill)
         res["stale_after_replay"] = sum(d["stale"] for d in load.lines if d["ts"] - 0.2 >= t_replay)
         s = load.summary or {}
         res["stale_total"] = s.get("stale")
@@ -448,8 +480,13 @@ def report(res):
     p(f"  client hit ratio per s after the kill: {res['after_hit_ratio_per_s']}")
     p(f"  gutter hit ratio [s after kill, ratio, gets]: {res['gutter_hit_ratio']}")
     p(f"  gutter passes 35% at {res['gutter_passes_35pct_s']} s")
-    p(f"  stale values: {res['stale_after_replay']} after the replay, {res['stale_total']} in the "
+    p(f"  router held the promoted version {res.get('router_switched_s')} s after it; replay "
+      f"counted at {res['replay_s']} s after the kill ({res.get('replayed_deletes')} deletes)")
+    p(f"  stale values: {res['stale_after_replay']} after the replay, {res['stale_after_kill']} "
+      f"after the kill, {res['stale_total']} in the "
       f"run ({res['unchecked_keys']} keys unchecked, {res['fill_races']} fill races repaired)")
+    p(f"  get hits/misses per node at the end (killed, two others, gutter): {res['node_gets']}")
+    p(f"  router counters: {res['router_counters']}")
     p(f"  targets: {res['targets']}")
 
 

@@ -7,7 +7,7 @@
 #   scripts/bench-failover.sh [--copies 1|2] [--quick] [--json] [--check] [--keep] [...]
 #   scripts/bench-failover.sh --help
 # Binaries: build/bin/* unless SHOAL_CONTROL_BIN, SHOAL_NODE_BIN, SHOAL_ROUTER_BIN,
-# SHOAL_CLI_BIN, BENCH_BIN say otherwise. The last line printed is `RESULT {json}`.
+# SHOAL_CLI_BIN, SHOAL_BENCH_BIN (or BENCH_BIN) say otherwise. The last line printed is `RESULT {json}`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 scripts/bench-failover.py "$@"
