@@ -5,7 +5,8 @@
   tested, not the cluster).
 - scripts/bench-failover.sh --quick --copies 1 (and --copies 2 once replication and promotion
   are merged) meets its targets, with bounds loose enough for a loaded 2-vCPU CI machine (see
-  the asserts: correctness targets are exact, time and error bounds are widened).
+  the asserts: correctness targets are exact, time and error bounds are widened). These are
+  marked wallclock: scripts/test.sh runs them alone, after the two parallel suites.
 """
 
 import json
@@ -134,6 +135,7 @@ def check_common(res):
     assert res["errors_after_marked_down"] <= max(2, 0.001 * gets_after), res
 
 
+@pytest.mark.wallclock  # bounds the time to "marked down" and to the gutter's 35%
 def test_bench_failover_quick_copies1_gutter_covers_the_dead_node():
     res = run_bench_failover(1)
     check_common(res)
@@ -169,6 +171,7 @@ def copies2():
     return res
 
 
+@pytest.mark.wallclock  # bounds the time to promotion
 def test_bench_failover_quick_copies2_promotes_without_errors_or_stale_values(copies2):
     res = copies2
     check_common(res)
@@ -182,6 +185,7 @@ def test_bench_failover_quick_copies2_promotes_without_errors_or_stale_values(co
                    "by the writer while the primary is down miss on every read until the "
                    "promotion (reads go to the replica, fills to the gutter), so database reads "
                    "peak ~14x the baseline for ~2 s; see the fbench report", strict=False)
+@pytest.mark.wallclock  # shares the copies-2 run with the test above
 def test_bench_failover_quick_copies2_keeps_database_reads_flat(copies2):
     # issue target: at most 5% above the baseline; loose for CI (20 s window, small baseline)
     assert copies2["db_reads_mean_over_baseline_pct"] <= 25, copies2
