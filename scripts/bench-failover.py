@@ -148,15 +148,24 @@ class Cluster:
         return p
 
     def stop(self):
+        """SIGTERM everything; {name: exit status} of those that did not exit 0 (the killed
+        node excepted), with their logs' last lines: a sanitizer's report shows up here."""
         for _, p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
-        for _, p in reversed(self.procs):
+        bad = {}
+        for name, p in reversed(self.procs):
             try:
-                p.wait(5)
+                p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+                bad[name] = "did not exit within 10 s of SIGTERM"
+                continue
+            if p.returncode not in (0, -signal.SIGKILL):
+                tail = (self.work / f"{name}.log").read_text(errors="replace").splitlines()[-6:]
+                bad[name] = f"exit status {p.returncode}: " + " | ".join(tail)
+        return bad
 
     def start(self):
         a = self.args
@@ -455,6 +464,7 @@ def run(a, work):
         t["no_stale_after_replay"] = res["stale_after_replay"] == 0
         res["targets"] = t
         res["sampler_errors"] = sampler.errors
+        res["bad_exits"] = cl.stop()
         return res
     finally:
         cl.stop()
@@ -487,6 +497,7 @@ def report(res):
       f"run ({res['unchecked_keys']} keys unchecked, {res['fill_races']} fill races repaired)")
     p(f"  get hits/misses per node at the end (killed, two others, gutter): {res['node_gets']}")
     p(f"  router counters: {res['router_counters']}")
+    p(f"  processes that did not exit cleanly: {res['bad_exits'] or 'none'}")
     p(f"  targets: {res['targets']}")
 
 

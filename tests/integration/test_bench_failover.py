@@ -123,6 +123,7 @@ def run_bench_failover(copies):
 
 
 def check_common(res):
+    assert not res["bad_exits"], res["bad_exits"]  # crashes, sanitizer reports, hangs at exit
     # exact: correctness
     assert res["stale_after_replay"] == 0, res
     assert res["stale_total"] == 0, res
