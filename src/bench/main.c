@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench/dbaside.h"
 #include "bench/mono.h"
 #include "bench/opts.h"
 #include "bench/report.h"
@@ -239,6 +240,7 @@ static int prefill(struct bench_ctx *ctx, struct bench_worker *w, unsigned n)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "aside-db")) return bench_dbaside_main(argc - 1, argv + 1);
     struct bench_opts o;
     int prc = bench_opts_parse(&o, argc, argv);
     if (prc > 0) return 0;

@@ -76,6 +76,8 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: " PROG " [options]\n"
+        "       " PROG " aside-db [options]   (cache-aside with a database stand-in and\n"
+        "                                       staleness checks; aside-db --help)\n"
         "Load generator for memcached-text-protocol servers (shoal-node, memcached).\n"
         "Each thread runs an epoll loop over its connections and keeps --pipeline requests\n"
         "in flight on each; latency is measured from a batch's send to each reply (with\n"
