@@ -74,13 +74,16 @@
     X(advertise, 0, STR, NULL, 0, 0,                                                             \
       "host:port the topology names this node by (default: -l's address and the bound port)",  \
       NULL)                                                                                      \
+    X(repl_backlog, 0, SIZE, "64m", 4096, 1ull << 40,                                           \
+      "bytes of recent changes kept for replicas (a replica further behind resyncs in full)",   \
+      NULL)                                                                                      \
     FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
-        partial_timeout_ms, admin_conn_max, admin_header_timeout, control_timeout_ms,
+        partial_timeout_ms, repl_backlog, admin_conn_max, admin_header_timeout, control_timeout_ms,
         control_backoff_max_ms;
     const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
         *auth_file, *token_file;
@@ -156,6 +159,7 @@ struct class_metrics {
 
 struct node;
 struct node_control;
+struct repl;
 
 struct worker {
     struct node *node;
@@ -204,6 +208,7 @@ struct node {
     uint64_t next_worker; /* rotates the first worker considered for a new connection */
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
     struct node_control *control; /* --control's follower (control.h), or NULL */
+    struct repl *repl;            /* replication (repl.h), with --control only, else NULL */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */
