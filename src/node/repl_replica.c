@@ -300,6 +300,7 @@ static void applier_run(struct applier *a)
         return;
     }
     a->src = src;
+    a->applied = a->acked = applied; /* what it keeps should this connection end at once */
     int n = snprintf(line, sizeof line, "REPL HAVE %s %llu\r\n", have, (unsigned long long)applied);
     bool full = false;
     uint64_t off = 0;
