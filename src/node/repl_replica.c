@@ -59,8 +59,8 @@ static void apply_item(struct applier *a, const struct repl_rec *rec)
     uint32_t now = clock_now();
     it->exptime = rec->ttl ? now + rec->ttl : 0;
     it->iflags |= rec->iflags & (ITEM_STALE | ITEM_TOKEN | ITEM_HOLD | ITEM_KEY_BINARY);
-    item_set_cas(it, rec->cas & STORE_CAS_MAX);
-    store_cas_at_least(st, rec->cas & STORE_CAS_MAX);
+    /* the CAS is this node's own (store_link gives a fresh one): flush_all, flush_ns and slot
+     * drops order items of one second by CAS, which the primary's values would defeat */
     uint64_t hv = store_hash(rec->key, rec->nkey);
     enum store_miss why;
     store_lock(st, hv);

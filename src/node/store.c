@@ -579,14 +579,6 @@ void store_bump(struct store *st, struct item *it, uint32_t now)
     if (it->atime != now) __atomic_store_n(&it->atime, now, __ATOMIC_RELAXED);
 }
 
-void store_cas_at_least(struct store *st, uint64_t cas)
-{
-    uint64_t cur = __atomic_load_n(&st->cas_next, __ATOMIC_RELAXED);
-    while (cur <= cas &&
-           !__atomic_compare_exchange_n(&st->cas_next, &cur, cas + 1, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {}
-}
-
 uint64_t store_next_cas(struct store *st)
 {
     /* 48 bits kept (item_cas): 0 is "none", so the counter wraps to 1 */

@@ -252,9 +252,6 @@ void store_bump(struct store *st, struct item *it, uint32_t now);
 
 /* A new CAS value, unique and increasing across the node. */
 uint64_t store_next_cas(struct store *st);
-/* Make every later store_next_cas larger than `cas` (a replica keeps its primary's CAS values,
- * so that after a promotion new ones stay unique and increasing). */
-void store_cas_at_least(struct store *st, uint64_t cas);
 
 /* flush_all: with delay 0, every item stored before now is invalid at once; with a delay, items
  * not stored or touched after `when` (store clock) are invalid from `when` on. */
