@@ -25,6 +25,7 @@
 #define APPLY_SILENT_MS 5000
 #define ACK_EVERY_MS 10
 #define ACK_EVERY_BYTES (256 * 1024)
+#define REPL_APPLIERS_MAX 32
 
 struct applier {
     struct repl *r;
@@ -419,8 +420,11 @@ void repl_adopt(struct node *n, int fd, const char *pre, size_t npre)
     memcpy(a->buf, pre, npre);
     a->len = npre;
     pthread_mutex_lock(&r->lock);
-    bool ok = !r->stopping;
+    /* at most REPL_APPLIERS_MAX streams at once: a flood of handshakes costs a bounded number of
+     * threads and buffers (a node has a handful of primaries) */
+    bool ok = !r->stopping && r->appliers < REPL_APPLIERS_MAX;
     if (ok) r->appliers++;
+    else repl_inc(&r->m.handshakes_refused, 1);
     pthread_mutex_unlock(&r->lock);
     pthread_t th;
     pthread_attr_t at;

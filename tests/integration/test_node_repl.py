@@ -314,3 +314,35 @@ def test_handoff_returns_lag_zero_and_fences_writes(start_server, control):
     wait_until(lambda: value_of(a, "rep:onb") == b"1", timeout=10,
                message="the new primary streams to the old one")
     assert value_of(a, "rep:h5") == b"h" * 1000, "the switch dropped nothing"
+
+
+def test_handoff_times_out_with_504_and_lifts_the_fence_when_the_replica_does_not_ack(
+        start_server, control):
+    a, b = pair(start_server, control)
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        with McRaw(a.host, a.port) as c:
+            assert c.store("set", "rep:unacked", "1") == "STORED"
+        t0 = time.monotonic()
+        status, body = http(a.admin_port, "POST", "/v1/replication/handoff",
+                            {"to": b.addr, "slots": [[0, 16383]], "timeout_ms": 300})
+        assert status == 504, body
+        assert 0.25 < time.monotonic() - t0 < 3
+        with McRaw(a.host, a.port) as c:
+            assert c.store("set", "rep:after", "1") == "STORED", "the fence lifted"
+        assert metric(a, "fenced_slots") == 0
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: caught_up(a), timeout=15, message="the replica catches up")
+    assert value_of(b, "rep:after") == b"1"
+
+
+def test_handoff_refuses_slots_this_node_is_not_primary_of(start_server, control):
+    a, b = pair(start_server, control)
+    status, body = http(b.admin_port, "POST", "/v1/replication/handoff",
+                        {"to": a.addr, "slots": [[0, 10]]})
+    assert status == 409, body
+    status, body = http(a.admin_port, "POST", "/v1/replication/handoff", {"to": b.addr})
+    assert status == 400, body
+    with McRaw(b.host, b.port) as c:
+        assert c.store("set", "rep:x", "1") == "STORED", "nothing fenced"
