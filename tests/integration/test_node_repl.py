@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from conftest import launch
+from conftest import key_slot, launch
 from fakecontrol import FakeControl
 from mcraw import McRaw, accepts, free_port, http, wait_until
 
@@ -346,3 +346,30 @@ def test_handoff_refuses_slots_this_node_is_not_primary_of(start_server, control
     assert status == 400, body
     with McRaw(b.host, b.port) as c:
         assert c.store("set", "rep:x", "1") == "STORED", "nothing fenced"
+
+
+def test_two_primaries_replicate_their_halves_to_each_other(start_server, control):
+    a, b = start_node(start_server, control), start_node(start_server, control)
+    control.publish({"version": 1,
+                     "pools": {"main": {"nodes": [a.addr, b.addr], "slots": [
+                         {"from": 0, "to": 8191, "node": a.addr, "replica": b.addr},
+                         {"from": 8192, "to": 16383, "node": b.addr, "replica": a.addr}]}},
+                     "namespaces": {"rep": {"pool": "main", "copies": 2}}})
+    wait_until(lambda: caught_up(a) and caught_up(b), timeout=10, message="both streams online")
+    keys = [f"rep:m{i}" for i in range(200)]
+    low = [k for k in keys if key_slot(k) < 8192]
+    high = [k for k in keys if key_slot(k) >= 8192]
+    with McRaw(a.host, a.port) as c:
+        for k in low:
+            assert c.store("set", k, "from-a") == "STORED"
+        # a write to a slot this node is replica of (an old router's) is kept but not streamed
+        assert c.store("set", high[0], "stray") == "STORED"
+    with McRaw(b.host, b.port) as c:
+        for k in high[1:]:
+            assert c.store("set", k, "from-b") == "STORED"
+    wait_until(lambda: caught_up(a) and caught_up(b), timeout=10, message="lag 0 both ways")
+    assert all(value_of(b, k) == b"from-a" for k in low)
+    assert all(value_of(a, k) == b"from-b" for k in high[1:])
+    assert value_of(b, high[0]) is None, "a replica does not stream what it is replica of"
+    prim = {p["node"]: p for p in repl(a)["primaries"]}
+    assert prim[b.addr]["state"] == "online" and prim[b.addr]["applied"] == repl(b)["offset"]
