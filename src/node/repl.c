@@ -178,6 +178,7 @@ void repl_plan_commit(struct repl *r, struct repl_plan *p)
         if ((old & REPL_ROLE_FENCED) && (nw & REPL_ROLE_PRIMARY)) nw |= REPL_ROLE_FENCED;
         fenced += (nw & REPL_ROLE_FENCED) != 0;
         unsigned idx = p->peer[s][0] ? repl_peer_index(r, p->peer[s]) : 0;
+        bool moved = !(old & REPL_ROLE_STREAMS) || r->peer[s] != idx; /* new to this replica */
         __atomic_store_n(&r->peer[s], (uint16_t)idx, __ATOMIC_RELAXED);
         __atomic_store_n(&r->pub.role[s], nw, __ATOMIC_RELAXED);
         if (!(nw & REPL_ROLE_STREAMS) || idx >= REPL_PEERS_MAX) continue;
@@ -192,7 +193,7 @@ void repl_plan_commit(struct repl *r, struct repl_plan *p)
             fresh = l;
         }
         if (l == NULL) continue;
-        if (!l->slots[s] && !(old & REPL_ROLE_STREAMS)) l->resync = true; /* a slot it lacks */
+        if (moved) l->resync = true; /* a slot it may lack: its next connection syncs in full */
         l->slots[s] = 1;
     }
     __atomic_store_n(&r->pub.nfenced, fenced, __ATOMIC_RELAXED);
@@ -301,6 +302,12 @@ static void gauges(struct repl *r, struct repl_metrics *m)
         if (lag && now > since && now - since > m->lag_ms) m->lag_ms = now - since;
     }
     for (struct repl_src *s = r->srcs; s; s = s->next) m->primaries += s->fd >= 0;
+    uint64_t until = __atomic_load_n(&r->fence_until_ms, __ATOMIC_RELAXED);
+    if (until && now >= until) { /* lapsed with no write to notice it */
+        repl_fence_clear(r);
+        log_warn("replication: handoff fence lifted after %d ms without a topology that moves "
+                 "its slots", FENCE_MAX_MS);
+    }
     pthread_mutex_unlock(&r->lock);
     m->fenced_slots = __atomic_load_n(&r->pub.nfenced, __ATOMIC_RELAXED);
     m->fence_refusals = __atomic_load_n(&r->pub.fence_refusals, __ATOMIC_RELAXED);

@@ -223,11 +223,15 @@ static int read_acks(struct sender *s, int wait_ms)
     return 0;
 }
 
-static void take_slots(struct sender *s)
+/* Take the link's slots now; false when slots were added to it meanwhile (the connection
+ * must end: the next one syncs them in full). */
+static bool take_slots(struct sender *s)
 {
     pthread_mutex_lock(&s->r->lock);
     memcpy(s->slots, s->l->slots, SLOT_COUNT);
+    bool ok = !s->l->resync;
     pthread_mutex_unlock(&s->r->lock);
+    return ok;
 }
 
 /* Frames of the backlog from s->pos: keep this replica's, send them and a progress frame when
@@ -347,7 +351,7 @@ static void sender_session(struct sender *s)
     repl_st(&l->sent, s->pos);
     repl_st(&l->acked, full ? s->pos : applied);
     repl_st(&l->state, full ? REPL_SYNC : REPL_ONLINE);
-    take_slots(s);
+    (void)take_slots(s);
     struct store_cursor cur = {0};
     if (full) {
         uint8_t h[REPL_HDR + REPL_SLOT_BITMAP] = {0};
@@ -357,7 +361,7 @@ static void sender_session(struct sender *s)
         if (send_all(s->fd, h, sizeof h) < 0) return;
     }
     bool snap = full;
-    uint64_t last_send = clock_now_ms();
+    uint64_t last_send = clock_now_ms(), last_slots = last_send;
     while (!__atomic_load_n(&l->stop, __ATOMIC_RELAXED)) {
         int rc = pump_backlog(s);
         if (rc == -1) return;
@@ -407,7 +411,14 @@ static void sender_session(struct sender *s)
             repl_frame_header(h, REPL_F_PROGRESS, 0, s->pos);
             if (send_all(s->fd, h, REPL_HDR) < 0) return;
             last_send = clock_now_ms();
-            take_slots(s); /* slots taken away by a newer document: stop sending them */
+        }
+        if (clock_now_ms() - last_slots >= 100) { /* a newer document's slots for this replica */
+            last_slots = clock_now_ms();
+            if (!take_slots(s)) {
+                log_notice("replication to %s: it replicates more slots now: syncing in full",
+                           l->addr);
+                return;
+            }
         }
         if (read_acks(s, rc == 1 ? 0 : 2) < 0) return;
         if (repl_ld(&l->acked) >= repl_backlog_end(&r->bl)) repl_st(&l->behind_since_ms, clock_now_ms());
@@ -439,9 +450,13 @@ static void *sender_main(void *arg)
         backoff = 100;
         s.fd = fd;
         s.nin = 0;
+        pthread_mutex_lock(&r->lock);
         __atomic_store_n(&l->fd, fd, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&r->lock);
         sender_session(&s);
+        pthread_mutex_lock(&r->lock); /* repl_link_join shuts it down under the lock */
         __atomic_store_n(&l->fd, -1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&r->lock);
         close(fd);
         s.fd = -1;
         if (repl_ld(&l->state) != REPL_DOWN) repl_inc(&r->m.stream_errors, 1);
@@ -463,7 +478,11 @@ int repl_link_start(struct repl_link *l)
 void repl_link_join(struct repl_link *l)
 {
     __atomic_store_n(&l->stop, 1, __ATOMIC_RELAXED);
+    /* under the lock the sender takes to forget its socket before closing it: never another
+     * file's number */
+    pthread_mutex_lock(&l->r->lock);
     int fd = __atomic_load_n(&l->fd, __ATOMIC_ACQUIRE);
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
+    pthread_mutex_unlock(&l->r->lock);
     pthread_join(l->th, NULL);
 }
