@@ -235,6 +235,24 @@ void repl_plan_commit(struct repl *r, struct repl_plan *p)
     free(p);
 }
 
+uint8_t repl_slot_role(struct repl *r, unsigned slot, char *peer, size_t peercap)
+{
+    if (r == NULL || slot >= SLOT_COUNT) {
+        if (peer && peercap) peer[0] = 0;
+        return 0;
+    }
+    uint8_t role = __atomic_load_n(&r->pub.role[slot], __ATOMIC_RELAXED);
+    if (peer && peercap) {
+        pthread_mutex_lock(&r->lock);
+        unsigned idx = r->peer[slot];
+        snprintf(peer, peercap, "%s",
+                 (role & (REPL_ROLE_STREAMS | REPL_ROLE_REPLICA)) && idx < r->npeers
+                     ? r->peers[idx] : "");
+        pthread_mutex_unlock(&r->lock);
+    }
+    return role;
+}
+
 /* ---- handoff fence ---- */
 
 void repl_fence_clear(struct repl *r)

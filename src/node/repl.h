@@ -91,6 +91,12 @@ void repl_plan_range(struct repl_plan *p, unsigned from, unsigned to, const char
 void repl_plan_commit(struct repl *r, struct repl_plan *p); /* frees p; NULL: nothing */
 void repl_plan_free(struct repl_plan *p);                  /* a plan not committed */
 
+/* A slot's role bits (REPL_ROLE_*; 0 before the first document) and, when `peer` is not NULL,
+ * its peer's address: the replica where this node is primary, the primary where it is replica
+ * ("" when none). Any thread; the data path reads struct repl_pub.role[] directly. Fencing code
+ * elsewhere (leases) asks REPL_ROLE_STREAMS: "primary of a range that has a replica". */
+uint8_t repl_slot_role(struct repl *r, unsigned slot, char *peer, size_t peercap);
+
 /* --- data path (workers), under the key's shard lock; repl_hook.h says when to call --- */
 bool repl_slot_streams(const struct repl_pub *p, const char *key, size_t nkey);
 void repl_log_item(struct node *n, const struct item *it);
