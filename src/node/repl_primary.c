@@ -116,6 +116,7 @@ struct sender {
     uint64_t pos; /* stream offset sent up to (frames not this replica's count as sent) */
     uint8_t in[64 * REPL_HDR]; /* acks */
     size_t nin;
+    uint64_t nacks; /* acks this connection; a replica sends none during a full sync */
 };
 
 static int connect_to(const char *addr, int timeout_ms)
@@ -215,6 +216,7 @@ static int read_acks(struct sender *s, int wait_ms)
             return -1;
         }
         if (used == 0) break;
+        s->nacks++;
         if (f.offset <= s->pos && f.offset > repl_ld(&s->l->acked)) repl_st(&s->l->acked, f.offset);
         off += (size_t)used;
     }
@@ -361,6 +363,7 @@ static void sender_session(struct sender *s)
         if (send_all(s->fd, h, sizeof h) < 0) return;
     }
     bool snap = full;
+    uint64_t snap_end = UINT64_MAX; /* online once the replica acks this (the snapshot's end) */
     uint64_t last_send = clock_now_ms(), last_slots = last_send;
     while (!__atomic_load_n(&l->stop, __ATOMIC_RELAXED)) {
         int rc = pump_backlog(s);
@@ -399,7 +402,7 @@ static void sender_session(struct sender *s)
                 repl_frame_header(h, REPL_F_SNAP_END, 0, s->pos);
                 if (send_all(s->fd, h, REPL_HDR) < 0) return;
                 snap = false;
-                repl_st(&l->state, REPL_ONLINE);
+                snap_end = s->pos;
                 log_notice("replication to %s: full sync sent, streaming from offset %llu",
                            l->addr, (unsigned long long)s->pos);
             }
@@ -421,6 +424,10 @@ static void sender_session(struct sender *s)
             }
         }
         if (read_acks(s, rc == 1 ? 0 : 2) < 0) return;
+        if (snap_end != UINT64_MAX && s->nacks > 0 && repl_ld(&l->acked) >= snap_end) {
+            snap_end = UINT64_MAX;
+            repl_st(&l->state, REPL_ONLINE); /* the replica applied the whole snapshot */
+        }
         if (repl_ld(&l->acked) >= repl_backlog_end(&r->bl)) repl_st(&l->behind_since_ms, clock_now_ms());
     }
 }
@@ -450,6 +457,7 @@ static void *sender_main(void *arg)
         backoff = 100;
         s.fd = fd;
         s.nin = 0;
+        s.nacks = 0;
         pthread_mutex_lock(&r->lock);
         __atomic_store_n(&l->fd, fd, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&r->lock);

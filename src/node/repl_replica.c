@@ -38,6 +38,7 @@ struct applier {
     uint64_t id;
     uint64_t applied, acked, last_ack_ms;
     bool online; /* past a full sync's end, or resumed */
+    bool ack_due; /* the snapshot's end: acknowledged even when the offset did not move */
 };
 
 /* Is slot s one this node replicates from the applier's peer now? */
@@ -181,7 +182,7 @@ static int apply_frame(struct applier *a, const struct repl_frame *f, const char
             return -1;
         }
         a->applied = f->offset;
-        if (f->type == REPL_F_SNAP_END) a->online = true;
+        if (f->type == REPL_F_SNAP_END) a->online = a->ack_due = true; /* acked at once */
         return 0;
     default: break;
     }
@@ -225,6 +226,7 @@ static int send_ack(struct applier *a)
     repl_frame_header(h, REPL_F_ACK, 0, a->applied);
     if (send(a->fd, h, REPL_HDR, MSG_NOSIGNAL) != REPL_HDR) return -1;
     a->acked = a->applied;
+    a->ack_due = false;
     a->last_ack_ms = clock_now_ms();
     src_update(a, NULL, -1);
     return 0;
@@ -351,13 +353,15 @@ static void applier_run(struct applier *a)
         a->len -= used;
         if (a->online) src_update(a, NULL, REPL_ONLINE);
         uint64_t now = clock_now_ms();
-        if (a->applied != a->acked &&
+        /* no ack during a full sync: its offsets mean nothing until the snapshot is in */
+        if (a->online && (a->applied != a->acked || a->ack_due) &&
             (now - a->last_ack_ms >= ACK_EVERY_MS || a->applied - a->acked >= ACK_EVERY_BYTES) &&
             send_ack(a) < 0)
             break;
         if (__atomic_load_n(&r->stopping, __ATOMIC_RELAXED)) break;
         struct pollfd pf = {a->fd, POLLIN, 0};
-        int pr = poll(&pf, 1, a->applied != a->acked ? ACK_EVERY_MS : 100);
+        bool due = a->online && (a->applied != a->acked || a->ack_due);
+        int pr = poll(&pf, 1, due ? ACK_EVERY_MS : 100);
         if (pr == 0) {
             if (clock_now_ms() - heard > APPLY_SILENT_MS) {
                 log_warn("replication from %s: silent for %d ms, closing", a->peer,
@@ -373,7 +377,7 @@ static void applier_run(struct applier *a)
             heard = clock_now_ms();
         }
     }
-    if (a->applied != a->acked) send_ack(a);
+    if (a->online && a->applied != a->acked) send_ack(a);
 out:
     pthread_mutex_lock(&r->lock);
     if (src->conn_id == a->id) {

@@ -373,3 +373,25 @@ def test_two_primaries_replicate_their_halves_to_each_other(start_server, contro
     assert value_of(b, high[0]) is None, "a replica does not stream what it is replica of"
     prim = {p["node"]: p for p in repl(a)["primaries"]}
     assert prim[b.addr]["state"] == "online" and prim[b.addr]["applied"] == repl(b)["offset"]
+
+
+def test_replica_further_behind_than_the_backlog_resyncs_in_full(start_server, control):
+    a = start_node(start_server, control, "--repl-backlog", "256k")
+    b = start_node(start_server, control)
+    control.publish(doc(1, a, b))
+    wait_until(lambda: replica_online(a), timeout=10, message="the replica online")
+    full0 = metric(a, "full_resyncs")
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        with McRaw(a.host, a.port) as c:
+            for i in range(2000):  # 20 MB: past the socket buffers and the 256 KiB backlog
+                c.send(f"set rep:far{i} 0 0 10000 noreply\r\n".encode() + b"f" * 10000 + b"\r\n")
+            assert c.cmd("mn") == "MN"
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: metric(a, "full_resyncs") > full0, timeout=15,
+               message="a full resync of the replica that fell behind")
+    wait_until(lambda: caught_up(a), timeout=20, message="caught up again")
+    with McRaw(b.host, b.port) as c:
+        for i in (0, 999, 1999):
+            assert c.get(f"rep:far{i}")[0][2] == b"f" * 10000
