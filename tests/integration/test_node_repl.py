@@ -323,6 +323,9 @@ def test_handoff_times_out_with_504_and_lifts_the_fence_when_the_replica_does_no
     try:
         with McRaw(a.host, a.port) as c:
             assert c.store("set", "rep:unacked", "1") == "STORED"
+        wait_until(lambda: metric(a, "lag_bytes") > 0 and metric(a, "lag_ms") > 0,
+                   message="lag figures move while the replica does not ack")
+        assert repl(a)["replicas"][0]["lag_seconds"] > 0
         t0 = time.monotonic()
         status, body = http(a.admin_port, "POST", "/v1/replication/handoff",
                             {"to": b.addr, "slots": [[0, 16383]], "timeout_ms": 300})
