@@ -241,7 +241,6 @@ static bool take_slots(struct sender *s)
  * our place. */
 static int pump_backlog(struct sender *s)
 {
-    uint64_t from = s->pos;
     long got = repl_backlog_read(&s->r->bl, &s->pos, s->buf, s->cap);
     if (got < 0) return -2;
     if (got == 0) return 0;
@@ -265,7 +264,6 @@ static int pump_backlog(struct sender *s)
         }
         off += (size_t)fl;
     }
-    (void)from;
     if (skipped) {
         repl_frame_header(s->buf + keep, REPL_F_PROGRESS, 0, s->pos);
         keep += REPL_HDR;
