@@ -257,7 +257,6 @@ static void meta_get(struct conn *c, struct proto_req *req)
     }
     /* a placeholder N created counts as fetched, as in memcached */
     if (!proto_meta_has(mf, 'u') && !ghost && !grace) store_bump(st, it, now);
-    if (created) repl_hook_item(c->node, ns, it); /* the placeholder, with its win */
     ml_send(c, &l);
     if (want_value) {
         conn_reply(c, item_value(it), it->nbytes);

@@ -41,8 +41,11 @@ static uint32_t ttl_left(uint32_t exptime)
     return exptime > now ? exptime - now : UINT32_MAX;
 }
 
-/* iflags a replica keeps */
-#define REPL_IFLAGS (ITEM_STALE | ITEM_TOKEN | ITEM_HOLD | ITEM_KEY_BINARY)
+/* iflags a replica keeps. Not ITEM_TOKEN: a win handed out here can only be filled here (the
+ * replica's CAS values are its own), so after a promotion an item still marked won would make
+ * readers wait until its TTL; without the mark the next reader wins. For the same reason an mg N
+ * placeholder is not streamed at all: its fill is. */
+#define REPL_IFLAGS (ITEM_STALE | ITEM_HOLD | ITEM_KEY_BINARY)
 
 void repl_log_item(struct node *n, const struct item *it)
 {

@@ -60,7 +60,7 @@ static void apply_item(struct applier *a, const struct repl_rec *rec)
     memcpy(it->data + it->nkey, rec->value, rec->nbytes);
     uint32_t now = clock_now();
     it->exptime = rec->ttl ? now + rec->ttl : 0;
-    it->iflags |= rec->iflags & (ITEM_STALE | ITEM_TOKEN | ITEM_HOLD | ITEM_KEY_BINARY);
+    it->iflags |= rec->iflags & (ITEM_STALE | ITEM_HOLD | ITEM_KEY_BINARY);
     /* the CAS is this node's own (store_link gives a fresh one): flush_all, flush_ns and slot
      * drops order items of one second by CAS, which the primary's values would defeat */
     uint64_t hv = store_hash(rec->key, rec->nkey);

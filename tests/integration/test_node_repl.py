@@ -398,3 +398,22 @@ def test_replica_further_behind_than_the_backlog_resyncs_in_full(start_server, c
     with McRaw(b.host, b.port) as c:
         for i in (0, 999, 1999):
             assert c.get(f"rep:far{i}")[0][2] == b"f" * 10000
+
+
+def test_a_win_is_not_streamed_but_its_fill_is(start_server, control):
+    a, b = pair(start_server, control)
+    with McRaw(a.host, a.port) as c:
+        got = c.meta("mg rep:lease c N30 v")
+        assert "W" in got.flags
+        assert c.store("set", "rep:marker1", "1") == "STORED"
+    wait_until(lambda: value_of(b, "rep:marker1") == b"1", message="the stream passed the win")
+    with McRaw(b.host, b.port) as c:
+        assert c.get("rep:lease") == [], "the placeholder stays on the primary"
+    with McRaw(a.host, a.port) as c:
+        assert c.meta(f"ms rep:lease 4 C{got.flags['c']}", b"fill").code == "HD"
+        assert c.meta("md rep:lease I").code == "HD"
+    wait_until(lambda: caught_up(a), message="synced")
+    with McRaw(b.host, b.port) as c:
+        r = c.meta("mg rep:lease v c")
+        assert r.value == b"fill" and "X" in r.flags and "W" in r.flags, \
+            "stale on the replica, and its next reader wins there (no win mark streamed)"
