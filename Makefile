@@ -98,7 +98,7 @@ FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -std=gnu11 $(CPPFLAGS)
 FUZZ_LINK := $(wildcard src/protocol/*.c src/common/*.c) src/router/topo.c \
              src/router/replyframe.c src/router/metareply.c src/router/statslist.c \
              src/control/model.c src/control/slotmap.c src/invalidator/pgoutput.c \
-             src/invalidator/rows.c src/invalidator/config.c
+             src/invalidator/rows.c src/invalidator/config.c src/node/repl_wire.c
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_LINK)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LINK) $(LDLIBS)

@@ -8,9 +8,11 @@
 
 #include "common/clock.h"
 #include "node/cmd_store.h"
+#include "node/repl_hook.h"
 
 void cmd_run(struct conn *c, struct proto_req *req)
 {
+    if (repl_hook_fenced(c, c->node, req)) return;
     if (req->cmd >= CMD_MG) cmd_meta_run(c, req);
     else cmd_text_run(c, req);
 }
@@ -23,7 +25,10 @@ static void cmd_drop_key(struct conn *c, const char *key, size_t nkey)
     uint64_t hv = store_hash(key, nkey);
     store_lock(st, hv);
     struct item *old = store_find(st, hv, key, nkey, clock_now(), NULL);
-    if (old) store_unlink(st, hv, old);
+    if (old) {
+        store_unlink(st, hv, old);
+        repl_hook_del(c->node, cmd_ns(c, key, nkey), key, nkey);
+    }
     store_unlock(st, hv);
 }
 
@@ -36,6 +41,7 @@ void cmd_store_refuse(struct conn *c, struct proto_req *req, const char *msg)
 
 bool cmd_store_check(struct conn *c, struct proto_req *req)
 {
+    if (repl_hook_fenced(c, c->node, req)) return false; /* its data block is swallowed */
     /* Flags are part of the item's size: they are known before the value arrives. */
     uint32_t flags = req->cmd == CMD_MS ? req->meta.flags : req->flags;
     if (store_item_size(c->node->store, req->nkey, (size_t)req->nbytes, flags) == 0) {
@@ -125,6 +131,7 @@ bool cmd_delete_holdoff(struct conn *c, const struct ns *ns, const char *key, si
             t = NULL;
         }
     }
+    if (t) repl_hook_item(c->node, ns, t);
     store_unlock(st, hv);
     *ok = t != NULL;
     if (t) cmd_count_delete(c, ns, existed);
@@ -214,6 +221,7 @@ enum cmd_store_res cmd_store_apply(struct conn *c, struct item *it, const struct
     /* a fill with a win's CAS, stored or refused, ends that win's time in flight */
     if (a->has_cas && cmd_lease_ruled(cmd_ns(c, item_key(it), it->nkey)))
         lease_filled(c->node->leases, hv, a->cas);
+    if (stored) repl_hook_item(c->node, cmd_ns(c, item_key(stored), stored->nkey), stored);
     store_unlock(st, hv);
     if (stored == NULL) store_free(st, it);
     if (a->has_cas) {

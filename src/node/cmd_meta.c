@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "node/cmd.h"
 #include "node/cmd_store.h"
+#include "node/repl_hook.h"
 
 /* One reply line being built: code, then flags. Sized for every flag's largest token. */
 struct mline {
@@ -192,6 +193,7 @@ static void meta_get(struct conn *c, struct proto_req *req)
         case 'T':
             if (ghost || grace) break; /* nothing to touch; an expired value is not revived */
             it->exptime = ns_exptime(ns, mf->ttl, now);
+            if (!created) repl_hook_touch(c->node, ns, req->key, req->nkey, it->exptime);
             m->cmd_touch++;
             m->touch_hits++;
             cmd_clsm(c, it)->touch_hits++;
@@ -358,7 +360,10 @@ static void meta_delete(struct conn *c, struct proto_req *req)
                 it->exptime = now + (uint32_t)ns->cfg.stale_ttl;
         } else if (!proto_meta_has(mf, 'x')) {
             store_unlink(st, hv, it);
+            repl_hook_del(c->node, ns, req->key, req->nkey);
+            it = NULL;
         }
+        if (it && code[0] == 'H') repl_hook_item(c->node, ns, it); /* md I, md x */
     }
     store_unlock(st, hv);
     if (code[0] == 'H' && mf->quiet) return;
@@ -439,6 +444,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
     }
     bool ok = code == NULL, want_value = ok && proto_meta_has(mf, 'v');
     if (ok && mf->quiet && !created) { /* q hides a hit's reply, HD or VA, as in memcached */
+        repl_hook_item(c->node, ns, it);
         store_unlock(st, hv);
         return;
     }
@@ -472,6 +478,7 @@ static void meta_arith(struct conn *c, struct proto_req *req)
             ml_common(&l, req, f);
         }
     }
+    if (ok) repl_hook_item(c->node, ns, it);
     store_unlock(st, hv);
     ml_send(c, &l);
     if (want_value) {

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node/repl.h"
 #include "node/cmd.h"
 #include "node/cmd_dump.h"
 #include "node/node_admin.h"
@@ -288,6 +289,7 @@ void cmd_stats(struct conn *c, struct proto_req *req)
     else if (IS("items")) stats_items(c);
     else if (IS("slabs")) stats_slabs(c);
     else if (IS("namespaces")) stats_namespaces(c);
+    else if (IS("repl")) repl_stats_text(c->node->repl, &c->wbuf); /* repl.c */
     else if (IS("sizes") || IS("sizes_enable") || IS("sizes_disable"))
         /* shoal keeps no size histogram; memcached 1.6.18 answers sizes_enable/_disable
          * without END, which leaves a client waiting: we end them */

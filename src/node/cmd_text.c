@@ -10,6 +10,7 @@
 #include "node/cmd.h"
 #include "node/cmd_dump.h"
 #include "node/cmd_store.h"
+#include "node/repl_hook.h"
 
 static void reply_unless_noreply(struct conn *c, const struct proto_req *req, const char *s)
 {
@@ -87,6 +88,7 @@ static inline const char *get_keys(struct conn *c, enum proto_cmd cmd, int64_t e
         if (it) {
             if (touch) {
                 it->exptime = ns_exptime(ns, exptime, now);
+                repl_hook_touch(c->node, ns, key, nkey, it->exptime);
                 m->touch_hits++;
             } else {
                 m->get_hits++;
@@ -194,6 +196,7 @@ static void text_delete(struct conn *c, struct proto_req *req)
     if (it) {
         cmd_clsm(c, it)->delete_hits++;
         store_unlink(st, hv, it);
+        repl_hook_del(c->node, ns, req->key, req->nkey);
     }
     store_unlock(st, hv);
     cmd_count_delete(c, ns, it != NULL);
@@ -267,7 +270,10 @@ static enum delta_res text_apply_delta(struct conn *c, const struct proto_req *r
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     enum delta_res res =
         it ? cmd_delta_locked(st, hv, &it, incr, req->delta, now, value) : DELTA_MISS;
-    if (res == DELTA_OK) *cm = cmd_clsm(c, it);
+    if (res == DELTA_OK) {
+        *cm = cmd_clsm(c, it);
+        repl_hook_item(c->node, cmd_ns(c, req->key, req->nkey), it);
+    }
     store_unlock(st, hv);
     return res;
 }
@@ -321,7 +327,9 @@ static void text_touch(struct conn *c, struct proto_req *req)
     store_lock(st, hv);
     struct item *it = store_find(st, hv, req->key, req->nkey, now, NULL);
     if (it) {
-        it->exptime = ns_exptime(cmd_ns(c, req->key, req->nkey), req->exptime, now);
+        const struct ns *ns = cmd_ns(c, req->key, req->nkey);
+        it->exptime = ns_exptime(ns, req->exptime, now);
+        repl_hook_touch(c->node, ns, req->key, req->nkey, it->exptime);
         store_bump(st, it, now);
         cmd_clsm(c, it)->touch_hits++;
     }
@@ -337,6 +345,7 @@ static void text_flush(struct conn *c, struct proto_req *req)
     int64_t delay = (int64_t)req->delta;
     c->w->m.cmd_flush++;
     store_flush(c->node->store, delay > 0 ? clock_exptime(delay, now) : now, now);
+    repl_log_flush(c->node, delay > 0 ? (uint32_t)delay : 0);
     log_info("flush_all%s%lld", delay > 0 ? " in " : "", delay > 0 ? (long long)delay : 0LL);
     reply_unless_noreply(c, req, "OK\r\n");
 }
@@ -355,6 +364,7 @@ static void text_flush_ns(struct conn *c, struct proto_req *req)
     }
     c->w->m.cmd_flush_ns++;
     store_flush_ns(c->node->store, ns->id, clock_now());
+    repl_log_flush_ns(c->node, ns);
     log_info("flush_ns %s", ns->name);
     reply_unless_noreply(c, req, "OK\r\n");
 }

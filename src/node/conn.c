@@ -14,6 +14,8 @@
 #include "node/cmd.h"
 #include "node/cmd_dump.h"
 #include "node/cmd_store.h"
+#include "node/repl.h"
+#include "node/repl_wire.h"
 
 #define CONN_READ_CHUNK 16384
 /* Values with at least this much left to come are read straight into their item or staging
@@ -225,6 +227,21 @@ static bool conn_binary_request(struct conn *c, const char *start)
     return true;
 }
 
+/* A primary's replication stream (repl.h): a first line opening with REPL_HELLO hands the
+ * socket (a dup) and what was read of it to an applier thread, and this connection closes
+ * without a reply. True when handed over. */
+static bool conn_repl_handover(struct conn *c, const char *start, size_t avail)
+{
+    if (c->node->repl == NULL || avail < sizeof REPL_HELLO - 1 ||
+        memcmp(start, REPL_HELLO, sizeof REPL_HELLO - 1) != 0)
+        return false;
+    int fd = dup(c->fd);
+    if (fd >= 0) repl_adopt(c->node, fd, start, avail);
+    buf_consume(&c->rbuf, avail);
+    c->state = CONN_CLOSE;
+    return true;
+}
+
 /* The value and its terminator are all in: store it, or answer why not. */
 static void conn_value_done(struct conn *c)
 {
@@ -317,6 +334,7 @@ static void conn_process_run(struct conn *c)
         }
         char *start = buf_start(&c->rbuf);
         if (conn_binary_request(c, start)) return;
+        if (conn_repl_handover(c, start, avail)) return;
         char *nl = memchr(start, '\n', avail);
         if (nl == NULL || (size_t)(nl - start) > c->node->cfg.line_max) {
             if (nl == NULL && avail <= c->node->cfg.line_max) return; /* wait for the rest */

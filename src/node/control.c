@@ -18,6 +18,7 @@
 #include "common/slot.h"
 #include "node/fence.h"
 #include "node/node.h"
+#include "node/repl.h"
 
 struct node_control {
     struct node *n;
@@ -58,7 +59,8 @@ static void nc_refused(void *ctx, const char *err)
  * in its `nodes`, `nnodes` their count. -1 with err naming the field when `slots` is not a
  * valid list of ranges. */
 static int nc_pool_slots(struct node_control *c, const char *pname, json_t *p, size_t idx,
-                         size_t nnodes, uint8_t *own, char *err, size_t errlen)
+                         size_t nnodes, uint8_t *own, struct repl_plan *plan, char *err,
+                         size_t errlen)
 {
     const char *mode = json_string_value(json_object_get(p, "mode"));
     json_t *slots = json_object_get(p, "slots");
@@ -89,8 +91,11 @@ static int nc_pool_slots(struct node_control *c, const char *pname, json_t *p, s
                      pname, i);
             return -1;
         }
+        /* owned as primary or replica alike: a switch between the two drops nothing */
         if (strcmp(node, c->advertise) != 0 && (replica == NULL || strcmp(replica, c->advertise)))
             continue;
+        repl_plan_range(plan, (unsigned)json_integer_value(from), (unsigned)json_integer_value(to),
+                        node, replica);
         for (json_int_t s = json_integer_value(from); s <= json_integer_value(to); s++) own[s] = 1;
     }
     return 0;
@@ -106,7 +111,11 @@ static bool nc_ns_settings(json_t *ns, uint64_t nnodes, struct ns_config *cfg, c
     cfg->eviction = NS_EVICT_DEFAULT;
     if (ns_config_from_json(cfg, ns, NS_JSON_DOC, why, whylen) < 0) return false;
     json_int_t mem = json_integer_value(json_object_get(ns, "memory"));
-    cfg->memory = nsf_share(mem > 0 ? (uint64_t)mem : 0, nnodes);
+    cfg->copies = json_integer_value(json_object_get(ns, "copies")) == 2 ? 2 : 1;
+    /* as shoal-control pushes it (model_ns_share): with copies 2 a node holds its primary
+     * share and as much again as replica */
+    uint64_t m = mem > 0 ? (uint64_t)mem : 0;
+    cfg->memory = nsf_share(cfg->copies == 2 && m <= UINT64_MAX / 2 ? m * 2 : m, nnodes);
     return true;
 }
 
@@ -121,6 +130,7 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
     rc = FOLLOW_INVALID;
     uint8_t *own = NULL;
     struct ns_want *want = NULL;
+    struct repl_plan *plan = NULL;
     json_t *mine = json_object(); /* pool name -> its node count, for the pools listing us */
     json_t *pools = json_object_get(root, "pools"), *nss = json_object_get(root, "namespaces");
     if (!json_is_object(pools) || !json_is_object(nss)) {
@@ -129,6 +139,11 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
     }
     own = calloc(SLOT_COUNT, 1);
     want = calloc(json_object_size(nss) + 1, sizeof *want);
+    if (c->n->repl && (plan = repl_plan_begin(c->n->repl)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        rc = FOLLOW_FAILED;
+        goto out;
+    }
     if (own == NULL || want == NULL || mine == NULL) {
         snprintf(err, errlen, "out of memory");
         rc = FOLLOW_FAILED;
@@ -152,7 +167,7 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
         if (idx == SIZE_MAX) continue;
         size_t nn = json_array_size(nodes);
         json_object_set_new(mine, pname, json_integer((json_int_t)nn));
-        if (nc_pool_slots(c, pname, p, idx, nn, own, err, errlen) < 0) goto out;
+        if (nc_pool_slots(c, pname, p, idx, nn, own, plan, err, errlen) < 0) goto out;
     }
     /* namespaces: those whose pool lists this node */
     size_t nwant = 0;
@@ -210,6 +225,8 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
         goto out;
     }
     free(changes);
+    repl_plan_commit(c->n->repl, plan); /* roles after the namespaces' copies are in place */
+    plan = NULL;
     free(c->owned);
     c->owned = own;
     own = NULL;
@@ -226,6 +243,7 @@ static enum follow_take nc_take(void *ctx, const char *text, size_t len, uint64_
                changed ? "" : " unchanged");
     rc = FOLLOW_APPLIED;
 out:
+    repl_plan_free(plan);
     free(own);
     free(want);
     json_decref(mine);
@@ -258,7 +276,12 @@ struct node_control *node_control_create(struct node *n, char *err, size_t errle
         .take = nc_take,
         .refused = nc_refused,
     };
+    if ((n->repl = repl_create(n, err, errlen)) == NULL) {
+        free(c);
+        return NULL;
+    }
     if ((c->f = follower_create(&spec, err, errlen)) == NULL) {
+        repl_free(&n->repl);
         free(c);
         return NULL;
     }
@@ -284,6 +307,7 @@ int node_control_run(struct node_control *c, char *err, size_t errlen)
     if (cfg->admin_port)
         snprintf(c->admin, sizeof c->admin, "%.256s:%llu", cfg->admin_listen,
                  (unsigned long long)cfg->admin_port);
+    repl_set_advertise(c->n->repl, c->advertise);
     log_notice("following the control plane %s as %s", cfg->control, c->advertise);
     return follower_run(c->f, err, errlen);
 }
@@ -298,6 +322,7 @@ void node_control_free(struct node_control **cp)
     struct node_control *c = *cp;
     if (c == NULL) return;
     follower_free(&c->f);
+    repl_free(&c->n->repl); /* after the workers, which append to its backlog */
     free(c->owned);
     free(c);
     *cp = NULL;

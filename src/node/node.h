@@ -77,13 +77,16 @@
     X(lease_renew_ms, 0, UINT, "250", 10, 60000,                                                 \
       "with --control: renew the slot lease this often, ms (replicated slots this node is "      \
       "primary of are refused once it runs out: docs/operations.md, Leases)", NULL)             \
+    X(repl_backlog, 0, SIZE, "64m", 4096, 1ull << 40,                                           \
+      "bytes of recent changes kept for replicas (a replica further behind resyncs in full)",   \
+      NULL)                                                                                      \
     FOLLOW_OPTIONS(X)                                                                            \
     ADMIN_OPTIONS(X)
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
-        partial_timeout_ms, admin_conn_max, admin_header_timeout, control_timeout_ms,
+        partial_timeout_ms, repl_backlog, admin_conn_max, admin_header_timeout, control_timeout_ms,
         control_backoff_max_ms, lease_renew_ms;
     const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
         *auth_file, *token_file;
@@ -160,6 +163,7 @@ struct class_metrics {
 struct node;
 struct node_control;
 struct fence;
+struct repl;
 
 struct worker {
     struct node *node;
@@ -209,6 +213,7 @@ struct node {
     bool crawler_off;     /* `lru_crawler disable`: metadump refused, as memcached (relaxed) */
     struct node_control *control; /* --control's follower (control.h), or NULL */
     struct fence *fence;          /* --control's slot lease (fence.h), or NULL */
+    struct repl *repl;            /* replication (repl.h), with --control only, else NULL */
 };
 
 /* The metric tables behind `stats` and /metrics (defined in cmd_stats.c). */

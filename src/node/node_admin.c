@@ -17,6 +17,7 @@
 #include "node/control.h"
 #include "node/fence.h"
 #include "node/node.h"
+#include "node/repl.h"
 
 static const struct metric_desc ns_metric_descs[] = {
 #define X(name, kind, help) METRIC_DESC(struct ns_metrics, name, kind, help),
@@ -114,6 +115,7 @@ static void render_metrics(void *ctx, struct buf *out)
                (unsigned long long)node_control_version(n->control));
     if (n->control) node_control_metrics(n->control, out);
     if (n->fence) fence_metrics(n->fence, out);
+    if (n->repl) repl_metrics_prom(n->repl, out);
     /* per namespace: one series per namespace under one HELP/TYPE */
     pthread_mutex_lock(&n->ns.lock);
     const struct ns_table *t = ns_current(&n->ns);
@@ -174,7 +176,8 @@ static void render_metrics(void *ctx, struct buf *out)
 
 struct admin *node_admin_create(struct node *n, char *err, size_t errlen)
 {
-    struct admin_route routes[] = {{"/v1/namespaces", ns_route, n, 0}};
+    struct admin_route routes[] = {{"/v1/namespaces", ns_route, n, 0},
+                                   {"/v1/replication", repl_admin_route, n, ADMIN_ROUTE_HOLD}};
     struct admin_limits lim = {(unsigned)n->cfg.admin_conn_max,
                                (unsigned)n->cfg.admin_header_timeout, n->cfg.auth_file};
     return admin_create(n->cfg.admin_listen, (unsigned)n->cfg.admin_port, &lim, render_metrics, n,

@@ -43,6 +43,7 @@ struct ns_config {
     NS_SETTINGS(X)
 #undef X
     enum ns_eviction eviction;
+    uint64_t copies; /* the document's "copies" (2: its keys stream to replicas); 0/1 one copy */
 };
 
 /* Request counters per namespace, kept per worker (indexed by namespace id) and summed. */

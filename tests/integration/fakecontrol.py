@@ -13,7 +13,8 @@ HTTP server on 127.0.0.1 in a thread of the test that serves the document a test
   partition: the follower's own timeouts fire); answered normally once it is false again.
 - Any other POST (`/v1/leases`, `/v1/reports`, ...) is recorded: `posts(path)` lists the bodies,
   `wait_post(path, pred)` awaits one; `answer(path, fn)` sets its reply, fn(body) -> (status,
-  dict); without one it is answered 200 `{}`.
+  dict); without one it is answered 200 `{}`, but `/v1/leases`, which is granted a 600 s lease
+  at the version published (as shoal-control grants one), so nodes' replicated slots serve.
 """
 
 import json
@@ -139,7 +140,14 @@ class FakeControl:
                         fake._posts.setdefault(path, []).append(doc)
                         fn = fake._answers.get(path)
                         fake.cond.notify_all()
-                    status, reply = fn(doc) if fn else (200, {})
+                    if fn:
+                        status, reply = fn(doc)
+                    elif path == "/v1/leases" and isinstance(doc, dict):
+                        # as a real control plane does: a lease (long here) at the version in use
+                        status, reply = 200, {"node": doc.get("node"), "lease_ms": 600000,
+                                              "version": fake.version}
+                    else:
+                        status, reply = 200, {}
                     return self._send(status, json.dumps(reply).encode())
                 fake.registrations.append(json.loads(body))
                 self._send(fake.routers_status, b"{}")
