@@ -94,9 +94,10 @@ static void failover_send(struct rworker *w, struct frag *f, struct buf *out, st
     upnode_submit(gun, f);
 }
 
-/* Where a retry of `key` goes: for a read or a delete of a copies-2 key, the slot's replica
- * when this worker can read it (*replica; the owner failed, so it is as if it were down:
- * route.c's rule), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
+/* Where a retry of `key` goes: for any request about a copies-2 key (a read, a delete, any
+ * other write), the slot's replica when this worker can read it (*replica; the owner failed,
+ * so it is as if it were down: route.c's rule; a replica that failed it sends it on to the
+ * gutter), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
  * wherever the worker's table routes it now (route_key_node: its owner, the replica, the
  * gutter). NULL when nowhere can take it. `from` NULL: the key's owner in the current table. */
 static struct upnode *failover_dest(struct rworker *w, const struct upnode *from, const char *key,
@@ -111,7 +112,7 @@ static struct upnode *failover_dest(struct rworker *w, const struct upnode *from
         struct upnode *un = w->map[route_key_node(w, key, nkey, use, gutter, &held, replica)];
         return held || !upnode_up(un) ? NULL : un;
     }
-    int64_t r = use == RU_WRITE ? -1 : topo_replica_route(w->topo, key, nkey);
+    int64_t r = topo_replica_route(w->topo, key, nkey);
     if (r >= 0 && w->map[r] != from && outage_reads(w->map[r])) {
         *gutter = false;
         *replica = true;
@@ -159,6 +160,7 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
     if (moved) w->m.moved_retries++;
     else w->m.gutter_retries++;
     if (replica && !write) w->m.replica_reads++;
+    if (replica && write) w->m.replica_writes++;
     if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
     failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter);

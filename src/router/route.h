@@ -46,8 +46,8 @@ bool route_line_fits_quiet(struct rworker *w, size_t nline);
 
 /* What a request does to its key, for routing (route.c's route_node). */
 enum route_use { RU_READ, RU_WRITE, RU_DELETE };
-/* Where a request for `key` goes now (the owner, the slot's replica for a read or a delete
- * while the owner is down, the gutter pool's node; *gutter, *held, *replica as route.c's
+/* Where a request for `key` goes now (the owner, the slot's replica for any request about a
+ * copies-2 key while the owner is down, the gutter pool's node; *gutter, *held, *replica as route.c's
  * route_node says): for a request sent again after its node answered that the slot moved
  * (failover.c). */
 uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
