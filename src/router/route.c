@@ -35,6 +35,23 @@
  * router's replica, or another one while it is down or being repaired (replica.h), never the
  * gutter. *owner (when not NULL) gets the key's owner, so a caller that needs it does not
  * route the key twice. */
+int64_t route_replica_takes(struct rworker *w, const char *key, size_t nkey, uint32_t owner,
+                            enum route_use use)
+{
+    int64_t r = topo_replica_route(w->topo, key, nkey);
+    if (r < 0 || (uint32_t)r == owner) return -1;
+    struct upnode *ru = w->map[r];
+    /* a replica whose own repair is under way takes writes again, as an owner does (outage.h):
+     * else writes missed there and logged for it would keep its log from ever emptying */
+    return outage_reads(ru) || (use != RU_READ && outage_writes(ru)) ? r : -1;
+}
+
+void route_replica_missed(struct rworker *w, const char *key, size_t nkey, uint32_t owner)
+{
+    int64_t r = topo_replica_route(w->topo, key, nkey);
+    if (r >= 0 && (uint32_t)r != owner) replica_log(w->map[r], key, nkey, false);
+}
+
 static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
                            bool *gutter, bool *held, bool *replica, uint32_t *owner)
 {
@@ -47,8 +64,8 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum
     if (p->replicated) return replica_read_node(w, p, node);
     if (use == RU_WRITE ? outage_writes(un) : outage_reads(un)) return node;
     if (p->replica) { /* writes follow reads: both go to the replica, or both to the gutter */
-        int64_t r = topo_replica_route(w->topo, key, nkey);
-        if (r >= 0 && (uint32_t)r != node && outage_reads(w->map[r])) {
+        int64_t r = route_replica_takes(w, key, nkey, node, use);
+        if (r >= 0) {
             *replica = true;
             return (uint32_t)r;
         }
@@ -265,6 +282,7 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     f->held = held;
     if (write && outage_write(f, w->map[owner], un, req->key, req->nkey) < 0)
         goto oom;
+    if (write && gutter) route_replica_missed(w, req->key, req->nkey, owner);
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
     rq->frags = &rq->frag1;

@@ -361,6 +361,41 @@ def test_writes_go_to_the_gutter_when_the_replica_is_down_too(trio, control, fol
     restart_server(b)
 
 
+def test_replica_that_missed_a_delete_while_down_too_is_repaired_before_it_is_read(
+        trio, control, follower):
+    """A dead, its replica B stalled (keeps its data) too: a delete of A's key goes to the
+    gutter alone; B answers again: it is read for A's keys only once that key is deleted on it
+    (B missed the delete as surely as A did)."""
+    a, b, c, g, _ = trio
+    k, kept = mine_of("x", 2)
+    own = mine_of("xb", 1, rng=1)[0]  # a key of B's own range
+    seed(b, {k: b"old", kept: b"kept"})  # what replication put there
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    r.cmd(f"get {own}")
+    a.proc.kill()
+    a.proc.wait()
+    assert r.get(k) == [(k, 0, b"old", None)]  # retried on the replica
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 2,
+               message="A marked down by both workers")
+    try:
+        pause_server(b)
+        r.cmd(f"get {own}")  # times out: B marked down
+        wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 4,
+                   message="B marked down by both workers")
+        assert r.cmd(f"delete {k}") == "NOT_FOUND"  # the gutter's answer
+        assert r.get(kept) == []  # from the gutter meanwhile
+    finally:
+        resume_server(b)
+    wait_until(lambda: held(b, k) is None, timeout=10,
+               message="the delete B missed made on it when it is back")
+    assert r.get(k) == [], "never the value deleted while B was down"
+    wait_until(lambda: r.get(kept) == [(kept, 0, b"kept", None)], timeout=10,
+               message="B read again for A's keys")
+    assert held(b, kept) == b"kept"
+    restart_server(a)
+
+
 def test_primary_back_without_promotion_has_the_gap_fills_deleted(trio, control, follower):
     """A stalls (keeps its data) and is marked down; a fill of a key it holds an older value of
     lands on the replica; A answers again, no promotion: the router deletes the key on A before
@@ -504,8 +539,9 @@ def test_slot_lease_expired_waits_for_the_new_owner(fenced, control, follower):
 
 def test_slot_lease_expired_without_a_new_topology_falls_back_as_for_a_node_down(
         fenced, control, follower):
-    """No newer document within --moved-wait-ms: reads and writes go to the slot's replica, as
-    they would with the node marked down (the gutter takes a copies-1 key's write)."""
+    """No newer document within --moved-wait-ms: reads go to the slot's replica, writes to the
+    gutter (the owner is not marked down: unlike a fill during a failure, a write on the replica
+    would outlive the fence there, unrepaired without the replication stream)."""
     f, a, g, whole = fenced
     seed(a, {"gk": b"from-replica"})
     router, admin = follower(control.url, "--moved-wait-ms", "200")
@@ -513,25 +549,22 @@ def test_slot_lease_expired_without_a_new_topology_falls_back_as_for_a_node_down
     t0 = time.monotonic()
     assert r.get("gk") == [("gk", 0, b"from-replica", None)]
     assert time.monotonic() - t0 >= 0.2
-    assert r.store("set", "gw", "x") == "STORED"  # any write may go: the node refused it
-    assert held(a, "gw") == b"x" and held(g, "gw") is None
+    assert r.store("set", "gw", "x") == "STORED"  # a write may go to the gutter as well
+    assert held(g, "gw") == b"x" and held(a, "gw") is None
     assert metric(admin, "shoal_router_moved_retries_total") == 0
 
 
 def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_server, control,
                                                                         follower):
-    """A copies-1 key has nowhere else to go: the refusal is the answer. A copies-2 key's
-    request goes to the slot's replica, writes included (the node refused them: not applied)."""
+    """A write the fenced owner refused stays off the replica (the owner is not marked down: it
+    may serve the key again, unrepaired, once its lease is back): with no gutter, the refusal
+    is the answer."""
     f = LeaseLapsed()
     a = start_server()
-    d = doc(1, [f.addr, a], [(f.addr, a)], ranges=[(0, 16383)])
-    d["namespaces"]["one"] = {"pool": "main", "copies": 1}
-    control.publish(d)
+    control.publish(doc(1, [f.addr, a], [(f.addr, a)], ranges=[(0, 16383)]))
     router, admin = follower(control.url, "--moved-wait-ms", "100")
     r = router.raw()
-    assert r.cmd("incr one:n 1") == "SERVER_ERROR slot lease expired"
-    assert r.store("set", "one:x", "1") == "SERVER_ERROR slot lease expired"
-    assert r.cmd("incr n 1") == "NOT_FOUND"
-    assert r.store("set", "x", "1") == "STORED"
-    assert held(a, "x") == b"1"
+    assert r.cmd("incr n 1") == "SERVER_ERROR slot lease expired"
+    assert r.store("set", "x", "1") == "SERVER_ERROR slot lease expired"
+    assert held(a, "x") is None
     f.stop.set()
