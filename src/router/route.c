@@ -24,17 +24,6 @@
 #include "router/warm.h"
 #include "router/worker.h"
 
-/* The node a key's request goes to: its owner, or, while the owner is marked down or back from
- * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for any request
- * about a key of a copies-2 namespace the slot's replica when this worker can read it
- * (*replica; FAILOVER.md C6: reads, deletes, and the writes that follow, fills above all, so
- * that the next read finds what the last write left; the replica is the one promoted), else
- * the gutter pool's node for the key (when there is one and it is up; keys never move to other
- * regular nodes). *gutter says which; *held that the request
- * goes to an owner that cannot take it and must fail at once. In a replicated pool: this
- * router's replica, or another one while it is down or being repaired (replica.h), never the
- * gutter. *owner (when not NULL) gets the key's owner, so a caller that needs it does not
- * route the key twice. */
 int64_t route_replica_takes(struct rworker *w, const char *key, size_t nkey, uint32_t owner,
                             enum route_use use)
 {
@@ -52,6 +41,17 @@ void route_replica_missed(struct rworker *w, const char *key, size_t nkey, uint3
     if (r >= 0 && (uint32_t)r != owner) replica_log(w->map[r], key, nkey, false);
 }
 
+/* The node a key's request goes to: its owner, or, while the owner is marked down or back from
+ * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for any request
+ * about a key of a copies-2 namespace the slot's replica when this worker can read it
+ * (*replica; FAILOVER.md C6: reads, deletes, and the writes that follow, fills above all, so
+ * that the next read finds what the last write left; the replica is the one promoted), else
+ * the gutter pool's node for the key (when there is one and it is up; keys never move to other
+ * regular nodes). *gutter says which; *held that the request
+ * goes to an owner that cannot take it and must fail at once. In a replicated pool: this
+ * router's replica, or another one while it is down or being repaired (replica.h), never the
+ * gutter. *owner (when not NULL) gets the key's owner, so a caller that needs it does not
+ * route the key twice. */
 static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
                            bool *gutter, bool *held, bool *replica, uint32_t *owner)
 {
