@@ -94,14 +94,16 @@ static void failover_send(struct rworker *w, struct frag *f, struct buf *out, st
     upnode_submit(gun, f);
 }
 
-/* Where a retry of `key` goes: for a read or a delete of a copies-2 key, the slot's replica
- * when this worker can read it (*replica; the owner failed, so it is as if it were down:
- * route.c's rule), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
+/* Where a retry of `key` goes: for any request about a copies-2 key (a read, a delete, any
+ * other write), the slot's replica when this worker can read it (*replica; the owner failed,
+ * so it is as if it were down: route.c's rule; a replica that failed it sends it on to the
+ * gutter), else the gutter pool's node (failover_gutter; *gutter); or with `moved`
  * wherever the worker's table routes it now (route_key_node: its owner, the replica, the
- * gutter). NULL when nowhere can take it. `from` NULL: the key's owner in the current table. */
+ * gutter). NULL when nowhere can take it. `from` NULL: the key's owner in the current table.
+ * `parked`: a moved-retry falling back (the owner refused it, fenced; it is not marked down). */
 static struct upnode *failover_dest(struct rworker *w, const struct upnode *from, const char *key,
-                                    size_t nkey, bool moved, enum route_use use, bool *gutter,
-                                    bool *replica)
+                                    size_t nkey, bool moved, bool parked, enum route_use use,
+                                    bool *gutter, bool *replica)
 {
     *gutter = true;
     *replica = false;
@@ -111,8 +113,11 @@ static struct upnode *failover_dest(struct rworker *w, const struct upnode *from
         struct upnode *un = w->map[route_key_node(w, key, nkey, use, gutter, &held, replica)];
         return held || !upnode_up(un) ? NULL : un;
     }
-    int64_t r = use == RU_WRITE ? -1 : topo_replica_route(w->topo, key, nkey);
-    if (r >= 0 && w->map[r] != from && outage_reads(w->map[r])) {
+    /* parked (from NULL: a moved-retry falling back) writes keep to the gutter: the owner is
+     * not marked down, and will serve the key again without a repair of the replica */
+    uint32_t owner = topo_route(w->topo, key, nkey);
+    int64_t r = use == RU_WRITE && parked ? -1 : route_replica_takes(w, key, nkey, owner, use);
+    if (r >= 0 && w->map[r] != from) {
         *gutter = false;
         *replica = true;
         return w->map[r];
@@ -126,10 +131,11 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
 {
     const struct proto_req *req = &r->req;
     if (req->key == NULL || req->nkey == 0) return false;
-    if (from == NULL) from = w->map[topo_route(w->topo, req->key, req->nkey)]; /* parked */
+    bool parked = from == NULL;
+    if (parked) from = w->map[topo_route(w->topo, req->key, req->nkey)];
     bool write = proto_cmd_writes(req->cmd), gutter, replica;
     bool del = req->cmd == CMD_DELETE || req->cmd == CMD_MD;
-    struct upnode *gun = failover_dest(w, from, req->key, req->nkey, moved,
+    struct upnode *gun = failover_dest(w, from, req->key, req->nkey, moved, parked,
                                        del ? RU_DELETE : write ? RU_WRITE : RU_READ, &gutter,
                                        &replica);
     if (gun == NULL) return false;
@@ -148,17 +154,23 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
     if (write) {
         replica_write_free(f->repl);
         f->repl = NULL;
-        struct upnode *owner = w->map[topo_route(w->topo, req->key, req->nkey)];
+        uint32_t oi = topo_route(w->topo, req->key, req->nkey);
+        struct upnode *owner = w->map[oi];
         if (!moved) { /* logged here, for the owner: the gutter's answer is not the owner's */
             replica_log(from, req->key, req->nkey, sent);
         } else if (outage_write(f, owner, gun, req->key, req->nkey) < 0) {
             buf_release(&out);
             return false;
         }
+        /* a copies-2 key's write to the gutter: the slot's replica could not take it either
+         * (not so a fenced owner's refusal falling back: the replica is fine, nothing missed) */
+        if (gutter && (moved || (!parked && from == owner)))
+            route_replica_missed(w, req->key, req->nkey, oi);
     }
     if (moved) w->m.moved_retries++;
     else w->m.gutter_retries++;
     if (replica && !write) w->m.replica_reads++;
+    if (replica && write) w->m.replica_writes++;
     if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
     failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter);
@@ -226,7 +238,8 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
     uint8_t nk;
     while (proto_next_key(&kp, req->keys_end, &key, &nk)) {
         bool gutter, replica;
-        struct upnode *gun = failover_dest(w, from, key, nk, moved, RU_READ, &gutter, &replica);
+        struct upnode *gun = failover_dest(w, from, key, nk, moved, from == NULL, RU_READ,
+                                           &gutter, &replica);
         if (gun == NULL) goto out;
         if (replica) w->m.replica_reads++;
         int64_t ttl = 0;

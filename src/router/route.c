@@ -24,11 +24,30 @@
 #include "router/warm.h"
 #include "router/worker.h"
 
+int64_t route_replica_takes(struct rworker *w, const char *key, size_t nkey, uint32_t owner,
+                            enum route_use use)
+{
+    int64_t r = topo_replica_route(w->topo, key, nkey);
+    if (r < 0 || (uint32_t)r == owner) return -1;
+    struct upnode *ru = w->map[r];
+    /* a replica whose own repair is under way takes writes again, as an owner does (outage.h):
+     * else writes missed there and logged for it would keep its log from ever emptying */
+    return outage_reads(ru) || (use != RU_READ && outage_writes(ru)) ? r : -1;
+}
+
+void route_replica_missed(struct rworker *w, const char *key, size_t nkey, uint32_t owner)
+{
+    int64_t r = topo_replica_route(w->topo, key, nkey);
+    if (r >= 0 && (uint32_t)r != owner) replica_log(w->map[r], key, nkey, false);
+}
+
 /* The node a key's request goes to: its owner, or, while the owner is marked down or back from
- * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for a read or a
- * delete of a key of a copies-2 namespace the slot's replica when this worker can read it
- * (*replica; FAILOVER.md C6), else the gutter pool's node for the key (when there is one and it
- * is up; keys never move to other regular nodes). *gutter says which; *held that the request
+ * an outage but not yet repaired (outage.h: a `write` goes to it again sooner), for any request
+ * about a key of a copies-2 namespace the slot's replica when this worker can read it
+ * (*replica; FAILOVER.md C6: reads, deletes, and the writes that follow, fills above all, so
+ * that the next read finds what the last write left; the replica is the one promoted), else
+ * the gutter pool's node for the key (when there is one and it is up; keys never move to other
+ * regular nodes). *gutter says which; *held that the request
  * goes to an owner that cannot take it and must fail at once. In a replicated pool: this
  * router's replica, or another one while it is down or being repaired (replica.h), never the
  * gutter. *owner (when not NULL) gets the key's owner, so a caller that needs it does not
@@ -44,9 +63,9 @@ static uint32_t route_node(struct rworker *w, const char *key, size_t nkey, enum
     const struct topo_pool *p = topo_pool_of(w->topo, key, nkey);
     if (p->replicated) return replica_read_node(w, p, node);
     if (use == RU_WRITE ? outage_writes(un) : outage_reads(un)) return node;
-    if (use != RU_WRITE && p->replica) {
-        int64_t r = topo_replica_route(w->topo, key, nkey);
-        if (r >= 0 && (uint32_t)r != node && outage_reads(w->map[r])) {
+    if (p->replica) { /* writes follow reads: both go to the replica, or both to the gutter */
+        int64_t r = route_replica_takes(w, key, nkey, node, use);
+        if (r >= 0) {
             *replica = true;
             return (uint32_t)r;
         }
@@ -239,6 +258,7 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
                         del ? RU_DELETE : proto_cmd_writes(req->cmd) ? RU_WRITE : RU_READ,
                         &d.gutter, &d.held, &d.replica, &d.owner);
     if (del) dellog_note(w, req->key, req->nkey);
+    if (d.replica && proto_cmd_writes(req->cmd)) w->m.replica_writes++;
     else if (d.replica) w->m.replica_reads++;
     route_forward_to(c, req, line, len, data, ndata, &d);
 }
@@ -251,16 +271,18 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     struct rworker *w = c->w;
     bool gutter = d->gutter, held = d->held, answered = false; /* refused with its own error */
     bool write = proto_cmd_writes(req->cmd);
+    bool del = req->cmd == CMD_DELETE || req->cmd == CMD_MD;
     uint32_t owner = d->owner;
     struct upnode *un = w->map[d->node];
     if (gutter) w->m.gutter_requests++;
-    if (d->replica && write) route_gutter_delete(w, req, line, len); /* and to the replica */
+    if (d->replica && del) route_gutter_delete(w, req, line, len); /* and to the replica */
     struct rreq *rq = rreq_create(c, RQ_FORWARD, req->cmd);
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
     f->held = held;
     if (write && outage_write(f, w->map[owner], un, req->key, req->nkey) < 0)
         goto oom;
+    if (write && gutter) route_replica_missed(w, req->key, req->nkey, owner);
     rq->noreply = req->noreply && req->cmd < CMD_MG;
     rq->quiet = req->meta.quiet && req->cmd >= CMD_MG;
     rq->frags = &rq->frag1;

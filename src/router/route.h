@@ -46,12 +46,21 @@ bool route_line_fits_quiet(struct rworker *w, size_t nline);
 
 /* What a request does to its key, for routing (route.c's route_node). */
 enum route_use { RU_READ, RU_WRITE, RU_DELETE };
-/* Where a request for `key` goes now (the owner, the slot's replica for a read or a delete
- * while the owner is down, the gutter pool's node; *gutter, *held, *replica as route.c's
+/* Where a request for `key` goes now (the owner, the slot's replica for any request about a
+ * copies-2 key while the owner is down, the gutter pool's node; *gutter, *held, *replica as route.c's
  * route_node says): for a request sent again after its node answered that the slot moved
  * (failover.c). */
 uint32_t route_key_node(struct rworker *w, const char *key, size_t nkey, enum route_use use,
                         bool *gutter, bool *held, bool *replica);
+/* The slot's replica of a copies-2 key whose owner (`owner`) cannot take a request of this
+ * use, when it can (up and not mending; for a write or a delete also while its own repair is
+ * under way), else -1 (no replica, a copies-1 key: the gutter's). */
+int64_t route_replica_takes(struct rworker *w, const char *key, size_t nkey, uint32_t owner,
+                            enum route_use use);
+/* A write of a copies-2 key went to the gutter because neither its owner nor the slot's replica
+ * could take it: log the key in the replica's repair log too (the owner's is logged as for any
+ * pool), so that the replica, back, does not serve a value that write (a delete) replaced. */
+void route_replica_missed(struct rworker *w, const char *key, size_t nkey, uint32_t owner);
 /* A delete (req, its line) going to the slot's replica while the owner is down also goes to the
  * gutter pool's node for the key, as the router's own request (see route.c). */
 void route_gutter_delete(struct rworker *w, const struct proto_req *req, const char *line,

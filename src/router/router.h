@@ -151,6 +151,8 @@ struct router_config {
       "reset or timed out (failover.h)")                                                           \
     X(replica_reads, COUNTER, "reads sent to a slot's replica while its primary is down or " \
       "being repaired (FAILOVER.md C6)")                                                          \
+    X(replica_writes, COUNTER, "writes (fills, deletes, any other) sent to a slot's replica " \
+      "while its primary is down or being repaired, instead of to the gutter (FAILOVER.md C6)")   \
     X(moved_retries, COUNTER, "requests a node refused as its slot moved (lease expired, " \
       "moving), sent again to the slot's owner in a newer topology")                              \
     X(replayed_deletes, COUNTER, "recent deletes sent again to a promoted slot's new primary")   \

@@ -182,11 +182,10 @@ def test_bench_failover_quick_copies2_promotes_without_errors_or_stale_values(co
     assert (res["router_counters"] or {}).get("shoal_router_replica_reads_total", 0) > 0, res
 
 
-@pytest.mark.xfail(reason="on the trial merge of repl/lease/ctlfo/rfail (06:20): keys deleted "
-                   "by the writer while the primary is down miss on every read until the "
-                   "promotion (reads go to the replica, fills to the gutter), so database reads "
-                   "peak ~14x the baseline for ~2 s; see the fbench report", strict=False)
 @pytest.mark.wallclock  # shares the copies-2 run with the test above
 def test_bench_failover_quick_copies2_keeps_database_reads_flat(copies2):
-    # issue target: at most 5% above the baseline; loose for CI (20 s window, small baseline)
+    # issue target: at most 5% above the baseline; loose for CI (20 s window, small baseline).
+    # The gap before the promotion is flat since the router sends the fills that follow
+    # replica misses to the replica (not the gutter); on a trial merge with repl, two runs:
+    # +22.9% mean, peak +47% / +79% (before: +149% / +143%, peak ~14x)
     assert copies2["db_reads_mean_over_baseline_pct"] <= 25, copies2

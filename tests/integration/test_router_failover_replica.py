@@ -2,7 +2,9 @@
 plane (fakecontrol.py) that publishes hand-written documents whose ranges carry a "replica":
 
 - a dead primary's keys are read from the slot's replica (hit ratio intact, no client error);
-  deletes reach the replica (and the gutter);
+  deletes reach the replica (and the gutter); the fills that follow misses (and every other
+  write) go to the replica too, not the gutter, so the next read hits; a primary back without a
+  promotion has those keys deleted before it is read again;
 - the router reports its nodes' states (POST /v1/reports) within --report-ms of a change;
 - a document that promotes slots makes the router send their recent deletes again to the new
   primary, and leaves other slots alone;
@@ -21,7 +23,8 @@ import time
 
 import pytest
 
-from conftest import _check_survived, _register, key_slot, restart_server
+from conftest import (_check_survived, _register, key_slot, pause_server, restart_server,
+                      resume_server)
 from fakecontrol import FakeControl
 from fakenode import FakeNode
 from mcraw import McRaw, http, wait_until
@@ -260,6 +263,168 @@ def test_delete_of_a_dead_primarys_key_reaches_the_replica_and_the_gutter(trio, 
     restart_server(a)
 
 
+def gutter_sets(g):
+    """Storage commands the gutter node has taken (text and meta)."""
+    with McRaw("127.0.0.1", g.port) as c:
+        return int(c.stats()["cmd_set"])
+
+
+def mine_of(prefix, n, rng=0):
+    return [k for k in (f"{prefix}{i}" for i in range(40 * n)) if range_of(k) == rng][:n]
+
+
+def test_fills_during_the_gap_land_on_the_replica_and_the_next_read_hits(trio, control,
+                                                                          follower):
+    """Cache-aside during the gap before a promotion: a miss, its fill (set, add, ms), and the
+    next read hits, served by the replica (which is promoted: what it took is kept); a delete
+    then a read misses; the gutter takes none of the copies-2 keys' writes."""
+    a, b, c, g, _ = trio
+    keys = mine_of("f", 6)
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    assert r.get(keys[0]) == []  # A in use
+    a.proc.kill()
+    a.proc.wait()
+    # the first write after the kill finds A gone (refused): retried on the replica
+    assert r.store("set", keys[0], "first") == "STORED"
+    assert held(b, keys[0]) == b"first"
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="the dead primary marked down")
+    for i, k in enumerate(keys[1:4]):
+        assert r.get(k) == [], "not on the replica: a miss"
+        fill = [lambda: r.store("set", k, f"v{i}"), lambda: r.store("add", k, f"v{i}"),
+                lambda: "STORED" if r.meta(f"ms {k} 2", f"v{i}".encode()).code == "HD"
+                else "no"][i]
+        assert fill() == "STORED"
+        assert r.get(k) == [(k, 0, f"v{i}".encode(), None)], "the read after the fill hits"
+        assert held(b, k) == f"v{i}".encode()
+    assert r.cmd(f"touch {keys[1]} 100") == "TOUCHED"
+    assert r.store("replace", keys[2], "r2") == "STORED"
+    assert r.get(keys[2]) == [(keys[2], 0, b"r2", None)]
+    assert r.cmd(f"incr {keys[4]} 1") == "NOT_FOUND"
+    assert r.store("add", keys[4], "41") == "STORED"
+    assert r.cmd(f"incr {keys[4]} 1") == "42", "incr counts on the copy reads see"
+    # a delete, then a read: a miss, nowhere a value left behind
+    assert r.cmd(f"delete {keys[1]}") == "DELETED"
+    assert r.get(keys[1]) == []
+    assert held(b, keys[1]) is None
+    assert r.meta(f"md {keys[3]}").code == "HD"
+    assert r.get(keys[3]) == []
+    for k in keys:
+        assert held(g, k) is None
+    assert gutter_sets(g) == 0, "no copies-2 write reached the gutter"
+    assert metric(admin, "shoal_router_replica_writes_total") >= 11
+    assert metric(admin, "shoal_router_gutter_requests_total") == 2, "only the deletes' copies"
+    restart_server(a)
+
+
+def test_writes_of_a_one_copy_namespace_still_go_to_the_gutter(start_server, control,
+                                                               follower):
+    a, b, c, g = (start_server() for _ in range(4))
+    d = doc(1, [a, b, c], [(a, b), (b, c), (c, a)], gutter=g)
+    d["namespaces"]["one"] = {"pool": "main", "copies": 1}
+    control.publish(d)
+    one = next(k for k in (f"one:w{i}" for i in range(100)) if range_of(k) == 0)
+    two = next(k for k in (f"w{i}" for i in range(100)) if range_of(k) == 0)
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    a.proc.kill()
+    a.proc.wait()
+    r.get(two)
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+               message="the dead primary marked down")
+    assert r.store("set", one, "o") == "STORED"
+    assert r.store("set", two, "t") == "STORED"
+    assert held(g, one) == b"o" and held(b, one) is None
+    assert held(b, two) == b"t" and held(g, two) is None
+    assert r.get(one) == [(one, 0, b"o", None)]
+    restart_server(a)
+
+
+def test_writes_go_to_the_gutter_when_the_replica_is_down_too(trio, control, follower):
+    a, b, c, g, _ = trio
+    k = mine_of("z", 1)[0]
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    for n in (a, b):
+        n.proc.kill()
+        n.proc.wait()
+    r.cmd(f"get {k}")  # misses or errors: A, then B, found down
+    r.cmd(f"get {mine_of('z', 1, rng=1)[0]}")
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 2,
+               message="both marked down")
+    assert r.store("set", k, "g") == "STORED"
+    assert held(g, k) == b"g"
+    assert r.get(k) == [(k, 0, b"g", None)]
+    assert metric(admin, "shoal_router_replica_writes_total") == 0
+    restart_server(a)
+    restart_server(b)
+
+
+def test_replica_that_missed_a_delete_while_down_too_is_repaired_before_it_is_read(
+        trio, control, follower):
+    """A dead, its replica B stalled (keeps its data) too: a delete of A's key goes to the
+    gutter alone; B answers again: it is read for A's keys only once that key is deleted on it
+    (B missed the delete as surely as A did)."""
+    a, b, c, g, _ = trio
+    k, kept = mine_of("x", 2)
+    own = mine_of("xb", 1, rng=1)[0]  # a key of B's own range
+    seed(b, {k: b"old", kept: b"kept"})  # what replication put there
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    r.cmd(f"get {own}")
+    a.proc.kill()
+    a.proc.wait()
+    assert r.get(k) == [(k, 0, b"old", None)]  # retried on the replica
+    wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 2,
+               message="A marked down by both workers")
+    try:
+        pause_server(b)
+        r.cmd(f"get {own}")  # times out: B marked down
+        wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 4,
+                   message="B marked down by both workers")
+        assert r.cmd(f"delete {k}") == "NOT_FOUND"  # the gutter's answer
+        assert r.get(kept) == []  # from the gutter meanwhile
+    finally:
+        resume_server(b)
+    wait_until(lambda: held(b, k) is None, timeout=10,
+               message="the delete B missed made on it when it is back")
+    assert r.get(k) == [], "never the value deleted while B was down"
+    wait_until(lambda: r.get(kept) == [(kept, 0, b"kept", None)], timeout=10,
+               message="B read again for A's keys")
+    assert held(b, kept) == b"kept"
+    restart_server(a)
+
+
+def test_primary_back_without_promotion_has_the_gap_fills_deleted(trio, control, follower):
+    """A stalls (keeps its data) and is marked down; a fill of a key it holds an older value of
+    lands on the replica; A answers again, no promotion: the router deletes the key on A before
+    it reads A again, so A never serves the value older than the replica's."""
+    a, b, c, g, _ = trio
+    k, untouched = mine_of("s", 2)
+    seed(a, {k: b"old", untouched: b"kept"})
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    assert r.get(k) == [(k, 0, b"old", None)]
+    try:
+        pause_server(a)
+        wait_until(lambda: r.get(k) == [] and
+                   metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+                   message="the stalled primary marked down, its keys read from the replica")
+        assert r.store("set", k, "new") == "STORED"  # the fill after the replica's miss
+        assert held(b, k) == b"new"
+        assert held(g, k) is None
+    finally:
+        resume_server(a)
+    wait_until(lambda: "back in use" in router.stderr_text(), timeout=10,
+               message="the primary repaired and back in use")
+    assert held(a, k) is None, "the key filled on the replica was deleted on the primary"
+    assert held(a, untouched) == b"kept"
+    assert r.get(k) == [], "a miss, never the old value"
+    assert r.get(untouched) == [(untouched, 0, b"kept", None)]
+    assert metric(admin, "shoal_router_repair_deletes_total") >= 1
+
+
 def test_reports_show_a_node_down_then_up(trio, control, follower):
     a, b, c, g, _ = trio
     router, admin = follower(control.url, *FAST)
@@ -375,7 +540,8 @@ def test_slot_lease_expired_waits_for_the_new_owner(fenced, control, follower):
 def test_slot_lease_expired_without_a_new_topology_falls_back_as_for_a_node_down(
         fenced, control, follower):
     """No newer document within --moved-wait-ms: reads go to the slot's replica, writes to the
-    gutter, as they would with the node marked down."""
+    gutter (the owner is not marked down: unlike a fill during a failure, a write on the replica
+    would outlive the fence there, unrepaired without the replication stream)."""
     f, a, g, whole = fenced
     seed(a, {"gk": b"from-replica"})
     router, admin = follower(control.url, "--moved-wait-ms", "200")
@@ -384,12 +550,15 @@ def test_slot_lease_expired_without_a_new_topology_falls_back_as_for_a_node_down
     assert r.get("gk") == [("gk", 0, b"from-replica", None)]
     assert time.monotonic() - t0 >= 0.2
     assert r.store("set", "gw", "x") == "STORED"  # a write may go to the gutter as well
-    assert held(g, "gw") == b"x"
+    assert held(g, "gw") == b"x" and held(a, "gw") is None
     assert metric(admin, "shoal_router_moved_retries_total") == 0
 
 
 def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_server, control,
                                                                         follower):
+    """A write the fenced owner refused stays off the replica (the owner is not marked down: it
+    may serve the key again, unrepaired, once its lease is back): with no gutter, the refusal
+    is the answer."""
     f = LeaseLapsed()
     a = start_server()
     control.publish(doc(1, [f.addr, a], [(f.addr, a)], ranges=[(0, 16383)]))
@@ -397,4 +566,5 @@ def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_se
     r = router.raw()
     assert r.cmd("incr n 1") == "SERVER_ERROR slot lease expired"
     assert r.store("set", "x", "1") == "SERVER_ERROR slot lease expired"
+    assert held(a, "x") is None
     f.stop.set()
