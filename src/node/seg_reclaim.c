@@ -444,8 +444,13 @@ uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx)
             /* Moving live items together first: evicting (seg_shrink drops whole segments,
              * sealing the heads once only heads are left) is for a pool whose live bytes do not
              * fit. Before, lowering a quota evicted the items just stored into a pool holding
-             * far less than its new quota. */
-            bool ok = seg_consolidate(s, pl, fn, ctx) || seg_shrink(s, pl, fn, ctx);
+             * far less than its new quota. A pool whose live bytes stay below 90% of the quota
+             * is not shrunk at all (the rule of no eviction below 90%): what cleaning cannot give
+             * back yet (runs' unused ends, heads, busy items) stays beyond the quota until dead
+             * bytes appear; allocation takes nothing beyond it then unless the item still fits
+             * below 90% (alloc_run), so the excess stays bounded by that fragmentation. */
+            bool ok = seg_consolidate(s, pl, fn, ctx) ||
+                      (!seg_pool_fits_quota(s, pl, 0) && seg_shrink(s, pl, fn, ctx));
             uint32_t after = LOAD(&pl->nsegs);
             pthread_mutex_unlock(&pl->lock);
             if (!ok) break; /* busy items: the next tick tries again */
