@@ -161,7 +161,9 @@ int seg_pool_configure(struct segs *s, uint16_t nsid, uint64_t quota, enum seg_p
 uint32_t seg_pool_segs(struct segs *s, uint16_t nsid);
 /* Policy of pool `nsid` (LRU for a pool never configured). Lock-free. */
 enum seg_policy seg_pool_policy(struct segs *s, uint16_t nsid);
-/* Give back up to `max` segments of pools over their quota. No lock held. Returns how many. */
+/* Give back up to `max` segments of pools over their quota: by consolidating, and by evicting
+ * only a pool whose live bytes are at 90% of its quota or more (below, the excess stays until
+ * dead bytes appear). No lock held. Returns how many. */
 uint32_t seg_trim(struct segs *s, uint32_t max, seg_visit_fn fn, void *ctx);
 /* Background reserve: clean segments of pools that are out of free segments but hold less
  * than 90% live bytes, so that stores rarely clean inline. Returns segments cleaned. */

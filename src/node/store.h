@@ -278,7 +278,8 @@ bool store_drop_pending(const struct store *st);
 void store_stats(struct store *st, struct store_stats *out);
 /* Give namespace `nsid` a quota in bytes (0: none; it shares what quotas leave) and a policy.
  * Creates its pool if needed; a pool over a lowered quota shrinks within a sweep interval or
- * two. Returns 0, or -1 when out of memory. */
+ * two (without evicting while its live bytes stay below 90% of the quota: what moving items
+ * together cannot give back then waits for dead bytes). Returns 0, or -1 when out of memory. */
 int store_ns_configure(struct store *st, uint16_t nsid, uint64_t quota, enum store_policy policy);
 /* Size of a log segment: quotas are whole segments, so a quota must be 0 or at least this. */
 uint32_t store_page_size(const struct store *st);

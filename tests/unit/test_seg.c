@@ -512,6 +512,57 @@ static void test_quota_isolation_with_random_sizes(void **state)
     store_destroy(&st);
 }
 
+/* A quota lowered below the segments a pool owns, with its live bytes still below 90% of the new
+ * quota, evicts nothing even when cleaning cannot give the excess back (three runs whose unused
+ * ends no cleaning can fill): the pool stays beyond its quota until dead bytes appear, then
+ * the trim gives the excess back. Before, the trim's last resort (seg_shrink) evicted a run. */
+static void test_trim_keeps_a_pool_below_90_percent_of_its_lowered_quota(void **state)
+{
+    (void)state;
+    struct store_options o;
+    store_options_default(&o);
+    o.memory_mb = 64; /* 256 segments of 256 KiB */
+    o.item_max = MB;
+    o.sweep_interval_ms = 10; /* the trim runs on every pass */
+    char err[256] = "", key[32];
+    struct store *st = NULL;
+    if (store_create(&st, &o, err, sizeof err) != 0) fail_msg("store_create: %s", err);
+    uint32_t seg = store_page_size(st);
+    assert_int_equal(seg, 256 * 1024);
+    assert_int_equal(store_ns_configure(st, 1, 16 * MB, STORE_POLICY_LRU), 0);
+    for (int i = 0; i < 3; i++) { /* 3 runs of 3 segments, 75 KB of each in its third */
+        snprintf(key, sizeof key, "r:%d", i);
+        assert_true(put(st, 1, key, 600000, 1));
+    }
+    struct store_ns_stats a;
+    store_ns_stats(st, 1, &a);
+    assert_int_equal(a.memory, 9 * (uint64_t)seg);
+    /* 8 segments: 1.8 MB live is 86% of it */
+    assert_int_equal(store_ns_configure(st, 1, 8 * (uint64_t)seg, STORE_POLICY_LRU), 0);
+    for (int i = 0; i < 50; i++) { /* 50 sweep intervals */
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        store_ns_stats(st, 1, &a);
+        if (a.evictions) break;
+    }
+    print_message("quota lowered to 8 segments: %llu evictions, %llu segments\n",
+                  (unsigned long long)a.evictions, (unsigned long long)(a.memory / seg));
+    assert_int_equal(a.evictions, 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "r:%d", i);
+        assert_true(check(st, key, 600000, 1));
+    }
+    del(st, "r:1"); /* a run freed: back within the quota */
+    for (int i = 0; i < 500 && a.memory > 8 * (uint64_t)seg; i++) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        store_ns_stats(st, 1, &a);
+    }
+    assert_true(a.memory <= 8 * (uint64_t)seg);
+    assert_int_equal(a.evictions, 0);
+    store_destroy(&st);
+}
+
 /* Overwrites in a roomy store reuse mostly dead segments before touching free ones, so item
  * memory in use follows the live set, not the bytes written (a free list's behaviour). */
 static void test_overwrites_reuse_segments_before_free_ones(void **state)
@@ -642,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_no_eviction_with_runs_and_near_segment_items_m8),
         cmocka_unit_test(test_inflight_items_are_pinned),
         cmocka_unit_test(test_quota_isolation_with_random_sizes),
+        cmocka_unit_test(test_trim_keeps_a_pool_below_90_percent_of_its_lowered_quota),
         cmocka_unit_test(test_transient_item_found_after_a_move),
         cmocka_unit_test(test_overwrites_reuse_segments_before_free_ones),
         cmocka_unit_test(test_s3fifo_keeps_small_items_asked_for_as_often_as_large_ones),
