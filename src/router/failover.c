@@ -361,6 +361,12 @@ static bool failover_resend(struct rworker *w, struct frag *f, bool newer)
     struct failover_req r;
     if (!worker_topology_ready(w) || !failover_parse(w, f, &r)) return false;
     if (!newer && f->failover == FAILOVER_NONE) return false;
+    /* no newer topology: the owner is alive (it answered) and keeps its slots, so a write
+     * applied elsewhere would be acknowledged and then shadowed by its older value once its
+     * lease is renewed (no mark-down, so no repair): the client gets the refusal instead */
+    if (!newer && (proto_cmd_writes(r.req.cmd) || r.req.cmd == CMD_DELETE ||
+                   r.req.cmd == CMD_MD))
+        return false;
     w->inflight++; /* a parked fragment is not counted; the send paths count it down first */
     bool ok;
     switch (r.req.cmd) {

@@ -97,6 +97,11 @@ class FailoverCluster:
         assert status == 200, body
         return body["nodes"]
 
+    def lease_held(self, i, version):
+        m = scrape_metrics(self.admins[i])
+        return (m.get("shoal_node_lease_fenced") == 0 and m.get("shoal_node_lease_valid") == 1
+                and m.get("shoal_node_lease_version", 0) >= version)
+
     def router_metrics(self):
         return scrape_metrics(self.router_admin)
 
@@ -163,6 +168,10 @@ def failover_cluster(start_control, start_server, start_router):
         c.wait_router_version(doc["version"])
         wait_until(c.replicas_online, timeout=15, interval=0.1,
                    message="every replica online on its primary")
+        # until a node's first lease it fences the slots it is primary of (writes then get
+        # SERVER_ERROR slot lease expired): the load starts once none does
+        wait_until(lambda: all(c.lease_held(i, doc["version"]) for i in range(3)), timeout=10,
+                   message="every node holding a lease for the document")
         return c
 
     return make

@@ -17,8 +17,13 @@ primary.
   acknowledged write.
 - test_stop_shorter_than_failure_timeout_changes_nothing: SIGSTOP a primary under load for less
   than --failure-timeout-ms, then SIGCONT: no new topology version, no promotion.
+- test_write_refused_by_a_fenced_live_primary_is_not_acknowledged_then_lost: control stopped,
+  a primary's lease runs out and it fences: a write to it is refused, not acknowledged from the
+  gutter and then shadowed by the primary's older value.
 """
 
+import os
+import signal
 import time
 
 import pytest
@@ -26,7 +31,7 @@ import pytest
 from conftest import key_slot
 from failoverharness import (NS, TopologySampler, Writer, failover_cluster,  # noqa: F401
                              router_get, seq_of)
-from mcraw import McRaw, wait_until
+from mcraw import McRaw, scrape_metrics, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -353,3 +358,28 @@ def test_stop_shorter_than_failure_timeout_changes_nothing(failover_cluster):
     assert [v for t, v, d in sampler.seen] == [v0]
     assert c.version() == v0
     assert c.control.metrics().get("shoal_control_promotions_total", 0) == 0
+
+
+# --- a fenced primary that is alive -------------------------------------------------------------
+
+def test_write_refused_by_a_fenced_live_primary_is_not_acknowledged_then_lost(failover_cluster):
+    c = failover_cluster()
+    doc = c.topology()
+    key = c.keys_of(f"{NS}:fence", 1, lambda s: c.role_of_slot(doc, s)[0] == c.addr(0))[0]
+    with McRaw("127.0.0.1", c.router.port) as conn:
+        assert conn.store("set", key, b"old") == "STORED"
+        # control unreachable (stopped): node 0's lease runs out and it fences its slots
+        os.kill(c.control.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: scrape_metrics(c.admins[0]).get("shoal_node_lease_fenced") == 1,
+                       timeout=10, message="node 0 fencing")
+            reply = conn.store("set", key, b"new")
+        finally:
+            os.kill(c.control.proc.pid, signal.SIGCONT)
+        wait_until(lambda: c.lease_held(0, doc["version"]), timeout=10,
+                   message="node 0's lease renewed")
+        got = router_get(conn, key)
+    # either the write was refused, or it is what is served now (before the router's fix it
+    # went to the gutter after --moved-wait-ms, was acknowledged, and "old" was served)
+    assert reply != "STORED" or got == b"new", (reply, got)
+    assert reply == "SERVER_ERROR slot lease expired", reply
