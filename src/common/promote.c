@@ -35,9 +35,12 @@ size_t promote_diff(json_t *old_doc, json_t *new_doc, const char *pool, uint16_t
     const char **onode = malloc(SLOT_COUNT * sizeof *onode);
     const char **orep = malloc(SLOT_COUNT * sizeof *orep);
     const char **nnode = malloc(SLOT_COUNT * sizeof *nnode);
+    const char **nrep = malloc(SLOT_COUNT * sizeof *nrep);
     uint8_t *hit = calloc(SLOT_COUNT, 1);
     size_t n = 0;
-    if (onode == NULL || orep == NULL || nnode == NULL || hit == NULL) goto out;
+    if (onode == NULL || orep == NULL || nnode == NULL || nrep == NULL ||
+        hit == NULL)
+        goto out;
     const char *name;
     json_t *npv;
     json_object_foreach(np, name, npv) {
@@ -48,10 +51,16 @@ size_t promote_diff(json_t *old_doc, json_t *new_doc, const char *pool, uint16_t
         memset(onode, 0, SLOT_COUNT * sizeof *onode);
         memset(orep, 0, SLOT_COUNT * sizeof *orep);
         memset(nnode, 0, SLOT_COUNT * sizeof *nnode);
+        memset(nrep, 0, SLOT_COUNT * sizeof *nrep);
         promote_expand(os, onode, orep);
-        promote_expand(ns, nnode, NULL);
+        promote_expand(ns, nnode, nrep);
+        /* a swap (the old node is now the replica) is a drain's planned switch, made after a
+         * handoff with no lag: nothing was lost, and replaying deletes there would delete
+         * values set after them (a promotion never names the dead node as the replica) */
         for (uint32_t s = 0; s < SLOT_COUNT; s++)
-            if (orep[s] && nnode[s] && !strcmp(orep[s], nnode[s])) hit[s] = 1;
+            if (orep[s] && nnode[s] && !strcmp(orep[s], nnode[s]) &&
+                !(nrep[s] && onode[s] && !strcmp(nrep[s], onode[s])))
+                hit[s] = 1;
     }
     for (uint32_t s = 0; s < SLOT_COUNT; s++)
         if (hit[s]) slots_out[n++] = (uint16_t)s;
@@ -59,6 +68,7 @@ out:
     free(onode);
     free(orep);
     free(nnode);
+    free(nrep);
     free(hit);
     return n;
 }

@@ -1,7 +1,9 @@
 /* promote.h — promotions between two versions of the topology document (FAILOVER.md C1).
  *
  * A slot of a pool was promoted when its `node` in the new document was its `replica` in the
- * old one. Every reader of the document (shoal-router, shoal-invalidator, the nodes) finds
+ * old one, unless its new `replica` is its old `node`: that swap is a drain (C5), published
+ * only once the handoff found no lag, so nothing can have been lost and nothing is replayed
+ * (a replay would delete values set after the deletes it sends again). Every reader of the document (shoal-router, shoal-invalidator, the nodes) finds
  * promotions by comparing the document it used with the one it is about to use, so control
  * needs to announce nothing: after a promotion the readers replay their recent deletes of those
  * slots to the new primary (asynchronous replication may have lost some). */

@@ -373,6 +373,14 @@ static bool failover_resend(struct rworker *w, struct frag *f, bool newer)
 {
     struct failover_req r;
     if (!worker_topology_ready(w) || !failover_parse(w, f, &r)) return false;
+    /* no newer topology: the owner is alive (it answered) and keeps its slots, so a write
+     * applied in the gutter would be acknowledged and then shadowed by its older value once
+     * its lease is renewed (no mark-down, so no repair). It goes once more to where the table
+     * routes it (the owner, whose fence may have lifted: a node whose lease names a version it
+     * has not received yet fences for a moment); a second refusal reaches the client. */
+    if (!newer && (proto_cmd_writes(r.req.cmd) || r.req.cmd == CMD_DELETE ||
+                   r.req.cmd == CMD_MD))
+        newer = true;
     if (!newer && f->failover == FAILOVER_NONE) return false;
     w->inflight++; /* a parked fragment is not counted; the send paths count it down first */
     bool ok;

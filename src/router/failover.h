@@ -82,9 +82,11 @@ void failover_sync(struct rworker *w);
  * gets it is parked in its worker (never blocking it) until the worker adopts a newer topology,
  * then sent once more to where that table routes its key(s) (the new owner; the replica or the
  * gutter if the owner is down there), counted in moved_retries. When none comes within
- * --moved-wait-ms, it falls back as for a node marked down: to the gutter pool when it may go
- * there (any request: the node refused it, so it was not applied), else the client gets the
- * node's error. A second refusal after the resend is passed to the client. */
+ * --moved-wait-ms, a read falls back as for a node marked down (the replica, the gutter pool);
+ * a write or delete is sent once more to where the table routes it (the owner, unless marked
+ * down there), never to the gutter for an owner that is up: nothing would repair it there, and
+ * the owner's older value would shadow it once its lease is renewed. A second refusal after
+ * the resend is passed to the client. */
 bool failover_is_moved(const char *reply, size_t n);
 /* f got such a reply from `from` (taken out of its queues and counted as answered): park it.
  * False when it cannot be (no --moved-wait-ms, its client has gone): the caller completes it

@@ -90,8 +90,8 @@
       "before giving up (exit status 2)", NULL)                                                   \
     X(moved_wait_ms, 0, UINT, "1000", 0, 60000,                                                  \
       "a request a node refuses because its slot moved (lease expired, handoff) waits this long " \
-      "for a newer topology and is sent to the slot's new owner; else it falls back as for a "  \
-      "node down", NULL)                                                                         \
+      "for a newer topology and is sent to the slot's new owner; else a read falls back as for " \
+      "a node down and a write is sent to the owner once more", NULL)                            \
     X(report_ms, 0, UINT, "1000", 50, 600000,                                                    \
       "with --control: how often the nodes' up/down states are reported (POST /v1/reports; at " \
       "once on a change)", NULL)                                                                  \

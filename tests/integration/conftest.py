@@ -141,11 +141,12 @@ def _wait_admin(proc, extra):
                    message=f"the admin port {admin}")
 
 
-def _spawn(binary, extra, tmp_dir, name):
-    """Start `binary` with memcached's flags on a free port and wait for it. Retries when the
-    port was taken meanwhile; fails the test with the server's stderr otherwise."""
+def _spawn(binary, extra, tmp_dir, name, port=None):
+    """Start `binary` with memcached's flags on a free port (or `port`, for a server whose flags
+    name its own address, e.g. --advertise) and wait for it. Retries when the port was taken
+    meanwhile; fails the test with the server's stderr otherwise."""
     for attempt in range(3):  # a port found free may be taken before the server binds it
-        port = free_port()
+        port = port if port is not None and attempt == 0 else free_port()
         args = [str(binary), "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
         if os.geteuid() == 0:
             args += ["-u", "root"]
@@ -164,13 +165,13 @@ def _spawn(binary, extra, tmp_dir, name):
     raise AssertionError("unreachable")
 
 
-def launch(*extra, tmp_dir):
+def launch(*extra, tmp_dir, port=None):
     binary = server_binary()
     if not binary.exists():
         hint = ("build it with `make`, set SHOAL_NODE_BIN, or run against the reference with "
                 "SHOAL_TEST_SERVER=memcached") if SERVER_KIND == "shoal" else "apt-get install memcached"
         pytest.fail(f"server binary {binary} not found: {hint}")
-    return _spawn(binary, extra, tmp_dir, "server")
+    return _spawn(binary, extra, tmp_dir, "server", port)
 
 
 def launch_memcached(tmp_dir, *extra):
@@ -223,7 +224,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _check_survived(servers):
-    dead = [s for s in servers if not s.alive()]
+    dead = [s for s in servers if not s.alive() and not getattr(s, "killed", False)]
     problems = [(s, s.stop()) for s in servers]
     for s in dead:
         pytest.fail(f"server died during the test with status {s.proc.returncode}: "
@@ -237,8 +238,8 @@ def _check_survived(servers):
 def start_server(request, tmp_path):
     started = []
 
-    def start(*extra):
-        s = launch(*extra, tmp_dir=tmp_path)
+    def start(*extra, port=None):
+        s = launch(*extra, tmp_dir=tmp_path, port=port)
         started.append(s)
         _register(request.node, s)
         return s
@@ -346,11 +347,12 @@ class RouterCluster:
 
 def restart_server(server):
     """Start a killed server again with its arguments and port (the same Server object, so the
-    fixture that started it still stops it)."""
+    fixture that started it still stops it); its output goes on in the same stderr file."""
     from mcraw import accepts, wait_until
-    server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=_die_with_parent)
+    with open(server.stderr_path, "a") as err:
+        server.proc = subprocess.Popen(server.args, stdin=subprocess.DEVNULL, stdout=err,
+                                       stderr=err, start_new_session=True,
+                                       preexec_fn=_die_with_parent)
     wait_until(lambda: accepts(server.port), message=f"the server listening again on {server.port}")
 
 
@@ -383,12 +385,14 @@ def held_value(server, key):
 
 
 def launch_router(topo_path, *extra, tmp_dir):
+    """topo_path None: no --config (a router following --control among `extra`)."""
     if not ROUTER_BIN.exists():
         pytest.fail(f"router binary {ROUTER_BIN} not found: build it with `make`")
     for attempt in range(3):
         port, admin = free_port(), free_port()
         args = [str(ROUTER_BIN), "-p", str(port), "-l", "127.0.0.1", "-t", "2",
-                "--admin-port", str(admin), "--config", str(topo_path), *extra]
+                "--admin-port", str(admin),
+                *(["--config", str(topo_path)] if topo_path is not None else []), *extra]
         fd, stderr_path = tempfile.mkstemp(prefix="router-", suffix=".stderr", dir=tmp_dir)
         with os.fdopen(fd, "w") as err:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
@@ -406,14 +410,17 @@ def launch_router(topo_path, *extra, tmp_dir):
 
 @pytest.fixture
 def start_router(request, tmp_path):
-    """Factory: start_router(doc_or_nodes, *flags) -> (Server, admin_port, topology path)."""
+    """Factory: start_router(doc_or_nodes, *flags) -> (Server, admin_port, topology path); doc
+    None: no topology file (a router following --control among the flags; path None)."""
     started = []
 
     def start(doc, *extra):
         if isinstance(doc, list):
             doc = topology(doc)
-        path = tmp_path / f"topology-{len(started)}.json"
-        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        path = None
+        if doc is not None:
+            path = tmp_path / f"topology-{len(started)}.json"
+            path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
         r, admin = launch_router(path, *extra, tmp_dir=tmp_path)
         started.append(r)
         _register(request.node, r)

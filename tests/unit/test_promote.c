@@ -1,5 +1,6 @@
 /* test_promote.c — unit tests for promote_diff (common/promote.h): a slot is promoted when its
- * node in the new document was its replica in the old one, per pool, each slot listed once. */
+ * node in the new document was its replica in the old one (unless node and replica swapped: a
+ * drain), per pool, each slot listed once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,20 +57,31 @@ static void test_replica_made_primary_is_promoted(void **state)
 
 static void test_split_ranges_and_a_swap(void **state)
 {
-    /* a drain swaps node and replica on part of a range; the new map splits it */
+    /* a drain swaps node and replica on part of a range (the new map splits it): a planned
+     * switch after a handoff with no lag, not a promotion (nothing to replay); B's range goes
+     * to its replica C with another replica (A), as after B's death: promoted */
     json_t *o = doc(old_text), *n = doc(
         "{\"version\":2,\"pools\":{\"main\":{\"nodes\":[" A "," B "," C "],\"slots\":["
         "{\"from\":0,\"to\":99,\"node\":" B ",\"replica\":" A "},"
         "{\"from\":100,\"to\":5460,\"node\":" A ",\"replica\":" B "},"
-        "{\"from\":5461,\"to\":10921,\"node\":" A "},"
+        "{\"from\":5461,\"to\":5470,\"node\":" C ",\"replica\":" A "},"
+        "{\"from\":5471,\"to\":10921,\"node\":" A "},"
         "{\"from\":10922,\"to\":16383,\"node\":" C ",\"replica\":" A "}]}}}");
     uint16_t *out = malloc(SLOT_COUNT * sizeof *out);
     size_t k = promote_diff(o, n, NULL, out);
-    assert_int_equal(k, 100); /* 5461-10921 went to A, which was not their replica */
-    for (size_t i = 0; i < k; i++) assert_int_equal(out[i], i);
+    assert_int_equal(k, 10); /* 5471-10921 went to A, which was not their replica */
+    for (size_t i = 0; i < k; i++) assert_int_equal(out[i], 5461 + i);
+    /* a swap without a new replica named is a promotion as any other */
+    json_t *m = doc(
+        "{\"version\":2,\"pools\":{\"main\":{\"nodes\":[" A "," B "," C "],\"slots\":["
+        "{\"from\":0,\"to\":5460,\"node\":" B "},"
+        "{\"from\":5461,\"to\":10921,\"node\":" B ",\"replica\":" C "},"
+        "{\"from\":10922,\"to\":16383,\"node\":" C ",\"replica\":" A "}]}}}");
+    assert_int_equal(promote_diff(o, m, NULL, out), 5461);
     free(out);
     json_decref(o);
     json_decref(n);
+    json_decref(m);
 }
 
 static void test_pools_without_maps_or_replicas_and_bad_input(void **state)
