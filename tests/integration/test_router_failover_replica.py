@@ -696,3 +696,37 @@ def test_key_deleted_replicated_then_set_again_survives_the_promotion(start_serv
     assert held(b, "k") == b"v2"
     with McRaw("127.0.0.1", b.port) as c:
         assert int(c.stats("repl")["primary:0:applied_wall_ms"]) > after_delete
+
+
+def test_node_back_as_a_replica_only_is_not_repaired_for_keys_its_live_primaries_resync(
+        trio, control, follower):
+    """B stalls; the writes of its keys go to its replica C (and into B's repair log); C is
+    promoted over B's range. B comes back owning no primary range, so the streams of its live
+    primaries (a full resync from C) restore those keys: the router must not delete them on B
+    (it would remove what the resync brought)."""
+    a, b, c, g, owners = trio
+    ks = mine_of("rb", 4, rng=1)  # keys of B's range
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    for k in ks:
+        assert r.store("set", k, b"v1") == "STORED"
+    try:
+        pause_server(b)
+        r.cmd(f"get {ks[0]}")  # times out: B marked down
+        wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 2,
+                   message="B marked down by both workers")
+        for k in ks:
+            assert r.store("set", k, b"v2") == "STORED"  # to the replica C, logged for B
+        assert metric(admin, "shoal_router_repair_keys_logged_total") >= len(ks)
+        control.publish(doc(2, [a, b, c], [(a, b), (c, b), (c, a)], gutter=g))
+        wait_until(lambda: metric(admin, "shoal_router_topology_version") == 2
+                   if "shoal_router_topology_version" in http(admin, "GET", "/metrics")[1]
+                   else "version 2 in use" in router.stderr_text(), timeout=5)
+    finally:
+        resume_server(b)
+    wait_until(lambda: router.stderr_text().count(f"{b.port} back in use") >= 2, timeout=10,
+               message="B back in use in both workers")
+    assert all(held(b, k) == b"v1" for k in ks), "nothing deleted on B (its resync's to restore)"
+    assert metric(admin, "shoal_router_repair_deletes_total") == 0.0
+    assert "left to its resync" in router.stderr_text()
+    assert all(r.get(k) == [(k, 0, b"v2", None)] for k in ks), "C serves the writes of the gap"
