@@ -360,9 +360,10 @@ void repl_stats_text(struct repl *r, struct buf *out)
     for (struct repl_src *s = r->srcs; s; s = s->next, i++)
         buf_printf(out,
                    "STAT primary:%d:node %s\r\nSTAT primary:%d:replid %s\r\n"
-                   "STAT primary:%d:applied %llu\r\nSTAT primary:%d:state %s\r\n",
+                   "STAT primary:%d:applied %llu\r\nSTAT primary:%d:applied_wall_ms %llu\r\n"
+                   "STAT primary:%d:state %s\r\n",
                    i, s->addr, i, s->replid, i, (unsigned long long)s->applied, i,
-                   repl_state_name(s->state));
+                   (unsigned long long)s->applied_wall_ms, i, repl_state_name(s->state));
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -392,8 +393,9 @@ static void render_json(struct repl *r, struct buf *out)
                             lag && now > since ? (double)(now - since) / 1000.0 : 0.0));
     }
     for (struct repl_src *s = r->srcs; s; s = s->next)
-        json_array_append_new(prims, json_pack("{s:s, s:s, s:I, s:s}", "node", s->addr, "replid",
+        json_array_append_new(prims, json_pack("{s:s, s:s, s:I, s:I, s:s}", "node", s->addr, "replid",
                                                s->replid, "applied", (json_int_t)s->applied,
+                                               "applied_wall_ms", (json_int_t)s->applied_wall_ms,
                                                "state", repl_state_name(s->state)));
     pthread_mutex_unlock(&r->lock);
     json_object_set_new(doc, "replicas", reps);

@@ -34,6 +34,7 @@ struct repl_src {
     char addr[REPL_ADDR_MAX];
     char replid[17]; /* "-" until a full sync ended */
     uint64_t applied;
+    uint64_t applied_wall_ms; /* the primary's Unix ms up to which all its records are applied */
     enum repl_state state;
     int fd;          /* the live connection's socket, -1 when none */
     uint64_t conn_id; /* which connection owns the entry now */

@@ -244,7 +244,11 @@ static bool take_slots(struct sender *s)
  * our place. */
 static int pump_backlog(struct sender *s)
 {
-    long got = repl_backlog_read(&s->r->bl, &s->pos, s->buf, s->cap);
+    /* the clock first, the backlog's end next: every record appended before `wall` lies
+     * before `end`, so once the replica applied up to `end` it has them all */
+    uint64_t wall = (uint64_t)(clock_wall_us() / 1000), end = repl_backlog_end(&s->r->bl);
+    /* room kept at the end for the progress frame */
+    long got = repl_backlog_read(&s->r->bl, &s->pos, s->buf, s->cap - REPL_HDR - REPL_WALL_LEN);
     if (got < 0) return -2;
     if (got == 0) return 0;
     size_t keep = 0, off = 0;
@@ -267,7 +271,10 @@ static int pump_backlog(struct sender *s)
         }
         off += (size_t)fl;
     }
-    if (skipped) {
+    if (s->pos >= end) { /* the whole backlog of `wall` read: stamp it (docs/protocol.md) */
+        repl_progress_encode(s->buf + keep, s->pos, wall);
+        keep += REPL_HDR + REPL_WALL_LEN;
+    } else if (skipped) {
         repl_frame_header(s->buf + keep, REPL_F_PROGRESS, 0, s->pos);
         keep += REPL_HDR;
     }
@@ -411,9 +418,16 @@ static void sender_session(struct sender *s)
             continue;
         }
         if (clock_now_ms() - last_send >= REPL_IDLE_PROGRESS_MS) {
-            uint8_t h[REPL_HDR];
-            repl_frame_header(h, REPL_F_PROGRESS, 0, s->pos);
-            if (send_all(s->fd, h, REPL_HDR) < 0) return;
+            uint8_t h[REPL_HDR + REPL_WALL_LEN];
+            uint64_t wall = (uint64_t)(clock_wall_us() / 1000);
+            size_t hl = REPL_HDR;
+            if (s->pos >= repl_backlog_end(&r->bl)) { /* idle and caught up: stamped */
+                repl_progress_encode(h, s->pos, wall);
+                hl += REPL_WALL_LEN;
+            } else {
+                repl_frame_header(h, REPL_F_PROGRESS, 0, s->pos);
+            }
+            if (send_all(s->fd, h, hl) < 0) return;
             last_send = clock_now_ms();
         }
         if (clock_now_ms() - last_slots >= 100) { /* a newer document's slots for this replica */

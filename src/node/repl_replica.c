@@ -37,6 +37,7 @@ struct applier {
     struct repl_src *src;
     uint64_t id;
     uint64_t applied, acked, last_ack_ms;
+    uint64_t wall_ms; /* the primary's clock up to which every record of it is applied */
     bool online; /* past a full sync's end, or resumed */
     bool ack_due; /* the snapshot's end: acknowledged even when the offset did not move */
 };
@@ -152,6 +153,7 @@ static void src_update(struct applier *a, const char *replid, int state)
     if (a->src->conn_id == a->id) {
         if (replid) snprintf(a->src->replid, sizeof a->src->replid, "%s", replid);
         a->src->applied = a->applied;
+        a->src->applied_wall_ms = a->wall_ms;
         if (state >= 0) a->src->state = (enum repl_state)state;
     }
     pthread_mutex_unlock(&a->r->lock);
@@ -172,9 +174,12 @@ static int apply_frame(struct applier *a, const struct repl_frame *f, const char
         repl_inc(&r->m.full_syncs_applied, 1);
         return apply_reset(a, f->payload) < 0 ? (*why = "out of memory", -1) : 0;
     case REPL_F_SNAP_END:
-    case REPL_F_PROGRESS:
-        if (f->len != 0) {
-            *why = "progress frame with a payload";
+    case REPL_F_PROGRESS: {
+        uint64_t wall = 0;
+        int stamped = f->type == REPL_F_PROGRESS ? repl_progress_decode(f, &wall, why) : 0;
+        if (stamped < 0) return -1;
+        if (f->type == REPL_F_SNAP_END && f->len != 0) {
+            *why = "snapshot end with a payload";
             return -1;
         }
         if (f->offset < a->applied) {
@@ -182,8 +187,12 @@ static int apply_frame(struct applier *a, const struct repl_frame *f, const char
             return -1;
         }
         a->applied = f->offset;
+        /* every frame before this one is applied, so every record the primary appended before
+         * its stamp is (a clock stepping back keeps the older, later stamp) */
+        if (stamped && wall > a->wall_ms) a->wall_ms = wall;
         if (f->type == REPL_F_SNAP_END) a->online = a->ack_due = true; /* acked at once */
         return 0;
+    }
     default: break;
     }
     if (repl_rec_decode(f, &rec, why) < 0) return -1;
@@ -292,6 +301,7 @@ static void applier_run(struct applier *a)
     }
     char have[17];
     uint64_t applied = src ? src->applied : 0;
+    a->wall_ms = src ? src->applied_wall_ms : 0;
     snprintf(have, sizeof have, "%s", src && src->replid[0] && strcmp(src->replid, "-") ? src->replid : "-");
     pthread_mutex_unlock(&r->lock);
     if (!src) {
@@ -384,6 +394,7 @@ out:
         src->fd = -1;
         src->state = REPL_DOWN;
         src->applied = a->applied;
+        src->applied_wall_ms = a->wall_ms; /* kept: the router's replay after a promotion */
     }
     pthread_mutex_unlock(&r->lock);
     log_notice("replication from %s: connection closed at offset %llu", a->peer,

@@ -65,6 +65,23 @@ void repl_frame_header(uint8_t *dst, uint8_t type, uint32_t len, uint64_t offset
     put64(dst + 8, offset);
 }
 
+void repl_progress_encode(uint8_t *dst, uint64_t offset, uint64_t wall_ms)
+{
+    repl_frame_header(dst, REPL_F_PROGRESS, REPL_WALL_LEN, offset);
+    put64(dst + REPL_HDR, wall_ms);
+}
+
+int repl_progress_decode(const struct repl_frame *f, uint64_t *wall_ms, const char **why)
+{
+    if (f->len == 0) return 0;
+    if (f->len != REPL_WALL_LEN) {
+        *why = "progress frame with a payload of a wrong length";
+        return -1;
+    }
+    *wall_ms = get64(f->payload);
+    return 1;
+}
+
 int repl_rec_decode(const struct repl_frame *f, struct repl_rec *r, const char **why)
 {
     const uint8_t *p = f->payload;

@@ -30,7 +30,9 @@ enum repl_type {
     REPL_F_SNAP = 's',     /* full sync: an item of the snapshot (same payload as 'S') */
     REPL_F_RESET = 'R',    /* full sync begins: drop the slots of the bitmap payload */
     REPL_F_SNAP_END = 'E', /* full sync done; offset: where the stream stands */
-    REPL_F_PROGRESS = 'P', /* no payload; offset: stream bytes up to here are sent or not yours */
+    REPL_F_PROGRESS = 'P', /* offset: stream bytes up to here are sent or not yours; payload:
+                            * none, or REPL_WALL_LEN bytes: the primary's wall clock (u64 LE,
+                            * Unix ms) before which every record it appended lies before offset */
     REPL_F_ACK = 'A',      /* replica to primary, no payload; offset: applied up to here */
 };
 
@@ -55,6 +57,13 @@ long repl_frame_parse(const uint8_t *buf, size_t len, size_t max_payload, struct
                       const char **why);
 /* Write a header at dst (REPL_HDR bytes). */
 void repl_frame_header(uint8_t *dst, uint8_t type, uint32_t len, uint64_t offset);
+
+#define REPL_WALL_LEN 8
+/* Write a stamped progress frame at dst (REPL_HDR + REPL_WALL_LEN bytes). */
+void repl_progress_encode(uint8_t *dst, uint64_t offset, uint64_t wall_ms);
+/* A progress frame's stamp: 1 with *wall_ms, 0 when unstamped, -1 (with *why) for a payload of
+ * another length. */
+int repl_progress_decode(const struct repl_frame *f, uint64_t *wall_ms, const char **why);
 
 /* An item, key or TTL record's fields, decoded from (or to be encoded into) a payload. Pointers
  * point into the payload. ttl: seconds left, 0 = never expires. */

@@ -64,7 +64,8 @@ void dellog_put(struct dellog *l, uint64_t ms, uint16_t slot, const char *key, s
 }
 
 void dellog_each(const struct dellog *l, uint64_t since_ms,
-                 void (*fn)(void *ctx, uint16_t slot, const char *key, size_t nkey), void *ctx)
+                 void (*fn)(void *ctx, uint64_t ms, uint16_t slot, const char *key, size_t nkey),
+                 void *ctx)
 {
     char key[256];
     for (size_t off = 0; off < l->used;) {
@@ -77,7 +78,7 @@ void dellog_each(const struct dellog *l, uint64_t since_ms,
         size_t nkey = hdr[10];
         if (ms >= since_ms) {
             ring_read(l, l->head + off + DELLOG_HDR, key, nkey);
-            fn(ctx, slot, key, nkey);
+            fn(ctx, ms, slot, key, nkey);
         }
         off += DELLOG_HDR + nkey;
     }
@@ -89,15 +90,21 @@ void dellog_note(struct rworker *w, const char *key, size_t nkey)
     dellog_put(&w->dellog, w->now_ms, slot_of_key(key, nkey), key, nkey);
 }
 
-void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, size_t n)
+void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, size_t n,
+                     const uint8_t *group, const uint64_t *since, size_t ngroups)
 {
     pthread_mutex_lock(&r->promo_lock);
     uint64_t seq = r->promo_seq + 1;
     struct dellog_promo *p = &r->promo[seq % DELLOG_PROMOS];
     p->seq = seq;
     p->version = version;
-    memset(p->slots, 0, sizeof p->slots);
-    for (size_t i = 0; i < n; i++) p->slots[slots[i] / 8] |= (uint8_t)(1u << (slots[i] % 8));
+    memset(p->group, 0, sizeof p->group);
+    memset(p->since, 0, sizeof p->since);
+    if (ngroups > DELLOG_GROUPS - 1) ngroups = DELLOG_GROUPS - 1;
+    if (ngroups) memcpy(p->since, since, ngroups * sizeof *since); /* the last stays 0 */
+    for (size_t i = 0; i < n; i++) /* a group out of range: the whole window */
+        p->group[slots[i]] =
+            (uint8_t)(1 + (group && group[i] < ngroups ? group[i] : DELLOG_GROUPS - 1));
     __atomic_store_n(&r->promo_seq, seq, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&r->promo_lock);
 }
@@ -106,7 +113,7 @@ void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, 
 
 struct replay_ctx {
     struct rworker *w;
-    const uint8_t *slots;
+    const uint64_t *since; /* per slot: replay deletes logged at or after; UINT64_MAX: none */
     uint64_t sent, skipped;
     struct frag **open;   /* per node of the table (w->nmap): its batch being filled */
     uint32_t *nopen;      /* ...and how many deletes it holds */
@@ -131,11 +138,11 @@ static void replay_flush(struct replay_ctx *x, uint32_t i)
 /* One logged delete: into a batch for its owner in the worker's table when its slot was
  * promoted (`md <key> q` lines closed by `mn`, as the invalidator delivers them: the node
  * answers only NF and errors, and the batch goes in one write). */
-static void replay_one(void *arg, uint16_t slot, const char *key, size_t nkey)
+static void replay_one(void *arg, uint64_t ms, uint16_t slot, const char *key, size_t nkey)
 {
     struct replay_ctx *x = arg;
     struct rworker *w = x->w;
-    if (!(x->slots[slot / 8] & (1u << (slot % 8)))) return;
+    if (ms < x->since[slot]) return; /* not promoted, or the new primary has it */
     uint32_t i = topo_route(w->topo, key, nkey);
     if (!upnode_up(w->map[i])) { /* its repair covers it, if it ever comes back */
         x->skipped++;
@@ -162,9 +169,15 @@ void dellog_sync(struct rworker *w)
     struct router *r = w->r;
     uint64_t seq = __atomic_load_n(&r->promo_seq, __ATOMIC_ACQUIRE);
     if (seq == w->promo_seen || !worker_topology_ready(w)) return;
-    uint8_t slots[SLOT_COUNT / 8];
-    memset(slots, 0, sizeof slots);
-    uint64_t version = 0, nslots = 0;
+    uint64_t *since = malloc(SLOT_COUNT * sizeof *since);
+    if (since == NULL) { /* the next batch tries again */
+        w->m.out_of_memory++;
+        return;
+    }
+    for (size_t s = 0; s < SLOT_COUNT; s++) since[s] = UINT64_MAX;
+    uint64_t window = r->cfg.replay_window_s * 1000;
+    uint64_t floor = w->now_ms > window ? w->now_ms - window : 0; /* the outer bound */
+    uint64_t version = 0, nslots = 0, oldest = UINT64_MAX, newest = 0;
     bool any = false;
     pthread_mutex_lock(&r->promo_lock);
     for (uint64_t s = w->promo_seen + 1; s <= seq; s++) {
@@ -174,29 +187,51 @@ void dellog_sync(struct rworker *w)
             seq = s - 1;
             break;
         }
-        for (size_t i = 0; i < sizeof slots; i++) slots[i] |= p->slots[i];
+        for (size_t i = 0; i < SLOT_COUNT; i++) {
+            if (p->group[i] == 0) continue;
+            uint64_t from = dellog_cutoff(floor, p->since[p->group[i] - 1]);
+            if (from < since[i]) since[i] = from; /* promoted twice: the older need */
+        }
         version = p->version;
         any = true;
     }
     pthread_mutex_unlock(&r->promo_lock);
     w->promo_seen = seq;
-    if (!any) return;
-    for (size_t i = 0; i < sizeof slots; i++) nslots += (uint64_t)__builtin_popcount(slots[i]);
-    struct replay_ctx x = {w, slots, 0, 0, calloc(w->nmap, sizeof *x.open),
+    if (!any) {
+        free(since);
+        return;
+    }
+    for (size_t i = 0; i < SLOT_COUNT; i++) {
+        if (since[i] == UINT64_MAX) continue;
+        nslots++;
+        if (since[i] < oldest) oldest = since[i];
+        if (since[i] > newest) newest = since[i];
+    }
+    struct replay_ctx x = {w, since, 0, 0, calloc(w->nmap, sizeof *x.open),
                            calloc(w->nmap, sizeof *x.nopen)};
-    uint64_t window = r->cfg.replay_window_s * 1000;
     if (x.open == NULL || x.nopen == NULL) {
         w->m.out_of_memory++;
         log_error("worker %d: out of memory replaying recent deletes after a promotion", w->id);
     } else if (window) {
-        dellog_each(&w->dellog, w->now_ms > window ? w->now_ms - window : 0, replay_one, &x);
+        dellog_each(&w->dellog, oldest, replay_one, &x);
         for (uint32_t i = 0; i < w->nmap; i++) replay_flush(&x, i);
     }
     free(x.open);
     free(x.nopen);
-    log_notice("worker %d: topology version %llu promoted %llu slots: %llu recent deletes (last "
-               "%llu s) sent again to their new primaries%s", w->id, (unsigned long long)version,
-               (unsigned long long)nslots, (unsigned long long)x.sent,
+    free(since);
+    /* the cutoff: how far back the replay went, oldest and newest start over the slots (the
+     * window's start when the new primary's stamp was unknown) */
+    log_notice("worker %d: topology version %llu promoted %llu slots: %llu recent deletes sent "
+               "again to their new primaries (cutoff %llu..%llu ms ago; window %llu s)%s",
+               w->id, (unsigned long long)version, (unsigned long long)nslots,
+               (unsigned long long)x.sent,
+               (unsigned long long)(w->now_ms > newest ? w->now_ms - newest : 0),
+               (unsigned long long)(w->now_ms > oldest ? w->now_ms - oldest : 0),
                (unsigned long long)r->cfg.replay_window_s,
                x.skipped ? " (some skipped: primary down or no memory)" : "");
+}
+
+uint64_t dellog_cutoff(uint64_t floor, uint64_t since)
+{
+    return since > floor ? since : floor;
 }

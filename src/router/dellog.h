@@ -10,7 +10,9 @@
  * topology promotes slots (promote_diff against the one it replaces, reload.c), each worker
  * sends the deletes of the last --replay-window-s seconds of those slots again, as `md`, to
  * the slots' owners in the new table (pipelined per node like any request), counted in
- * replayed_deletes, with one log line. */
+ * replayed_deletes, with one log line. Only those the new primary may lack: the applier of
+ * the topology asks it up to when it applied the dead primary's stream (replaycut.h) and the
+ * replay starts there less --replay-margin-ms. */
 #ifndef SHOAL_ROUTER_DELLOG_H
 #define SHOAL_ROUTER_DELLOG_H
 
@@ -28,11 +30,16 @@ struct dellog {
     size_t cap, head, used;
 };
 
-/* One promotion: the slots a published version promoted (router.promo, reload.c). */
+/* One promotion: the slots a published version promoted (router.promo, reload.c), each with
+ * the oldest time (the workers' CLOCK_MONOTONIC ms) of the deletes it needs again: group[s] is
+ * 0 for a slot not promoted, else 1 + an index into since[] (one entry per new primary and
+ * dead primary pair; 0 = the whole window). */
 #define DELLOG_PROMOS 8
+#define DELLOG_GROUPS 64
 struct dellog_promo {
     uint64_t seq, version;
-    uint8_t slots[SLOT_COUNT / 8];
+    uint8_t group[SLOT_COUNT];
+    uint64_t since[DELLOG_GROUPS];
 };
 
 void dellog_init(struct dellog *l, size_t cap);
@@ -40,8 +47,11 @@ void dellog_free(struct dellog *l);
 /* Remember a delete of `key` (decoded bytes) routed now by worker w, if its pool has replicas. */
 void dellog_note(struct rworker *w, const char *key, size_t nkey);
 /* Record that version `version`, just published, promoted the `n` slots (reload.c; not a
- * worker). */
-void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, size_t n);
+ * worker); slot slots[i] needs the deletes logged at or after since[group[i]] (worker clock
+ * ms; 0: the whole window), group[i] < ngroups < DELLOG_GROUPS (else, or group NULL: the
+ * whole window). */
+void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, size_t n,
+                     const uint8_t *group, const uint64_t *since, size_t ngroups);
 /* At the start of a batch: replay to their new primaries the recent deletes of slots promoted
  * by versions this worker has adopted and not yet replayed for (cheap when none: one load). */
 void dellog_sync(struct rworker *w);
@@ -50,6 +60,10 @@ void dellog_sync(struct rworker *w);
 void dellog_put(struct dellog *l, uint64_t ms, uint16_t slot, const char *key, size_t nkey);
 /* Calls fn for each entry at or after since_ms, oldest first. */
 void dellog_each(const struct dellog *l, uint64_t since_ms,
-                 void (*fn)(void *ctx, uint16_t slot, const char *key, size_t nkey), void *ctx);
+                 void (*fn)(void *ctx, uint64_t ms, uint16_t slot, const char *key, size_t nkey),
+                 void *ctx);
+/* Where a promoted slot's replay starts: its group's need (0: unknown) but never before the
+ * window's start `floor`. */
+uint64_t dellog_cutoff(uint64_t floor, uint64_t since);
 
 #endif

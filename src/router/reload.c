@@ -4,9 +4,11 @@
 #include <jansson.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/promote.h"
 #include "router/dellog.h"
+#include "router/replaycut.h"
 
 uint64_t router_topology_version(struct router *r)
 {
@@ -39,6 +41,50 @@ static json_t *applied_doc(struct router *r)
     return r->applied_doc;
 }
 
+#define REPLAYCUT_TIMEOUT_MS 250  /* one new primary's answer */
+#define REPLAYCUT_BUDGET_MS 1000   /* all of them: the rest replay their whole window */
+
+/* Ask the new primaries of the `n` promoted slots up to when they applied their dead primary's
+ * stream, and hand the promotion to the workers with the replay's start per slot (dellog.h).
+ * Runs on the thread applying the topology (blocking sockets, bounded by the budget). */
+static void replay_cutoffs(struct router *r, json_t *old, json_t *now, uint64_t version,
+                           const uint16_t *slots, size_t n)
+{
+    uint8_t *group = malloc(n);
+    const char *oldp[DELLOG_GROUPS - 1], *newp[DELLOG_GROUPS - 1];
+    uint64_t since[DELLOG_GROUPS - 1];
+    size_t np = group ? replaycut_pairs(old, now, slots, n, group, oldp, newp, DELLOG_GROUPS - 1) : 0;
+    if (group == NULL) { /* no memory: one group, the whole window */
+        log_error("topology version %llu: out of memory for the replay's cutoffs: replaying the "
+                  "whole window", (unsigned long long)version);
+        dellog_promoted(r, version, slots, n, NULL, NULL, 0);
+        return;
+    }
+    uint64_t start = clock_mono_ms();
+    for (size_t k = 0; k < np; k++) {
+        uint64_t wall = 0;
+        const char *why = "over the time budget";
+        uint64_t spent = clock_mono_ms() - start;
+        bool known = spent < REPLAYCUT_BUDGET_MS &&
+                     replaycut_query(newp[k], oldp[k], REPLAYCUT_TIMEOUT_MS, &wall, &why) == 0;
+        uint64_t now_wall = (uint64_t)(clock_wall_us() / 1000), now_mono = clock_mono_ms();
+        since[k] = replaycut_since(known, wall, r->cfg.replay_margin_ms, now_wall, now_mono);
+        if (known)
+            log_notice("topology version %llu: %s applied %s's stream up to %llu ms ago: replaying "
+                       "deletes since %llu ms ago (--replay-margin-ms %llu)",
+                       (unsigned long long)version, newp[k], oldp[k],
+                       (unsigned long long)(now_wall > wall ? now_wall - wall : 0),
+                       (unsigned long long)(since[k] && now_mono > since[k] ? now_mono - since[k] : 0),
+                       (unsigned long long)r->cfg.replay_margin_ms);
+        else
+            log_warn("topology version %llu: no replication stamp from %s for %s (%s): "
+                     "replaying the whole window of its deletes", (unsigned long long)version,
+                     newp[k], oldp[k], why);
+    }
+    dellog_promoted(r, version, slots, n, group, since, np);
+    free(group);
+}
+
 int router_apply_topology(struct router *r, struct topo *t, const char *origin, char *err,
                           size_t errlen)
 {
@@ -64,10 +110,12 @@ int router_apply_topology(struct router *r, struct topo *t, const char *origin, 
         router_topology_refused(r, origin, err);
         return -1;
     }
+    /* where each promoted slot's replay starts, asked of its new primary while the workers
+     * already route to it (the deletes they log meanwhile are newer than any cutoff) */
+    if (npromoted) replay_cutoffs(r, old, now, version, promoted, npromoted);
     json_decref(r->applied_doc);
     r->applied_doc = new_replicas ? now : NULL; /* else parsed again when needed */
     if (!new_replicas) json_decref(now);
-    if (npromoted) dellog_promoted(r, version, promoted, npromoted);
     pthread_mutex_unlock(&r->apply_lock);
     free(promoted);
     if (npromoted)

@@ -180,16 +180,73 @@ static bool replica_send_repair(struct upnode *un, enum replica_kind kind, const
     return true;
 }
 
+/* Does node `i` of the worker's table own (as `node`, not as `replica`) a slot of pool p? */
+static bool owns_primary(const struct topo_pool *p, uint32_t i)
+{
+    for (uint32_t s = 0; s < SLOT_COUNT; s++)
+        if (p->owner[s] == i) return true;
+    return false;
+}
+
+/* Is the node, in the worker's table, only ever a replica of pools with slot replicas (it owns
+ * no primary range anywhere, and sits in no pool without replicas), and is every primary of
+ * those pools up in this worker? Then full or resumed streams from live primaries restore what
+ * it holds of them (their own repairs included), and the router's repair would delete what a
+ * resync brought (docs/router.md, "Replicated slots and promotions"). */
+static bool replica_only(struct rworker *w, uint32_t i)
+{
+    const struct topo *t = w->topo;
+    bool listed = false;
+    for (uint32_t k = 0; k < t->npools; k++) {
+        const struct topo_pool *p = &t->pools[k];
+        bool in = false;
+        for (uint32_t j = 0; j < p->nnodes && !in; j++) in = p->nodes[j] == i;
+        if (!in) continue;
+        listed = true;
+        if (p->replicated || p->replica == NULL || owns_primary(p, i)) return false;
+        for (uint32_t s = 0; s < SLOT_COUNT; s++)
+            if (p->owner[s] >= w->nmap || !upnode_up(w->map[p->owner[s]])) return false;
+    }
+    return listed;
+}
+
+/* May the repair of key on node i be skipped: a copies-2 key of a pool with slot replicas of
+ * which the node owns no primary range (`primary` caches that per pool, -1 unknown), whose
+ * slot's primary is up here (its stream restores the node; a key of a down primary's slot is
+ * repaired: nothing else would, and the node may be read for it as its replica)? */
+static bool repair_covered(struct rworker *w, uint32_t i, const char *key, size_t nkey,
+                           int8_t *primary)
+{
+    const struct topo *t = w->topo;
+    const struct topo_ns *ns = topo_namespace(t, key, nkey);
+    if (ns == NULL || ns->copies != 2 || ns->pool >= t->npools) return false;
+    const struct topo_pool *p = &t->pools[ns->pool];
+    if (p->replicated || p->replica == NULL) return false;
+    if (primary[ns->pool] < 0) primary[ns->pool] = owns_primary(p, i);
+    if (primary[ns->pool]) return false;
+    uint16_t o = p->owner[slot_of_key(key, nkey)];
+    return o < w->nmap && upnode_up(w->map[o]);
+}
+
 void replica_repair(struct upnode *un)
 {
     struct rworker *w = un->w;
     if (un->down || un->retired || un->destroying || un->repairs_inflight ||
         repairlog_clean(&un->repair) || w->now_ms < un->repair_at_ms)
         return;
+    uint32_t me = UINT32_MAX;
+    for (uint32_t i = 0; i < w->nmap; i++)
+        if (w->map[i] == un) me = i;
     if (un->repair.overflowed) {
         /* Every key logged so far is covered by the flush; keys logged from now on may have
          * been written after it, so the log starts again. */
         repairlog_reset(&un->repair);
+        if (me != UINT32_MAX && replica_only(w, me)) {
+            log_notice("worker %d: node %s: no flush_all to repair it: it is only a replica now, "
+                       "of live primaries whose streams restore it", w->id, un->node.addr);
+            outage_check_mended(un);
+            return;
+        }
         log_warn("worker %d: node %s: sending flush_all to repair it (every item on it is "
                  "dropped, those of other pools that list it too)", w->id, un->node.addr);
         if (!replica_send_repair(un, REPL_FLUSH, NULL, 0)) repairlog_set_overflow(&un->repair);
@@ -197,17 +254,30 @@ void replica_repair(struct upnode *un)
     }
     struct repairlog_batch b;
     repairlog_take(&un->repair, &b);
-    log_info("worker %d: node %s: deleting %u keys whose writes it missed", w->id,
-             un->node.addr, b.n);
+    int8_t *primary = malloc(w->topo->npools ? w->topo->npools : 1);
+    if (primary) memset(primary, -1, w->topo->npools ? w->topo->npools : 1);
+    uint32_t covered = 0;
     for (uint32_t i = 0; i < b.n; i++) {
         size_t nkey;
         const char *key = repairlog_key(&b, i, &nkey);
+        if (primary && me != UINT32_MAX && repair_covered(w, me, key, nkey, primary)) {
+            covered++;
+            continue;
+        }
         if (!replica_send_repair(un, REPL_REPAIR, key, nkey)) {
             repairlog_set_overflow(&un->repair); /* the rest would be forgotten otherwise */
             break;
         }
     }
+    free(primary);
+    if (covered)
+        log_notice("worker %d: node %s: %u of the %u keys whose writes it missed left to its "
+                   "resync (it is only their replica, their primaries up)", w->id, un->node.addr,
+                   covered, b.n);
+    log_info("worker %d: node %s: deleting %u keys whose writes it missed", w->id, un->node.addr,
+             b.n - covered);
     repairlog_batch_free(&b);
+    outage_check_mended(un); /* nothing sent (all covered): back in use now */
 }
 
 /* Is this reply one the node gives when it stored, deleted or changed the item? */

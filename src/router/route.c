@@ -257,7 +257,9 @@ void route_forward(struct client *c, const struct proto_req *req, const char *li
     d.node = route_node(w, req->key, req->nkey,
                         del ? RU_DELETE : proto_cmd_writes(req->cmd) ? RU_WRITE : RU_READ,
                         &d.gutter, &d.held, &d.replica, &d.owner);
-    if (del) dellog_note(w, req->key, req->nkey);
+    /* a delete sent to the replica itself (its primary down) is on the node a promotion
+     * would pick: nothing to replay there (a failed one is in its repair log, replica.h) */
+    if (del && !d.replica) dellog_note(w, req->key, req->nkey);
     if (d.replica && proto_cmd_writes(req->cmd)) w->m.replica_writes++;
     else if (d.replica) w->m.replica_reads++;
     route_forward_to(c, req, line, len, data, ndata, &d);

@@ -98,6 +98,10 @@
     X(replay_window_s, 0, UINT, "60", 0, 86400,                                                  \
       "seconds of recent deletes kept, sent again to a promoted slot's new primary (0: none)",  \
       NULL)                                                                                      \
+    X(replay_margin_ms, 0, UINT, "1000", 0, 3600000,                                             \
+      "after a promotion only deletes logged since the new primary's replication stamp (the "    \
+      "dead primary's clock up to which it applied everything) minus this are replayed: covers " \
+      "clock skew between hosts", NULL)                                                          \
     X(replay_log_bytes, 0, SIZE, "8m", 0, 1ull << 34,                                            \
       "memory for the recent-deletes log, all workers together (the oldest are forgotten first)", \
       NULL)                                                                                      \
@@ -109,7 +113,7 @@ struct router_config {
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
         admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
-        moved_wait_ms, report_ms, replay_window_s, replay_log_bytes;
+        moved_wait_ms, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes;
     const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */
 };

@@ -28,7 +28,7 @@ from conftest import (_check_survived, _register, key_slot, pause_server, restar
                       resume_server)
 from fakecontrol import FakeControl
 from fakenode import FakeNode
-from mcraw import McRaw, http, wait_until
+from mcraw import McRaw, accepts, free_port, http, wait_until
 from test_router_control_follow import spawn_follower
 
 pytestmark = pytest.mark.shoal_only
@@ -571,3 +571,162 @@ def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_se
     assert r.store("set", "x", "1") == "SERVER_ERROR slot lease expired"
     assert held(a, "x") is None
     f.stop.set()
+
+
+# ---- the replay starts at the new primary's replication stamp (docs/router.md, "Promotions")
+
+
+class StampedReplica(FakeNode):
+    """A new primary that answers `stats repl` with a chosen stamp for the dead primary (None:
+    no stamp) and records the keys of the deletes it is sent."""
+
+    def __init__(self, dead, stamp):
+        self.dead, self.stamp, self.deleted = dead, stamp, []
+        super().__init__()
+
+    def answer(self, line, rest):
+        if line == b"stats repl":
+            out = b"STAT repl_enabled 1\r\nSTAT primary:0:node %s\r\n" % self.dead.encode()
+            if self.stamp is not None:
+                out += b"STAT primary:0:applied_wall_ms %d\r\n" % self.stamp
+            return out + b"STAT primary:0:state down\r\nEND\r\n", rest
+        if line.startswith(b"md "):
+            self.deleted.append(line.split()[1].decode())
+            return (b"" if line.endswith(b" q") else b"HD\r\n"), rest
+        if line.startswith(b"mn"):
+            return b"MN\r\n", rest
+        if line.startswith(b"version"):
+            return b"VERSION fake\r\n", rest
+        return b"ERROR\r\n", rest
+
+
+def test_promotion_replays_only_deletes_after_the_new_primarys_stamp_less_the_margin(
+        start_server, control, follower):
+    a = start_server()
+    whole = [(0, 16383)]
+    f = StampedReplica(f"127.0.0.1:{a.port}", None)
+    try:
+        control.publish(doc(1, [a, f.addr], [(a, f.addr)], ranges=whole))
+        router, admin = follower(control.url, *FAST, "--replay-margin-ms", "200")
+        r = router.raw()
+        old, new = [f"o{i}" for i in range(5)], [f"n{i}" for i in range(5)]
+        for k in old:
+            assert r.cmd(f"delete {k}") == "NOT_FOUND"
+        time.sleep(0.15)  # the clock is the input: a gap on each side of the stamp
+        mid = int(time.time() * 1000)
+        time.sleep(0.15)
+        for k in new:
+            assert r.cmd(f"delete {k}") == "NOT_FOUND"
+        # the replica applied everything the dead primary appended up to `mid` + the margin
+        f.stamp = mid + 200
+        control.publish(doc(2, [a, f.addr], [(f.addr, None)], ranges=whole))
+        wait_until(lambda: sorted(f.deleted) == sorted(new), timeout=3,
+                   message="the deletes after the stamp, less the margin, sent to the new primary")
+        wait_until(lambda: "recent deletes sent again" in router.stderr_text(), timeout=3)
+        assert not set(f.deleted) & set(old), "deletes the replica applied are not sent again"
+        assert metric(admin, "shoal_router_replayed_deletes_total") == len(new) * 1.0
+        assert "--replay-margin-ms 200" in router.stderr_text()
+    finally:
+        f.stop.set()
+
+
+def test_promotion_without_a_stamp_replays_the_whole_window(start_server, control, follower):
+    a = start_server()
+    whole = [(0, 16383)]
+    f = StampedReplica(f"127.0.0.1:{a.port}", None)  # an older node: no applied_wall_ms
+    try:
+        control.publish(doc(1, [a, f.addr], [(a, f.addr)], ranges=whole))
+        router, admin = follower(control.url, *FAST)
+        r = router.raw()
+        keys = [f"w{i}" for i in range(5)]
+        for k in keys:
+            assert r.cmd(f"delete {k}") == "NOT_FOUND"
+        control.publish(doc(2, [a, f.addr], [(f.addr, None)], ranges=whole))
+        wait_until(lambda: sorted(f.deleted) == sorted(keys), timeout=3,
+                   message="every logged delete sent to the new primary")
+        assert "replaying the whole window" in router.stderr_text()
+    finally:
+        f.stop.set()
+
+
+def test_key_deleted_replicated_then_set_again_survives_the_promotion(start_server, control,
+                                                                       follower, tmp_path):
+    """Real replication: B applied A's delete and the later set before A died; the promotion
+    must not delete the fresh value (nor need anything of the stream once it is gone)."""
+    def node():
+        adm = free_port()
+        n = start_server("--admin-port", str(adm), "--control", control.url,
+                         "--control-backoff-max-ms", "200")
+        n.admin_port = adm
+        wait_until(lambda: accepts(adm), message="the node's admin port")
+        return n
+
+    def replication(n):
+        status, body = http(n.admin_port, "GET", "/v1/replication")
+        assert status == 200, body
+        return json.loads(body)
+
+    a, b = node(), node()
+    whole = [(0, 16383)]
+    control.publish(doc(1, [a, b], [(a, b)], ranges=whole))
+    wait_until(lambda: any(x["state"] == "online" for x in replication(a)["replicas"]),
+               timeout=10, message="B replicating A")
+    router, admin = follower(control.url, *FAST, "--replay-margin-ms", "100")
+    r = router.raw()
+    assert r.store("set", "k", b"v1") == "STORED"
+    assert r.cmd("delete k") == "DELETED"
+    after_delete = int(time.time() * 1000)
+
+    def stamp():
+        p = [x for x in replication(b)["primaries"] if x["node"] == f"127.0.0.1:{a.port}"]
+        return p[0].get("applied_wall_ms", 0) if p else 0
+    wait_until(lambda: stamp() > after_delete + 300, timeout=5,
+               message="B's stamp for A past the delete and the margin")
+    assert r.store("set", "k", b"v2") == "STORED"
+    wait_until(lambda: held(b, "k") == b"v2", timeout=3, message="the set replicated to B")
+    a.proc.kill()
+    a.proc.wait()
+    a.killed = True
+    wait_until(lambda: replication(b)["primaries"][0]["state"] == "down", timeout=10)
+    assert stamp() > after_delete, "the stamp is kept once the primary's stream ended"
+    control.publish(doc(2, [a, b], [(b, None)], ranges=whole))
+    wait_until(lambda: router.stderr_text().count("recent deletes sent again") >= 2, timeout=5,
+               message="both workers replayed")
+    assert metric(admin, "shoal_router_replayed_deletes_total") == 0.0
+    assert held(b, "k") == b"v2"
+    with McRaw("127.0.0.1", b.port) as c:
+        assert int(c.stats("repl")["primary:0:applied_wall_ms"]) > after_delete
+
+
+def test_node_back_as_a_replica_only_is_not_repaired_for_keys_its_live_primaries_resync(
+        trio, control, follower):
+    """B stalls; the writes of its keys go to its replica C (and into B's repair log); C is
+    promoted over B's range. B comes back owning no primary range, so the streams of its live
+    primaries (a full resync from C) restore those keys: the router must not delete them on B
+    (it would remove what the resync brought)."""
+    a, b, c, g, owners = trio
+    ks = mine_of("rb", 4, rng=1)  # keys of B's range
+    router, admin = follower(control.url, *FAST)
+    r = router.raw()
+    for k in ks:
+        assert r.store("set", k, b"v1") == "STORED"
+    try:
+        pause_server(b)
+        r.cmd(f"get {ks[0]}")  # times out: B marked down
+        wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 2,
+                   message="B marked down by both workers")
+        for k in ks:
+            assert r.store("set", k, b"v2") == "STORED"  # to the replica C, logged for B
+        assert metric(admin, "shoal_router_repair_keys_logged_total") >= len(ks)
+        control.publish(doc(2, [a, b, c], [(a, b), (c, b), (c, a)], gutter=g))
+        wait_until(lambda: metric(admin, "shoal_router_topology_version") == 2
+                   if "shoal_router_topology_version" in http(admin, "GET", "/metrics")[1]
+                   else "version 2 in use" in router.stderr_text(), timeout=5)
+    finally:
+        resume_server(b)
+    wait_until(lambda: router.stderr_text().count(f"{b.port} back in use") >= 2, timeout=10,
+               message="B back in use in both workers")
+    assert all(held(b, k) == b"v1" for k in ks), "nothing deleted on B (its resync's to restore)"
+    assert metric(admin, "shoal_router_repair_deletes_total") == 0.0
+    assert "left to its resync" in router.stderr_text()
+    assert all(r.get(k) == [(k, 0, b"v2", None)] for k in ks), "C serves the writes of the gap"

@@ -82,6 +82,29 @@ static void test_junk_and_oversized_frames_are_refused(void **state)
     assert_int_equal(repl_rec_decode(&f, &r, &why), -1);
 }
 
+/* A progress frame carries the primary's clock or nothing; any other payload is refused. */
+static void test_progress_frame_stamp_round_trips(void **state)
+{
+    (void)state;
+    uint8_t buf[REPL_HDR + REPL_WALL_LEN + 1];
+    repl_progress_encode(buf, 77, 1764658000123ull);
+    struct repl_frame f;
+    const char *why = NULL;
+    assert_int_equal(repl_frame_parse(buf, REPL_HDR + REPL_WALL_LEN, 1024, &f, &why),
+                     REPL_HDR + REPL_WALL_LEN);
+    assert_int_equal(f.type, REPL_F_PROGRESS);
+    assert_int_equal(f.offset, 77);
+    uint64_t wall = 0;
+    assert_int_equal(repl_progress_decode(&f, &wall, &why), 1);
+    assert_int_equal(wall, 1764658000123ull);
+    repl_frame_header(buf, REPL_F_PROGRESS, 0, 78);
+    assert_int_equal(repl_frame_parse(buf, REPL_HDR, 1024, &f, &why), REPL_HDR);
+    assert_int_equal(repl_progress_decode(&f, &wall, &why), 0);
+    repl_frame_header(buf, REPL_F_PROGRESS, 1, 79);
+    assert_int_equal(repl_frame_parse(buf, REPL_HDR + 1, 1024, &f, &why), REPL_HDR + 1);
+    assert_int_equal(repl_progress_decode(&f, &wall, &why), -1);
+}
+
 static void test_handshake_lines(void **state)
 {
     (void)state;
@@ -177,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_item_frame_round_trips),
         cmocka_unit_test(test_partial_frame_asks_for_more),
         cmocka_unit_test(test_junk_and_oversized_frames_are_refused),
+        cmocka_unit_test(test_progress_frame_stamp_round_trips),
         cmocka_unit_test(test_handshake_lines),
         cmocka_unit_test(test_backlog_keeps_whole_frames_in_order),
         cmocka_unit_test(test_backlog_full_drops_oldest_and_loses_a_slow_reader),

@@ -20,8 +20,9 @@ struct seen {
     int n;
 };
 
-static void collect(void *ctx, uint16_t slot, const char *key, size_t nkey)
+static void collect(void *ctx, uint64_t ms, uint16_t slot, const char *key, size_t nkey)
 {
+    (void)ms;
     struct seen *s = ctx;
     assert_true(s->n < 64 && nkey < 32);
     memcpy(s->keys[s->n], key, nkey);
@@ -34,8 +35,9 @@ struct count {
     int first_slot;
 };
 
-static void count(void *ctx, uint16_t slot, const char *key, size_t nkey)
+static void count(void *ctx, uint64_t ms, uint16_t slot, const char *key, size_t nkey)
 {
+    (void)ms;
     struct count *c = ctx;
     if (c->n++ == 0) c->first_slot = slot;
 }
