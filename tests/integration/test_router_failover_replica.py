@@ -10,7 +10,9 @@ plane (fakecontrol.py) that publishes hand-written documents whose ranges carry 
   primary, and leaves other slots alone;
 - a node answering `SERVER_ERROR slot lease expired` costs the client nothing when a newer
   topology arrives within --moved-wait-ms; otherwise reads fall back as for a node down and
-  writes go to the owner once more (its second refusal reaches the client).
+  writes go to the owner once more (its second refusal reaches the client);
+- a set over 16 KB meeting a handoff fence (`SERVER_ERROR slot moving`) keeps its bytes within
+  --moved-keep-max and reaches the new owner; past that bound its refusal reaches the client.
 
 The nodes are real shoal-nodes without --control (they keep every key), seeded by hand on both
 the primary and the replica: the replication stream is shoal-node's part, not tested here.
