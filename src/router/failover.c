@@ -84,6 +84,7 @@ static int32_t failover_ns(const struct rworker *w, const char *key, size_t nkey
 static void failover_send(struct rworker *w, struct frag *f, struct buf *out, struct upnode *gun,
                           int32_t ns, bool gutter)
 {
+    frag_unkeep(f); /* kept again, if it may be, when it is handed to a connection */
     buf_release(&f->out);
     f->out = *out;
     buf_init(out);

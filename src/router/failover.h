@@ -28,7 +28,7 @@
  * repair (outage.h), as a write to a node marked down does (one that may have reached the owner
  * as a failed write: its repair waits a probe interval). No retry without a gutter pool, when
  * the key's gutter node is the failed node or is marked down, nor for a request over
- * FAILOVER_KEEP_MAX bytes once handed to a connection (below).
+ * FAILOVER_KEEP_MAX bytes once handed to a connection that did not keep its bytes (below).
  *
  * Shared mark-down. Each node's entry in the router's per-node table (nodestats.h) holds a
  * health epoch, odd while the node is marked down. A worker that marks a node down (after
@@ -56,8 +56,11 @@ enum { FAILOVER_NONE = 0, FAILOVER_UNSENT, FAILOVER_ANY };
 /* A request handed to a connection keeps its bytes (line and value) until it is answered, so
  * that it can be retried; one longer than this gives its value back at once instead (as every
  * request did before retries: a node's window of 1 MB values would otherwise hold 512 MB per
- * node per worker) and is then not retried. Before it reaches a connection (refused, failed
- * fast, waiting for the window) any request may be. */
+ * node per worker) and is then not retried. Except a movable one (not moved yet), which may
+ * meet a slot's handoff fence whatever its size: it keeps its bytes while they fit the
+ * router's --moved-keep-max (frag_keep, request.h; given back once answered or resent).
+ * Before it reaches a connection (refused, failed fast, waiting for the window) any request
+ * may be. */
 #define FAILOVER_KEEP_MAX 16384
 
 /* What of `req` may be retried when it goes to the owner of its key(s) (see above). */

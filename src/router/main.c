@@ -110,6 +110,7 @@ int main(int argc, char **argv)
     router.started = time(NULL);
     membudget_setup_allocator();
     membudget_init(&router.budget, router.cfg.buffers_max);
+    router.keep = (struct keepbudget){.max = router.cfg.moved_keep_max, .mb = &router.budget};
     pthread_mutex_init(&router.reset_lock, NULL);
     pthread_mutex_init(&router.promo_lock, NULL);
     pthread_mutex_init(&router.apply_lock, NULL);

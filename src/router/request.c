@@ -119,8 +119,33 @@ int frag_quiet_mn(struct frag *f, const struct proto_req *req)
     return buf_append(&f->out, "mn\r\n", 4);
 }
 
+bool frag_keep(struct frag *f, struct keepbudget *kb, uint64_t n)
+{
+    frag_unkeep(f);
+    if (n > kb->max) return false;
+    if (__atomic_add_fetch(&kb->used, n, __ATOMIC_RELAXED) > kb->max ||
+        membudget_used(kb->mb) + n > kb->mb->max) {
+        __atomic_sub_fetch(&kb->used, n, __ATOMIC_RELAXED);
+        return false;
+    }
+    uint64_t acct = 0;
+    membudget_account(kb->mb, &acct, n);
+    f->kb = kb;
+    f->kept = n;
+    return true;
+}
+
+void frag_unkeep(struct frag *f)
+{
+    if (f->kept == 0) return;
+    __atomic_sub_fetch(&f->kb->used, f->kept, __ATOMIC_RELAXED);
+    membudget_account(f->kb->mb, &f->kept, 0); /* zeroes f->kept */
+    f->kb = NULL;
+}
+
 void frag_destroy(struct frag *f)
 {
+    frag_unkeep(f);
     replica_write_free(f->repl);
     buf_release(&f->reply);
     if (frag_pooled < POOL_MAX) {

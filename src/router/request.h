@@ -14,12 +14,23 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/membudget.h"
 #include "protocol/protocol.h"
 #include "router/replyframe.h"
 
 struct client;
 struct upnode;
 struct replica_write;
+
+/* Bytes of large requests kept until answered for a moved-retry (failover.h, FAILOVER_KEEP_MAX):
+ * at most `max` (--moved-keep-max) all workers together, and counted in the client-buffer
+ * budget `mb` too (--buffers-max, the client_buffer_bytes gauge), which they may not push
+ * past its limit. */
+struct keepbudget {
+    uint64_t max;
+    uint64_t used; /* atomic */
+    struct membudget *mb;
+};
 
 enum rreq_kind {
     RQ_LOCAL,    /* reply already in rq->reply */
@@ -59,6 +70,8 @@ struct frag {
                              * as a retryable one does */
     bool moved;             /* ...it was: parked or sent again once already */
     uint64_t park_version;  /* parked: the topology version its node refused it under */
+    uint64_t kept;          /* bytes of `out` reserved in `kb` (a large request kept: frag_keep) */
+    struct keepbudget *kb;
     uint8_t failover;       /* may be retried on the gutter pool if its node fails it
                              * (failover.h): FAILOVER_NONE, _UNSENT or _ANY */
     uint64_t qstart;        /* where its bytes start in its connection's output stream: it
@@ -140,6 +153,11 @@ int frag_quiet_mn(struct frag *f, const struct proto_req *req);
  * its exit). */
 void request_pools_drain(void);
 void frag_destroy(struct frag *f);
+/* Reserve `n` bytes in kb for f's request, kept past its hand-off to a connection; false when
+ * that would take kb past its max or its client-buffer budget past --buffers-max. */
+bool frag_keep(struct frag *f, struct keepbudget *kb, uint64_t n);
+/* Give back what frag_keep reserved (none: nothing), as f's request bytes are released. */
+void frag_unkeep(struct frag *f);
 
 /* A node answered fragment f with the `n` bytes at `reply` (a whole reply), or the router
  * failed it (`failed`, reply is an error line with \r\n). Completes the request when it was

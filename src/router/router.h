@@ -21,6 +21,7 @@
 #include "common/uring.h"
 #include "router/dellog.h"
 #include "router/nodestats.h"
+#include "router/request.h"
 #include "router/scopestats.h"
 #include "router/topo.h"
 
@@ -92,6 +93,11 @@
       "a request a node refuses because its slot moved (lease expired, handoff) waits this long " \
       "for a newer topology and is sent to the slot's new owner; else a read falls back as for " \
       "a node down and a write is sent to the owner once more", NULL)                            \
+    X(moved_keep_max, 0, SIZE, "32m", 0, 1ull << 40,                                             \
+      "most bytes of requests over 16 KB to slots with a replica (all workers together) kept "  \
+      "until answered, so that one refused as its slot moved is sent again to the new owner; "  \
+      "past it (or past --buffers-max) they are not kept and such a refusal reaches the client " \
+      "(0: none kept)", NULL)                                                                    \
     X(report_ms, 0, UINT, "1000", 50, 600000,                                                    \
       "with --control: how often the nodes' up/down states are reported (POST /v1/reports; at " \
       "once on a change)", NULL)                                                                  \
@@ -113,7 +119,7 @@ struct router_config {
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
         admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
-        moved_wait_ms, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes;
+        moved_wait_ms, moved_keep_max, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes;
     const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */
 };
@@ -159,6 +165,9 @@ struct router_config {
       "while its primary is down or being repaired, instead of to the gutter (FAILOVER.md C6)")   \
     X(moved_retries, COUNTER, "requests a node refused as its slot moved (lease expired, " \
       "moving), sent again to the slot's owner in a newer topology")                              \
+    X(moved_keep_refused, COUNTER, "requests over 16 KB to a slot with a replica that could not " \
+      "keep their bytes (--moved-keep-max or --buffers-max full): not sent again if refused as " \
+      "their slot moved")                                                                         \
     X(replayed_deletes, COUNTER, "recent deletes sent again to a promoted slot's new primary")   \
     X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
       "no gutter for it")                                                                         \
@@ -180,7 +189,10 @@ struct router_config {
       "clients closed: an incomplete request saw no byte for --partial-timeout-ms")              \
     /* process-wide, from struct router's budget (router_metrics_sum); kept by `stats reset` */   \
     X(client_buffer_bytes, GAUGE,                                                                \
-      "bytes held by clients' input and output buffers and the replies kept for them")
+      "bytes held by clients' input and output buffers and the replies kept for them, and by " \
+      "large requests kept for a moved-retry (moved_kept_bytes)")                                  \
+    X(moved_kept_bytes, GAUGE, "bytes of requests over 16 KB kept until answered for a "        \
+      "moved-retry (within --moved-keep-max)")
 
 struct router_metrics {
     ROUTER_METRICS(METRIC_FIELD)
@@ -238,6 +250,7 @@ struct router {
     time_t started;
     uint64_t curr_conns, rejected_conns;
     struct membudget budget;    /* every client's buffers, within cfg.buffers_max */
+    struct keepbudget keep;     /* large requests kept for a moved-retry (request.h) */
     struct connlist conns;      /* every worker's clients, for `stats conns` (connlist.h) */
     uint64_t reloads, reload_failures;
     /* bumped whenever a worker marks a node down or up, so the others adopt it (failover.h) */

@@ -355,10 +355,15 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     if (f->quiet_batch) f->want.list = RLIST_QUIET;
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
     /* a request that may be retried keeps its bytes until answered; one too large to keep
-     * (window x value size) gives its value back now and is no longer retried */
+     * (window x value size) gives its value back now and is no longer retried, unless it may
+     * meet a slot's handoff fence (movable, not moved yet) and fits --moved-keep-max */
     if ((f->failover != FAILOVER_NONE || f->movable) && buf_used(&f->out) > FAILOVER_KEEP_MAX) {
-        f->failover = FAILOVER_NONE;
-        f->movable = false;
+        bool eligible = f->movable && !f->moved;
+        if (!eligible || !frag_keep(f, &w->r->keep, buf_used(&f->out))) {
+            if (eligible) w->m.moved_keep_refused++;
+            f->failover = FAILOVER_NONE;
+            f->movable = false;
+        }
     }
     if (f->failover == FAILOVER_NONE && !f->movable) frag_keep_line(f);
     f->next = NULL;
@@ -748,6 +753,7 @@ static void upconn_parse(struct upconn *uc)
          * so it keeps its bytes */
         bool park = f->movable && !f->moved && !f->quiet_mn && failover_is_moved(reply, (size_t)len);
         /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
+        if (!park) frag_unkeep(f); /* answered: a kept large request's bytes go */
         if (park) {
         } else if (f->out.cap > FRAG_LINE_KEEP) {
             buf_release(&f->out);

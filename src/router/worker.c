@@ -50,6 +50,7 @@ void router_metrics_sum(struct router *r, struct router_metrics *out)
         metrics_sum((uint64_t *)out, (const uint64_t *)&r->workers[i].m,
                     sizeof *out / sizeof(uint64_t));
     out->client_buffer_bytes = membudget_used(&r->budget);
+    out->moved_kept_bytes = __atomic_load_n(&r->keep.used, __ATOMIC_RELAXED);
 }
 
 /* Build this worker's node map for the table published at generation `gen`: upstreams are

@@ -131,10 +131,6 @@ def test_drain_under_writes_loses_no_acknowledged_write(failover_cluster):
                message="the drained node replicating from the new primaries")
 
 
-@pytest.mark.xfail(reason="the router's moved-retry keeps a request's bytes only up to "
-                   "FAILOVER_KEEP_MAX (16 KB, src/router/failover.h), so a set of a larger value "
-                   "that meets the drain's handoff fence is answered SERVER_ERROR slot moving",
-                   strict=False)
 def test_drain_under_large_writes_shows_clients_no_error(failover_cluster):
     c = failover_cluster()
     writers = [Writer(c.router.port, keys(f"L{i}:", 100), seed=10 + i, delete_share=0.05,

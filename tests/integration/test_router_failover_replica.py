@@ -10,7 +10,9 @@ plane (fakecontrol.py) that publishes hand-written documents whose ranges carry 
   primary, and leaves other slots alone;
 - a node answering `SERVER_ERROR slot lease expired` costs the client nothing when a newer
   topology arrives within --moved-wait-ms; otherwise reads fall back as for a node down and
-  writes go to the owner once more (its second refusal reaches the client).
+  writes go to the owner once more (its second refusal reaches the client);
+- a set over 16 KB meeting a handoff fence (`SERVER_ERROR slot moving`) keeps its bytes within
+  --moved-keep-max and reaches the new owner; past that bound its refusal reaches the client.
 
 The nodes are real shoal-nodes without --control (they keep every key), seeded by hand on both
 the primary and the replica: the replication stream is shoal-node's part, not tested here.
@@ -571,6 +573,80 @@ def test_slot_lease_expired_without_gutter_or_new_topology_is_passed_on(start_se
     assert r.store("set", "x", "1") == "SERVER_ERROR slot lease expired"
     assert held(a, "x") is None
     f.stop.set()
+
+
+# ---- large writes meeting a handoff fence (docs/router.md, "Moved-retry": --moved-keep-max)
+
+
+class Moving(FakeNode):
+    """A primary handing its slots over (`shoal node drain`): it fences every write."""
+
+    def answer(self, line, rest):
+        if line.startswith(b"set "):
+            n = int(line.split()[4])
+            if len(rest) < n + 2:
+                return None
+            return b"SERVER_ERROR slot moving\r\n", rest[n + 2:]
+        if line.startswith(b"version"):
+            return b"VERSION fake\r\n", rest
+        return b"SERVER_ERROR slot moving\r\n", rest
+
+
+@pytest.fixture
+def moving(start_server, control):
+    """The Moving node owning every slot (replica: a real node `a`), version 1 published."""
+    f = Moving()
+    a = start_server()
+    whole = [(0, 16383)]
+    control.publish(doc(1, [f.addr, a], [(f.addr, a)], ranges=whole))
+    yield f, a, whole
+    f.stop.set()
+
+
+BIG = 200_000
+
+
+def test_large_set_meeting_the_handoff_fence_is_sent_to_the_new_owner(moving, control, follower):
+    """A 200 KB set (over the 16 KB every request keeps) keeps its bytes within --moved-keep-max:
+    refused as its slot moves, it waits for the topology naming the new owner and is stored
+    there; the client sees STORED, and the kept bytes are counted (moved_kept_bytes, and in
+    client_buffer_bytes) until it is answered, then given back."""
+    f, a, whole = moving
+    router, admin = follower(control.url, "--moved-wait-ms", "5000")
+    value = bytes(range(256)) * (BIG // 256)
+    r = router.raw()
+    r.send(b"set big 0 0 %d\r\n" % len(value) + value + b"\r\n")
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") >= len(value),
+               message="the refused set parked with its bytes")
+    assert metric(admin, "shoal_router_client_buffer_bytes") >= len(value)
+    control.publish(doc(2, [f.addr, a], [(a, None)], ranges=whole))
+    assert r.read_line() == "STORED"
+    assert held(a, "big") == value
+    assert metric(admin, "shoal_router_moved_retries_total") == 1
+    assert metric(admin, "shoal_router_moved_keep_refused_total") == 0
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") == 0,
+               message="the kept bytes given back once answered")
+
+
+def test_large_sets_past_moved_keep_max_get_the_fence_error_and_are_counted(moving, control,
+                                                                           follower):
+    """--moved-keep-max bounds what is kept: with room for one 200 KB set, a second one while the
+    first is parked is sent without keeping its bytes (moved_keep_refused) and its refusal
+    reaches its client as before; the first is still stored at the new owner."""
+    f, a, whole = moving
+    router, admin = follower(control.url, "--moved-wait-ms", "5000", "--moved-keep-max", "300k")
+    first, second = router.raw(), router.raw()
+    value = b"k" * BIG
+    first.send(b"set one 0 0 %d\r\n" % len(value) + value + b"\r\n")
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") >= len(value),
+               message="the first set parked with its bytes")
+    assert second.store("set", "two", value) == "SERVER_ERROR slot moving"
+    assert metric(admin, "shoal_router_moved_keep_refused_total") == 1
+    assert metric(admin, "shoal_router_moved_kept_bytes") < 300_000
+    control.publish(doc(2, [f.addr, a], [(a, None)], ranges=whole))
+    assert first.read_line() == "STORED"
+    assert held(a, "one") == value and held(a, "two") is None
+    assert metric(admin, "shoal_router_moved_retries_total") == 1
 
 
 # ---- the replay starts at the new primary's replication stamp (docs/router.md, "Promotions")
