@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "control/control.h"
 #include "control/leader.h"
+#include "control/model.h"
 
 #define LEASE_NODE_MAX 300 /* longest "host:port" taken */
 
@@ -175,14 +176,8 @@ static bool listed(const json_t *model, const char *node)
 {
     const char *pname;
     json_t *p;
-    json_object_foreach(json_object_get(model, "pools"), pname, p) {
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(p, "nodes"), i, n) {
-            const char *a = json_string_value(json_object_get(n, "node"));
-            if (a && !strcmp(a, node)) return true;
-        }
-    }
+    json_object_foreach(json_object_get(model, "pools"), pname, p)
+        if (model_node_index(json_object_get(p, "nodes"), node) >= 0) return true;
     return false;
 }
 

@@ -276,7 +276,7 @@ int model_ns_delete(json_t *m, const char *name, struct model_err *e)
 
 /* ---- pools and slot maps ---------------------------------------------------------------- */
 
-static int node_index(const json_t *nodes, const char *addr)
+int model_node_index(const json_t *nodes, const char *addr)
 {
     size_t i;
     json_t *v;
@@ -304,8 +304,8 @@ static int pool_slots(const json_t *pool, const char *path, uint16_t *owner, uin
         const json_t *from = json_object_get(r, "from"), *to = json_object_get(r, "to");
         const char *node = json_string_value(json_object_get(r, "node"));
         const json_t *rv = json_object_get(r, "replica");
-        int idx = node ? node_index(nodes, node) : -1;
-        int ridx = rv ? node_index(nodes, json_string_value(rv) ?: "") : (int)SLOTMAP_NONE;
+        int idx = node ? model_node_index(nodes, node) : -1;
+        int ridx = rv ? model_node_index(nodes, json_string_value(rv) ?: "") : (int)SLOTMAP_NONE;
         if (!int_in(from, 0, SLOT_COUNT - 1) || !int_in(to, 0, SLOT_COUNT - 1) ||
             json_integer_value(from) > json_integer_value(to) || idx < 0)
             return model_fail(e, 500, f, "slot_map",
@@ -455,7 +455,7 @@ int model_pool_create(json_t *m, json_t *body, const char **name, struct model_e
             json_decref(list);
             return e->status;
         }
-        if (node_index(list, json_string_value(json_object_get(o, "node"))) >= 0) {
+        if (model_node_index(list, json_string_value(json_object_get(o, "node"))) >= 0) {
             json_decref(o);
             json_decref(list);
             return model_fail(e, 400, f, "unique", "%s: node listed twice", f);
@@ -491,7 +491,7 @@ int model_node_add(json_t *m, const char *pool, json_t *body, uint32_t *moved,
     if (o == NULL) return e->status;
     json_t *nodes = json_object_get(p, "nodes");
     const char *addr = json_string_value(json_object_get(o, "node"));
-    if (node_index(nodes, addr) >= 0) {
+    if (model_node_index(nodes, addr) >= 0) {
         model_fail(e, 409, "node", "unique", "node %s is already in pool %s", addr, pool);
         json_decref(o);
         return e->status;
@@ -522,7 +522,7 @@ int model_node_remove(json_t *m, const char *pool, const char *node, uint32_t *m
     json_t *p = json_object_get(json_object_get(m, "pools"), pool);
     if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
     json_t *nodes = json_object_get(p, "nodes");
-    int idx = node_index(nodes, node);
+    int idx = model_node_index(nodes, node);
     if (idx < 0)
         return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", node, pool);
     uint32_t n = (uint32_t)json_array_size(nodes);
@@ -562,7 +562,7 @@ static int pool_check(const char *name, const json_t *p, struct model_err *e)
     json_array_foreach(nodes, i, v) {
         const char *a = json_string_value(json_object_get(v, "node"));
         const json_t *adm = json_object_get(v, "admin");
-        if (!addr_ok(a) || (adm && !addr_ok(json_string_value(adm))) || node_index(nodes, a) != (int)i)
+        if (!addr_ok(a) || (adm && !addr_ok(json_string_value(adm))) || model_node_index(nodes, a) != (int)i)
             return model_fail(e, 500, path, "host_port", "%s.nodes[%zu]: bad or repeated", path, i);
     }
     static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
@@ -888,16 +888,28 @@ int model_replicas_sync(json_t *m, const char *touched, model_live_fn live, void
     return st;
 }
 
+/* The start of a promotion or a swap: pool `pool`, node `node`'s index in it (*d), and its
+ * slot map as owner and replica per slot. 0, or an HTTP status with `e` filled. */
+static int pool_maps_for(json_t *m, const char *pool, const char *node, json_t **pp, int *d,
+                         uint16_t *owner, uint16_t *replica, struct model_err *e)
+{
+    json_t *p = json_object_get(json_object_get(m, "pools"), pool);
+    if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
+    *d = model_node_index(json_object_get(p, "nodes"), node);
+    if (*d < 0)
+        return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", node, pool);
+    *pp = p;
+    return pool_slots(p, pool, owner, replica, e);
+}
+
 int model_promote(json_t *m, const char *pool, const char *dead, model_live_fn live, void *ctx,
                   uint32_t *promoted, struct model_err *e)
 {
     static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
     *promoted = 0;
-    json_t *p = json_object_get(json_object_get(m, "pools"), pool);
-    if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
-    int d = node_index(json_object_get(p, "nodes"), dead);
-    if (d < 0) return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", dead, pool);
-    int st = pool_slots(p, pool, owner, replica, e);
+    json_t *p;
+    int d;
+    int st = pool_maps_for(m, pool, dead, &p, &d, owner, replica, e);
     if (st) return st;
     const json_t *nodes = json_object_get(p, "nodes");
     for (uint32_t s = 0; s < SLOT_COUNT; s++) {
@@ -921,11 +933,9 @@ int model_swap(json_t *m, const char *pool, const char *node, const uint8_t *slo
 {
     static __thread uint16_t owner[SLOT_COUNT], replica[SLOT_COUNT];
     *swapped = 0;
-    json_t *p = json_object_get(json_object_get(m, "pools"), pool);
-    if (p == NULL) return model_fail(e, 404, "pool", "exists", "no pool %.64s", pool);
-    int d = node_index(json_object_get(p, "nodes"), node);
-    if (d < 0) return model_fail(e, 404, "node", "exists", "node %.200s is not in pool %s", node, pool);
-    int st = pool_slots(p, pool, owner, replica, e);
+    json_t *p;
+    int d;
+    int st = pool_maps_for(m, pool, node, &p, &d, owner, replica, e);
     if (st) return st;
     for (uint32_t s = 0; s < SLOT_COUNT; s++) {
         if (!slots[s] || owner[s] != (uint16_t)d || replica[s] == SLOTMAP_NONE) continue;

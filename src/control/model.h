@@ -85,6 +85,9 @@ uint64_t model_ns_share(const json_t *m, const char *ns);
  * A pool holding a namespace with copies 2 has a "replica" on every range that can have one
  * (slotmap_replicas: another live node, another zone when zones are labelled); others have
  * none. */
+/* The index of node `addr` in a pool's "nodes" array (objects with "node"), or -1. */
+int model_node_index(const json_t *nodes, const char *addr);
+
 typedef bool (*model_live_fn)(void *ctx, const char *node);
 /* Pool `pool` holds a namespace with copies 2. */
 bool model_pool_replicated(const json_t *m, const char *pool);
