@@ -21,6 +21,13 @@ static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos, bool rest
     if (pos->seg >= s->nsegs) return NULL;
     struct seg_meta *m = &s->meta[pos->seg];
     uint8_t st = LOAD(&m->state);
+    pos->busy = false;
+    if (restart && st == SS_BUSY) {
+        /* being emptied, its pool's lock let go (window_empty_one): what it holds may stay if
+         * that fails, so a dump comes back rather than passing it */
+        pos->busy = true;
+        return NULL;
+    }
     if (st != SS_HEAD && st != SS_SEALED && st != SS_RUN) return NULL;
     uint16_t nsid = LOAD(&m->nsid);
     struct seg_pool *pl = seg_pool_at(s, nsid);

@@ -801,10 +801,15 @@ bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint
                               .restarts = cur->restarts};
         bool more = seg_peek(st->segs, &pos, batch, clsid, store_dump_one, &d);
         budget = budget > batch ? budget - batch : 0;
+        if (pos.busy && cur->waits < SEG_WALK_WAITS) {
+            cur->waits++;
+            break; /* the next step comes back to it */
+        }
         if (!more) {
             cur->page++;
             cur->idx = 0;
             cur->restarts = 0;
+            cur->waits = 0;
         } else {
             cur->idx = pos.off;
             cur->gen = pos.gen;

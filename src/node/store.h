@@ -303,11 +303,13 @@ bool store_class_stats(struct store *st, int clsid, struct store_class_stats *ou
  * order, in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored during
  * the walk may be missed, and one moved by cleaning may be missed (moved behind the walk) or
  * seen twice, as with memcached's crawler. A segment compacted or reused under the walk is walked
- * again from its start (up to SEG_WALK_RESTARTS times), so items that stayed in it are not lost;
+ * again from its start (up to SEG_WALK_RESTARTS times), and one being emptied is come back to
+ * (a step ends early, up to SEG_WALK_WAITS times), so items that stayed in it are not lost;
  * a walker that must see every item watches the moves (store_watch_moves). */
 struct store_cursor {
     uint32_t page, idx, gen; /* segment, byte offset in it, its generation; start all at 0 */
     uint32_t restarts;       /* times this segment was walked again */
+    uint32_t waits;          /* times it was found busy (being emptied) */
 };
 /* Records looked at per pool-lock hold. */
 #define STORE_DUMP_BATCH 256

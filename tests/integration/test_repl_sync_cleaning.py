@@ -134,3 +134,6 @@ def test_full_sync_under_segment_cleaning_leaves_no_key_behind(start_server, con
         if missing:
             failures.append((rnd, len(pa), len(missing), [(k, len(pa[k]), pb.get(k) is None) for k in missing[:5]]))
     assert failures == [], f"replicas lacked keys their primary held: {failures}"
+    status, body = http(a.admin_port, "GET", "/metrics")
+    moves = re.search(r"^shoal_node_repl_snapshot_moves(?:_total)? (\S+)$", body, re.M)
+    assert moves and float(moves.group(1)) > 0, "moves during the syncs were logged"
