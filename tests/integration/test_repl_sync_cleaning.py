@@ -137,3 +137,5 @@ def test_full_sync_under_segment_cleaning_leaves_no_key_behind(start_server, con
     status, body = http(a.admin_port, "GET", "/metrics")
     moves = re.search(r"^shoal_node_repl_snapshot_moves(?:_total)? (\S+)$", body, re.M)
     assert moves and float(moves.group(1)) > 0, "moves during the syncs were logged"
+    offset = re.search(r"^shoal_node_repl_offset (\S+)$", body, re.M)
+    print(f"{moves.group(1)} moves logged over {ROUNDS} syncs; stream offset {offset.group(1)}")
