@@ -82,6 +82,7 @@ struct repl *repl_create(struct node *n, char *err, size_t errlen)
     for (int i = 0; i < 8; i++) snprintf(r->replid + 2 * i, 3, "%02x", rnd[i]);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->appliers_done, NULL);
+    if (n->store) store_set_move_hook(n->store, repl_note_move, n);
     return r;
 }
 

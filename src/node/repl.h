@@ -56,6 +56,7 @@ struct repl_pub {
     X(full_resyncs, COUNTER, "replica connections that began with a full sync (snapshot)")       \
     X(partial_resyncs, COUNTER, "replica connections that resumed from their acked offset")       \
     X(snapshot_items, COUNTER, "items sent in full syncs")                                       \
+    X(snapshot_moves, COUNTER, "items cleaning moved during a full sync, logged for its replicas") \
     X(backlog_oversize, COUNTER, "changes larger than the backlog (every replica resyncs)")       \
     X(stream_errors, COUNTER, "replica connections lost or refused (primary side)")              \
     X(primaries, GAUGE, "primaries streaming to this node now")                                  \

@@ -12,6 +12,14 @@
 #define REPL_PEERS_MAX 1024 /* distinct peer addresses ever named (append-only table) */
 
 enum repl_state { REPL_DOWN, REPL_SYNC, REPL_ONLINE };
+
+/* A backlog-only frame, never sent as is: an item segment cleaning moved while a full sync ran
+ * (repl_note_move). Payload: the item's namespace id (u16 LE), then an 'S' payload. A sender in
+ * its snapshot sends it as an 'S' frame of its place in the stream; other senders skip it. */
+#define REPL_BL_MOVED 'M'
+#define REPL_MOVED_NSID 2
+/* The store's move hook (store_set_move_hook; ctx: the node). */
+void repl_note_move(void *ctx, const struct item *it);
 const char *repl_state_name(enum repl_state s);
 
 /* Primary side: one per replica address, with its sender thread. Fields the sender changes are

@@ -6,7 +6,15 @@
  * Full sync: a reset of the replica's slots, then the store walked in bounded steps
  * (store_dump_step), each step's items sent after every backlog frame produced before the step
  * began. A stream frame sent before a snapshot item is older than the item's read; one sent
- * after it is replayed in order on top, so the replica ends as the primary is. */
+ * after it is replayed in order on top, so the replica ends as the primary is.
+ *
+ * The walk goes over item memory, which segment cleaning rearranges meanwhile: an item moved
+ * from a segment the walk has not reached to one it has passed would be missed. So while a full
+ * sync runs the store tells every move (store_watch_moves), and repl_note_move appends the moved
+ * item to the backlog as a REPL_BL_MOVED frame, in the stream's order with the key's writes
+ * (both under its shard lock). The syncing sender sends it as an 'S' frame: an item the walk
+ * missed arrives, one it read arrives again with the same or a newer value, and a later write
+ * still comes after it. Other senders skip it. */
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
@@ -25,6 +33,7 @@
 #define REPL_SEND_TIMEOUT_MS 5000
 #define REPL_IDLE_PROGRESS_MS 500 /* a progress frame this often when idle (a heartbeat) */
 #define REPL_SNAP_STEP 256        /* records per snapshot step */
+#define LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 
 bool repl_slot_streams(const struct repl_pub *p, const char *key, size_t nkey)
 {
@@ -64,6 +73,26 @@ void repl_log_item(struct node *n, const struct item *it)
                                  {it->data + it->nkey, it->nbytes}};
     if (REPL_HDR + parts[0].n + parts[1].n > r->bl.cap) repl_inc(&r->m.backlog_oversize, 1);
     repl_backlog_append(&r->bl, REPL_F_ITEM, parts, 2);
+}
+
+void repl_note_move(void *ctx, const struct item *it)
+{
+    struct node *n = ctx;
+    struct repl *r = n->repl;
+    if (r == NULL || !repl_slot_streams(&r->pub, it->data, it->nkey)) return;
+    uint32_t ttl = ttl_left(LOAD_RELAXED(&it->exptime));
+    if (ttl == UINT32_MAX) return; /* expired: the walk would not have sent it either */
+    uint8_t fixed[REPL_MOVED_NSID + REPL_ITEM_FIXED + 255];
+    fixed[0] = (uint8_t)it->nsid;
+    fixed[1] = (uint8_t)(it->nsid >> 8);
+    struct repl_rec rec = {.key = it->data, .nkey = it->nkey,
+                           .iflags = (uint8_t)(LOAD_RELAXED(&it->iflags) & REPL_IFLAGS),
+                           .flags = item_flags(it), .ttl = ttl, .cas = item_cas(it)};
+    repl_item_encode(fixed + REPL_MOVED_NSID, &rec);
+    struct repl_part parts[2] = {{fixed, REPL_MOVED_NSID + REPL_ITEM_FIXED + it->nkey},
+                                 {it->data + it->nkey, it->nbytes}};
+    repl_backlog_append(&r->bl, REPL_BL_MOVED, parts, 2);
+    repl_inc(&r->m.snapshot_moves, 1);
 }
 
 void repl_log_del(struct node *n, const char *key, size_t nkey)
@@ -116,6 +145,8 @@ struct sender {
     size_t snap_len, snap_cap;
     bool snap_oom;
     bool nsrep[NS_MAX];
+    bool snapping;  /* walking the snapshot: moved-item frames are sent, not skipped */
+    bool watching;  /* counted in the store's move watchers */
     uint64_t pos; /* stream offset sent up to (frames not this replica's count as sent) */
     uint8_t in[64 * REPL_HDR]; /* acks */
     size_t nin;
@@ -239,6 +270,33 @@ static bool take_slots(struct sender *s)
     return ok;
 }
 
+/* The moved-item frame at s->buf + off (a whole one: the backlog's): kept at s->buf + *keep as
+ * an 'S' frame when this sender is in its snapshot and the item is its, else skipped. Returns
+ * its length in the backlog. */
+static size_t moved_frame(struct sender *s, size_t off, size_t *keep, bool *skipped)
+{
+    uint8_t *h = s->buf + off;
+    uint32_t len = (uint32_t)h[4] | (uint32_t)h[5] << 8 | (uint32_t)h[6] << 16 |
+                   (uint32_t)h[7] << 24;
+    uint64_t at = 0;
+    for (int i = 7; i >= 0; i--) at = at << 8 | h[8 + i];
+    const uint8_t *p = h + REPL_HDR;
+    uint16_t nsid = (uint16_t)(p[0] | p[1] << 8);
+    struct repl_frame f = {.type = REPL_F_ITEM, .len = len - REPL_MOVED_NSID, .offset = at,
+                           .payload = p + REPL_MOVED_NSID};
+    struct repl_rec rec;
+    const char *why;
+    if (s->snapping && nsid < NS_MAX && s->nsrep[nsid] && repl_rec_decode(&f, &rec, &why) == 0 &&
+        s->slots[slot_of_key(rec.key, rec.nkey)]) {
+        memmove(s->buf + *keep + REPL_HDR, p + REPL_MOVED_NSID, f.len);
+        repl_frame_header(s->buf + *keep, REPL_F_ITEM, f.len, at);
+        *keep += REPL_HDR + f.len;
+    } else {
+        *skipped = true;
+    }
+    return REPL_HDR + len;
+}
+
 /* Frames of the backlog from s->pos: keep this replica's, send them and a progress frame when
  * some were not. 1 when something was read, 0 nothing new, -1 connection lost, -2 backlog lost
  * our place. */
@@ -256,6 +314,10 @@ static int pump_backlog(struct sender *s)
     while (off < (size_t)got) {
         struct repl_frame f;
         const char *why;
+        if (s->buf[off] == REPL_BL_MOVED) {
+            off += moved_frame(s, off, &keep, &skipped);
+            continue;
+        }
         long fl = repl_frame_parse(s->buf + off, (size_t)got - off, SIZE_MAX, &f, &why);
         if (fl <= 0) break; /* cannot happen: the backlog holds whole frames */
         struct repl_rec rec;
@@ -315,6 +377,15 @@ static void snap_put(void *ctx, const struct item *it, int clsid)
     s->snap_len += REPL_HDR + pl;
 }
 
+/* Stop the store's telling of moves for this sender (its walk is over or abandoned). */
+static void unwatch(struct sender *s)
+{
+    s->snapping = false;
+    if (!s->watching) return;
+    store_watch_moves(s->r->n->store, false);
+    s->watching = false;
+}
+
 /* Which namespace ids have copies 2 now. */
 static void take_ns(struct sender *s)
 {
@@ -351,6 +422,11 @@ static void sender_session(struct sender *s)
     bool full = l->resync || strcmp(id, r->replid) != 0 || !repl_backlog_holds(&r->bl, applied);
     l->resync = false;
     pthread_mutex_unlock(&r->lock);
+    if (full) { /* before the walk's start: a move the walk could miss is logged after it */
+        store_watch_moves(r->n->store, true);
+        s->watching = s->snapping = true;
+        take_ns(s);
+    }
     s->pos = full ? repl_backlog_end(&r->bl) : applied;
     n = snprintf(line, sizeof line, "REPL %s %llu\r\n", full ? "FULL" : "CONTINUE",
                  (unsigned long long)s->pos);
@@ -411,6 +487,7 @@ static void sender_session(struct sender *s)
                 if (send_all(s->fd, h, REPL_HDR) < 0) return;
                 snap = false;
                 snap_end = s->pos;
+                unwatch(s);
                 log_notice("replication to %s: full sync sent, streaming from offset %llu",
                            l->addr, (unsigned long long)s->pos);
             }
@@ -477,6 +554,7 @@ static void *sender_main(void *arg)
         __atomic_store_n(&l->fd, fd, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&r->lock);
         sender_session(&s);
+        unwatch(&s);
         pthread_mutex_lock(&r->lock); /* repl_link_join shuts it down under the lock */
         __atomic_store_n(&l->fd, -1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&r->lock);

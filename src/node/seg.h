@@ -174,7 +174,11 @@ void seg_bump(struct segs *s, struct item *it, uint32_t now);
 /* A walk position inside one segment (walkers hold no lock between steps). */
 struct seg_pos {
     uint32_t seg, off, gen;
+    uint32_t restarts; /* seg_peek: times the segment was walked again from its start */
+    bool busy;         /* seg_peek: the segment is being emptied (SS_BUSY): come back later */
 };
+#define SEG_WALK_RESTARTS 8 /* then a peek gives the segment up, as seg_walk does at once */
+#define SEG_WALK_WAITS 4096 /* times a dump comes back to a busy segment before passing it */
 /* Visit up to `max` records of segment pos->seg from pos->off, calling fn (SEG_VISIT_SWEEP) on
  * linked ones; sets *missed if a visit said SEG_MISSED (left alone otherwise). Returns true while
  * the segment has more; false when it is done, not owned, or was compacted or reused since the
@@ -182,7 +186,11 @@ struct seg_pos {
 bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn, void *ctx,
               bool *missed);
 /* Read-only walk for key dumps: as seg_walk, calling fn on linked records (of bucket `clsid`,
- * 0: any) with the pool lock held, so the item's key and size stay put while fn reads them. */
+ * 0: any) with the pool lock held, so the item's key and size stay put while fn reads them; but
+ * a segment compacted or reused since the last step is walked again from its start (up to
+ * SEG_WALK_RESTARTS times), since the items that stayed in it would be missed otherwise; one
+ * found busy (being emptied with its pool's lock let go: seg_run.c's windows) returns false with
+ * pos->busy set and pos unchanged, to be asked again later. */
 bool seg_peek(struct segs *s, struct seg_pos *pos, uint32_t max, int clsid,
               void (*fn)(void *ctx, struct item *it, int clsid), void *ctx);
 

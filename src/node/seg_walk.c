@@ -2,8 +2,9 @@
  * the per-bucket figures behind `stats items` and `stats slabs` (see seg.h).
  *
  * A walker holds the owning pool's lock for one batch of records, so that nothing moves or
- * reuses the segment meanwhile; between batches it keeps (segment, offset, generation) and
- * gives up on the segment if its generation changed (records moved, or the segment reused). */
+ * reuses the segment meanwhile; between batches it keeps (segment, offset, generation). If the
+ * generation changed (records moved, or the segment reused) the sweeper gives up on the segment
+ * (its next pass comes back to it), a dump walks it again from its start (seg_peek). */
 #include "node/seg_int.h"
 
 #include <string.h>
@@ -15,11 +16,18 @@
 
 /* Lock the pool owning segment pos->seg if it holds records and is the one the walk began on.
  * Returns the pool, locked, or NULL (the walk of this segment is over). */
-static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos)
+static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos, bool restart)
 {
     if (pos->seg >= s->nsegs) return NULL;
     struct seg_meta *m = &s->meta[pos->seg];
     uint8_t st = LOAD(&m->state);
+    pos->busy = false;
+    if (restart && st == SS_BUSY) {
+        /* being emptied, its pool's lock let go (window_empty_one): what it holds may stay if
+         * that fails, so a dump comes back rather than passing it */
+        pos->busy = true;
+        return NULL;
+    }
     if (st != SS_HEAD && st != SS_SEALED && st != SS_RUN) return NULL;
     uint16_t nsid = LOAD(&m->nsid);
     struct seg_pool *pl = seg_pool_at(s, nsid);
@@ -31,7 +39,13 @@ static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos)
         pos->gen = m->gen;
         pos->off = m->start; /* before it: the end of the run before this segment */
     } else if (ok && pos->gen != m->gen) {
-        ok = false;
+        /* records moved under us: offsets no longer fall on record starts */
+        ok = restart && pos->restarts < SEG_WALK_RESTARTS;
+        if (ok) {
+            pos->restarts++;
+            pos->gen = m->gen;
+            pos->off = m->start;
+        }
     }
     if (!ok) {
         pthread_mutex_unlock(&pl->lock);
@@ -46,9 +60,9 @@ static struct seg_pool *walk_lock(struct segs *s, struct seg_pos *pos)
 static bool walk_batch(struct segs *s, struct seg_pos *pos, uint32_t max,
                        void (*each)(struct segs *, struct seg_pool *, struct item *, uint32_t,
                                     void *),
-                       void *arg)
+                       void *arg, bool restart)
 {
-    struct seg_pool *pl = walk_lock(s, pos);
+    struct seg_pool *pl = walk_lock(s, pos, restart);
     if (!pl) return false;
     struct seg_meta *m = &s->meta[pos->seg];
     char *base = seg_base(s, pos->seg);
@@ -86,7 +100,7 @@ bool seg_walk(struct segs *s, struct seg_pos *pos, uint32_t max, seg_visit_fn fn
               bool *missed)
 {
     struct sweep_arg a = {fn, ctx, missed};
-    return walk_batch(s, pos, max, sweep_one, &a);
+    return walk_batch(s, pos, max, sweep_one, &a, false);
 }
 
 struct peek_arg {
@@ -108,7 +122,7 @@ bool seg_peek(struct segs *s, struct seg_pos *pos, uint32_t max, int clsid,
               void (*fn)(void *ctx, struct item *it, int clsid), void *ctx)
 {
     struct peek_arg a = {clsid, fn, ctx};
-    return walk_batch(s, pos, max, peek_one, &a);
+    return walk_batch(s, pos, max, peek_one, &a, true);
 }
 
 static void counters_add(struct seg_counters *out, const struct seg_counters *c)

@@ -55,6 +55,13 @@ struct store {
     uint64_t item_max;
     uint64_t trimmed_at; /* index table bytes at the last malloc_trim (sweeper thread only) */
 
+    /* Moves reported while move_watch > 0 (store_watch_moves): a walk that must not miss an
+     * item cleaning moves past it (a replication full sync). on_move is set once, before any
+     * watch; move_watch is read relaxed under the moved item's shard lock and the pool lock. */
+    store_move_fn on_move;
+    void *on_move_ctx;
+    uint32_t move_watch;
+
     /* Flush state, read on every lookup, written by store_flush (under flush_lock).
      * Immediate flush at second flush_time: items with atime < flush_time are dead, and in that
      * same second those with cas < flush_cas. (CAS alone would kill items stored later with an
@@ -237,6 +244,9 @@ static int store_visit(struct store *st, struct item *it, enum seg_visit why, st
             r = SEG_KEEP; /* touched or re-stored since the first look */
         } else if (why == SEG_VISIT_MOVE && keep) {
             r = store_move(sh, hv, it, dst) ? SEG_MOVED : SEG_BUSY;
+            if (r == SEG_MOVED && __builtin_expect(LOAD(&st->move_watch) != 0, 0) &&
+                dead == STORE_HIT && !(LOAD(&dst->iflags) & ITEM_HOLD))
+                st->on_move(st->on_move_ctx, dst); /* what a dump walk would have read */
         } else {
             r = SEG_GONE;
             if (dead != STORE_HIT) r |= SEG_GONE_EXPIRED;
@@ -766,6 +776,20 @@ static void store_dump_one(void *arg, struct item *it, int clsid)
     d->fn(d->ctx, it, clsid);
 }
 
+void store_set_move_hook(struct store *st, store_move_fn fn, void *ctx)
+{
+    st->on_move_ctx = ctx;
+    st->on_move = fn;
+}
+
+void store_watch_moves(struct store *st, bool on)
+{
+    /* seq_cst: a move that reads 0 here finished under its pool's lock before the watcher's
+     * walk first took that lock, so the walk reads the item where it went */
+    if (on && st->on_move) __atomic_fetch_add(&st->move_watch, 1, __ATOMIC_SEQ_CST);
+    else if (!on && st->on_move) __atomic_fetch_sub(&st->move_watch, 1, __ATOMIC_SEQ_CST);
+}
+
 bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint32_t budget,
                      store_dump_fn fn, void *ctx)
 {
@@ -773,15 +797,23 @@ bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint
     uint32_t n = seg_count(st->segs);
     while (budget > 0 && cur->page < n) {
         uint32_t batch = budget < STORE_DUMP_BATCH ? budget : STORE_DUMP_BATCH;
-        struct seg_pos pos = {.seg = cur->page, .off = cur->idx, .gen = cur->gen};
+        struct seg_pos pos = {.seg = cur->page, .off = cur->idx, .gen = cur->gen,
+                              .restarts = cur->restarts};
         bool more = seg_peek(st->segs, &pos, batch, clsid, store_dump_one, &d);
         budget = budget > batch ? budget - batch : 0;
+        if (pos.busy && cur->waits < SEG_WALK_WAITS) {
+            cur->waits++;
+            break; /* the next step comes back to it */
+        }
         if (!more) {
             cur->page++;
             cur->idx = 0;
+            cur->restarts = 0;
+            cur->waits = 0;
         } else {
             cur->idx = pos.off;
             cur->gen = pos.gen;
+            cur->restarts = pos.restarts;
         }
     }
     return cur->page < n;

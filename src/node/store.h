@@ -300,11 +300,16 @@ int store_class_count(const struct store *st);
 bool store_class_stats(struct store *st, int clsid, struct store_class_stats *out);
 
 /* Key dumps (`lru_crawler metadump`, `stats cachedump`): a walk over item memory in segment
- * order, in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored or moved
- * during the walk may be missed or (moved into a later segment) seen twice, as with memcached's
- * crawler. */
+ * order, in bounded steps, safe beside concurrent writes. Not a snapshot: an item stored during
+ * the walk may be missed, and one moved by cleaning may be missed (moved behind the walk) or
+ * seen twice, as with memcached's crawler. A segment compacted or reused under the walk is walked
+ * again from its start (up to SEG_WALK_RESTARTS times), and one being emptied is come back to
+ * (a step ends early, up to SEG_WALK_WAITS times), so items that stayed in it are not lost;
+ * a walker that must see every item watches the moves (store_watch_moves). */
 struct store_cursor {
     uint32_t page, idx, gen; /* segment, byte offset in it, its generation; start all at 0 */
+    uint32_t restarts;       /* times this segment was walked again */
+    uint32_t waits;          /* times it was found busy (being emptied) */
 };
 /* Records looked at per pool-lock hold. */
 #define STORE_DUMP_BATCH 256
@@ -317,5 +322,16 @@ typedef void (*store_dump_fn)(void *ctx, const struct item *it, int clsid);
  * has finished. No shard lock may be held. */
 bool store_dump_step(struct store *st, struct store_cursor *cur, int clsid, uint32_t budget,
                      store_dump_fn fn, void *ctx);
+
+/* Told of a live item (not expired, flushed or a hold-off tombstone) cleaning has just moved to
+ * `it`, with its shard lock and its pool's lock held: as store_dump_fn, copy, never block. */
+typedef void (*store_move_fn)(void *ctx, const struct item *it);
+/* Set the mover's hook once, before any store_watch_moves. */
+void store_set_move_hook(struct store *st, store_move_fn fn, void *ctx);
+/* Count one watcher in (on) or out: while any is in, every move is told to the hook, so a dump
+ * walk begun after its watch was counted in misses nothing moved: each item is read by the walk,
+ * or told to the hook after the walk began (docs/protocol.md, "Replication between nodes").
+ * Nothing is told, and a move costs one relaxed load, while no watcher is in. */
+void store_watch_moves(struct store *st, bool on);
 
 #endif

@@ -314,15 +314,17 @@ def test_restarted_node_comes_back_as_replica_and_resyncs(failover_cluster):
                                      [(round(t - t_kill, 3), s) for t, s in w.history[k]]))
                 checked += 1
     assert checked > 50
-    # seen in about 1 run of 8 (then 1 in 23 on branch replay2): the restarted replica lacks a
-    # few items its full resync should have brought. Not the router's outage repair any more:
-    # a node back as a replica only is not repaired for keys of its live primaries (router log
-    # "N of the N keys whose writes it missed left to its resync", no delete sent); suspect the
-    # snapshot walk missing items moved by segment cleaning (docs/protocol.md, "Full sync")
+    # was seen in about 1 run of 23: the restarted replica lacked a few items its full resync
+    # should have brought, the snapshot walk having missed items segment cleaning moved. Branch
+    # walk fixed that (moves are logged while a full sync walks: test_repl_sync_cleaning.py,
+    # test_dump_moves.c) and this branch was not taken in 25 runs since; it stays an xfail until
+    # more runs say no other cause is left (one SAN run of this file failed this test once, its
+    # message lost). Not the router's outage repair: a node back as a replica only is not
+    # repaired for keys of its live primaries. The figures say which if it happens again.
     if unsynced:
         m = scrape_metrics(c.admins[0])
         figures = {k: v for k, v in m.items() if "skipped" in k or "items_dropped" in k or
-                   "full_syncs" in k or "evictions" in k}
+                   "full_syncs" in k or "evictions" in k or "snapshot_moves" in k}
         pytest.xfail(f"the restarted replica lacks {len(unsynced)} of {checked} items the router "
                      "serves from its primary after its full resync reported done (key, slot, "
                      f"(primary, replica), served, held, history): {unsynced[:5]}; its figures: "
