@@ -314,21 +314,20 @@ def test_restarted_node_comes_back_as_replica_and_resyncs(failover_cluster):
                                      [(round(t - t_kill, 3), s) for t, s in w.history[k]]))
                 checked += 1
     assert checked > 50
-    # was seen in about 1 run of 23: the restarted replica lacked a few items its full resync
-    # should have brought, the snapshot walk having missed items segment cleaning moved. Branch
-    # walk fixed that (moves are logged while a full sync walks: test_repl_sync_cleaning.py,
-    # test_dump_moves.c) and this branch was not taken in 25 runs since; it stays an xfail until
-    # more runs say no other cause is left (one SAN run of this file failed this test once, its
-    # message lost). Not the router's outage repair: a node back as a replica only is not
-    # repaired for keys of its live primaries. The figures say which if it happens again.
+    # was seen in about 1 run of 23 before branch walk: the restarted replica lacked a few items
+    # its full resync should have brought, the snapshot walk having missed items segment
+    # cleaning moved. Moves are now logged while a full sync walks (test_repl_sync_cleaning.py,
+    # test_dump_moves.c); 41 runs since (16 of them at the merge, 8 on the SAN build) never
+    # took this branch, so it is a failure again. Not the router's outage repair: a node back
+    # as a replica only is not repaired for keys of its live primaries. The figures say which.
     if unsynced:
         m = scrape_metrics(c.admins[0])
         figures = {k: v for k, v in m.items() if "skipped" in k or "items_dropped" in k or
                    "full_syncs" in k or "evictions" in k or "snapshot_moves" in k}
-        pytest.xfail(f"the restarted replica lacks {len(unsynced)} of {checked} items the router "
-                     "serves from its primary after its full resync reported done (key, slot, "
-                     f"(primary, replica), served, held, history): {unsynced[:5]}; its figures: "
-                     f"{figures}")
+        pytest.fail(f"the restarted replica lacks {len(unsynced)} of {checked} items the router "
+                    "serves from its primary after its full resync reported done (key, slot, "
+                    f"(primary, replica), served, held, history): {unsynced[:5]}; its figures: "
+                    f"{figures}")
 
 
 # --- 4. a blip ---------------------------------------------------------------------------------
