@@ -293,6 +293,18 @@ def key_slot(key) -> int:
     return crc16_xmodem(key) % 16384
 
 
+def start_following_node(start_server, control_url, *extra):
+    """A node with an admin port that follows the control plane at `control_url` (retrying
+    every 200 ms at most), returned once its admin port accepts (start_server waits for it).
+    Sets .admin_port and .addr ("127.0.0.1:PORT", how pools name it)."""
+    admin = free_port()
+    node = start_server("--admin-port", str(admin), "--control", control_url,
+                        "--control-backoff-max-ms", "200", *extra)
+    node.admin_port = admin
+    node.addr = f"127.0.0.1:{node.port}"
+    return node
+
+
 def default_owner(slot, n):
     """Index of the node of n that owns slot under the default map."""
     return next(i for i in range(n) if i * 16384 // n <= slot < (i + 1) * 16384 // n)

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from conftest import key_slot
+from conftest import key_slot, start_following_node
 from fakecontrol import FakeControl
 from mcraw import McRaw, accepts, free_port, http, wait_until
 
@@ -66,14 +66,7 @@ def present(node, keys):
 
 
 def start_node(start_server, ctl, *extra):
-    admin = free_port()
-    node = start_server("--admin-port", str(admin), "--control", f"http://127.0.0.1:{ctl.port}",
-                        "--control-backoff-max-ms", "200", *extra)
-    node.admin_port = admin
-    node.addr = f"127.0.0.1:{node.port}"
-    # the data port listens a moment before the admin port does
-    wait_until(lambda: accepts(admin), message="the node's admin port")
-    return node
+    return start_following_node(start_server, f"http://127.0.0.1:{ctl.port}", *extra)
 
 
 def synced(ctl, *nodes):

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from conftest import key_slot, server_binary
+from conftest import key_slot, server_binary, start_following_node
 from fakecontrol import FakeControl
-from mcraw import McRaw, accepts, free_port, http, wait_until
+from mcraw import McRaw, http, wait_until
 
 pytestmark = pytest.mark.shoal_only
 
@@ -83,13 +83,7 @@ def metrics(node):
 
 
 def start_node(start_server, ctl, *extra):
-    admin = free_port()
-    node = start_server("--admin-port", str(admin), "--control", ctl.url,
-                        "--control-backoff-max-ms", "200", "--lease-renew-ms", "100", *extra)
-    node.admin_port = admin
-    node.addr = f"127.0.0.1:{node.port}"
-    wait_until(lambda: accepts(admin), message="the node's admin port")
-    return node
+    return start_following_node(start_server, ctl.url, "--lease-renew-ms", "100", *extra)
 
 
 def at_version(node, v):

@@ -7,7 +7,6 @@ the lag and fences writes."""
 
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -17,9 +16,9 @@ from urllib.parse import unquote
 
 import pytest
 
-from conftest import key_slot, launch
+from conftest import key_slot, launch, start_following_node
 from fakecontrol import FakeControl
-from mcraw import McRaw, accepts, free_port, http, wait_until
+from mcraw import McRaw, free_port, http, wait_until
 
 FULL = [{"from": 0, "to": 16383}]
 
@@ -32,13 +31,7 @@ def control():
 
 
 def start_node(start_server, ctl, *extra):
-    admin = free_port()
-    node = start_server("--admin-port", str(admin), "--control", ctl.url,
-                        "--control-backoff-max-ms", "200", *extra)
-    node.admin_port = admin
-    node.addr = f"127.0.0.1:{node.port}"
-    wait_until(lambda: accepts(admin), message="the node's admin port")
-    return node
+    return start_following_node(start_server, ctl.url, *extra)
 
 
 def doc(version, primary, replica, nodes=None):
@@ -105,7 +98,6 @@ def dump(node, prefix):
 
 def test_stores_deletes_touches_stale_marks_and_flush_ns_reach_the_replica(start_server, control):
     a, b = pair(start_server, control)
-    rnd = random.Random(7)
     sizes = [100, 1000, 10_000, 100_000, 500_000]
     with McRaw(a.host, a.port) as c:
         for i, n in enumerate(sizes * 4):

@@ -14,8 +14,9 @@ import threading
 
 import pytest
 
+from conftest import start_following_node
 from fakecontrol import FakeControl
-from mcraw import McRaw, accepts, free_port, http, wait_until
+from mcraw import McRaw, http, wait_until
 
 COLD = 12000  # written once before the sync: only cleaning moves them
 HOT = 6000    # written between them, overwritten during the sync: the dead bytes that make
@@ -31,13 +32,7 @@ def control():
 
 
 def start_node(start_server, ctl, *extra):
-    admin = free_port()
-    node = start_server("--admin-port", str(admin), "--control", ctl.url,
-                        "--control-backoff-max-ms", "200", *extra)
-    node.admin_port = admin
-    node.addr = f"127.0.0.1:{node.port}"
-    wait_until(lambda: accepts(admin), message="the node's admin port")
-    return node
+    return start_following_node(start_server, ctl.url, *extra)
 
 
 def doc(version, primary, replica, nodes):
