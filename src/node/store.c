@@ -9,6 +9,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ _Static_assert(((ITEM_LINKED | ITEM_FETCHED | ITEM_STALE | ITEM_TOKEN | ITEM_HOL
  * Bounded per shard; items beyond the bound wait for the regular sweep. */
 #define STORE_TRANSIENT_TTL 60
 #define STORE_TRANSIENT_PER_SHARD 2048
+#define STORE_BUSY_RETRIES 4   /* yields before a busy victim item is skipped (store_lock_retry) */
 
 struct transient_entry {
     uint64_t hv;  /* the key's hash and the CAS find the item wherever it has moved since */
@@ -209,6 +211,21 @@ static bool store_move(struct index_shard *sh, uint64_t hv, struct item *it, str
     return true;
 }
 
+/* Try-lock shard sh again after yielding the CPU, up to STORE_BUSY_RETRIES times: a victim's
+ * item whose shard a get holds is most often held by a thread that was descheduled with the lock
+ * (2 busy vCPUs), and skipping the item leaves the bytes evicted before it dead until its segment
+ * is a victim again a whole turn of the queue later (docs/architecture.md, "Cleaning in a full
+ * pool"). Yielding lets that thread run and let go. Never blocks: a lock still held after the
+ * retries is skipped as before. */
+static bool store_lock_retry(struct index_shard *sh)
+{
+    for (int i = 0; i < STORE_BUSY_RETRIES; i++) {
+        sched_yield();
+        if (pthread_mutex_trylock(&sh->lock) == 0) return true;
+    }
+    return false;
+}
+
 /* The log's visitor (see seg_visit_fn): pool lock held, never blocks on a shard lock.
  *  PEEK:  says whether the item looks expired or flushed; takes nothing.
  *  MOVE:  the item moves to dst if its shard can be try-locked; an expired one goes instead.
@@ -229,7 +246,8 @@ static int store_visit(struct store *st, struct item *it, enum seg_visit why, st
     bool mine = sh == tls_held;
     if (mine) {
         if (it->nkey == ankey && memcmp(item_key(it), akey, ankey) == 0) return SEG_PINNED;
-    } else if (pthread_mutex_trylock(&sh->lock) != 0) {
+    } else if (pthread_mutex_trylock(&sh->lock) != 0 &&
+               (why == SEG_VISIT_SWEEP || !store_lock_retry(sh))) {
         /* a dropped item left behind: the pending drop must outlive this pass */
         if (why == SEG_VISIT_SWEEP && dead == STORE_MISS_DROPPED) return SEG_BUSY | SEG_MISSED;
         return SEG_BUSY;
