@@ -49,10 +49,17 @@ size_t repl_max_payload(const struct repl *r)
     return p > REPL_SLOT_BITMAP ? p : REPL_SLOT_BITMAP;
 }
 
-unsigned repl_peer_index(struct repl *r, const char *addr)
+unsigned repl_peer_find(const struct repl *r, const char *addr)
 {
     for (unsigned i = 0; i < r->npeers; i++)
         if (!strcmp(r->peers[i], addr)) return i;
+    return REPL_PEER_NONE;
+}
+
+unsigned repl_peer_index(struct repl *r, const char *addr)
+{
+    unsigned i = repl_peer_find(r, addr);
+    if (i != REPL_PEER_NONE) return i;
     if (r->npeers == REPL_PEERS_MAX) return REPL_PEERS_MAX;
     snprintf(r->peers[r->npeers], REPL_ADDR_MAX, "%s", addr);
     return r->npeers++;
@@ -489,7 +496,8 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
         for (json_int_t s = json_integer_value(a); s <= json_integer_value(b); s++) want[s] = 1;
     }
     pthread_mutex_lock(&r->lock);
-    unsigned idx = repl_peer_index(r, to);
+    /* a name no document gave cannot be this node's replica: looked up, never added */
+    unsigned idx = repl_peer_find(r, to);
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
         uint8_t role = r->pub.role[s];
         if (want[s] && (!(role & REPL_ROLE_STREAMS) || r->peer[s] != idx)) {

@@ -60,8 +60,13 @@ struct repl {
     struct repl_metrics m;   /* counters (atomics); gauges are computed when read */
 };
 
-/* The index of `addr` in the peer table, added if new (lock held); REPL_PEERS_MAX when full. */
+/* The index of `addr` in the peer table, added if new (lock held); REPL_PEERS_MAX when full.
+ * Only names from a topology document are added: the table is append-only and bounded. */
 unsigned repl_peer_index(struct repl *r, const char *addr);
+/* The index of `addr` when the table holds it, else REPL_PEER_NONE, which matches no slot's
+ * peer (lock held). For names a peer or an admin caller gives, which must not fill the table. */
+#define REPL_PEER_NONE 0xffffffffu
+unsigned repl_peer_find(const struct repl *r, const char *addr);
 /* Start a link's sender thread; stop and join one (lock NOT held). */
 int repl_link_start(struct repl_link *l);
 void repl_link_join(struct repl_link *l);

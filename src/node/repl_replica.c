@@ -279,7 +279,9 @@ static void applier_run(struct applier *a)
     }
     /* the peer must be the primary of a slot this node replicates, in the topology in use */
     pthread_mutex_lock(&r->lock);
-    a->peer_idx = repl_peer_index(r, a->peer);
+    /* looked up, not added: a name no document gave is no primary of ours, and a stream of
+     * made-up names must not fill the peer table (then the next real peer had no index) */
+    a->peer_idx = repl_peer_find(r, a->peer);
     bool ok = false;
     for (unsigned s = 0; s < SLOT_COUNT && !ok; s++) ok = mine(a, (uint16_t)s);
     struct repl_src *src = NULL;

@@ -1,0 +1,117 @@
+"""Hostile and careless peers on shoal-node's replication surfaces (issue 15): the replication
+handshake and frames spoken on the DATA port (docs/protocol.md "Replication between nodes") and
+the admin port's /v1/replication and POST /v1/replication/handoff (docs/admin-api.md).
+
+The rule each test checks: whatever bytes a peer sends, it gets a clear error or a closed
+connection; the node does not crash, hang, grow without bound or answer a well-behaved client
+wrongly. A pymemcache client doing set/get of mixed value sizes runs during every probe
+(`Steady`) and its answers are checked at the end."""
+
+import json
+import os
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from fakecontrol import FakeControl
+from mcraw import McRaw, http, rss_bytes, wait_until
+from test_node_repl import caught_up, doc, metric, pair, repl, start_node, value_of
+
+
+@pytest.fixture
+def control():
+    c = FakeControl(hold=2.0)
+    yield c
+    c.stop()
+
+
+class Steady:
+    """A well-behaved client: set then get of values of mixed sizes, in a thread, against one
+    node, checking every answer. `check()` stops it and fails the test on any wrong answer."""
+
+    SIZES = (1, 100, 5000, 70_000, 300_000)
+
+    def __init__(self, node, prefix="steady"):
+        self.node, self.prefix = node, prefix
+        self.stop_ev = threading.Event()
+        self.errors, self.rounds = [], 0
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        rnd = random.Random(11)
+        c = self.node.client()
+        try:
+            while not self.stop_ev.is_set():
+                i = self.rounds
+                key = f"{self.prefix}:{i % 50}"
+                val = bytes([97 + i % 26]) * rnd.choice(self.SIZES)
+                if not c.set(key, val):
+                    self.errors.append(f"set {key} not stored")
+                got = c.get(key)
+                if got != val:
+                    self.errors.append(f"get {key}: {len(got or b'')} bytes, want {len(val)}")
+                self.rounds += 1
+        except Exception as e:  # a hang or a closed connection is a failure too
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def check(self):
+        self.stop_ev.set()
+        self.th.join(10)
+        assert not self.th.is_alive(), "the well-behaved client hung"
+        assert self.errors == [], self.errors[:5]
+        assert self.rounds > 0, "the well-behaved client made no progress"
+
+
+def handshake(node, name, replid="0123456789abcdef", timeout=5):
+    """Open the replication handshake in `name`'s name; the replica's first line."""
+    with socket.create_connection((node.host, node.port), timeout=timeout) as s:
+        s.sendall(f"shoal_repl 1 {name} {replid}\r\n".encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(200)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode(errors="replace")
+
+
+def test_made_up_primary_names_do_not_fill_the_peer_table(start_server, control):
+    """1,100 handshakes in made-up names (refused: not a primary) used to be added to the
+    node's append-only table of 1,024 peer names each; once full, a replica a later document
+    gave this node had no index and never received a stream."""
+    a = start_node(start_server, control)
+    control.publish(doc(1, a, None, nodes=[a]))
+    wait_until(lambda: handshake(a, "127.0.0.1:1").startswith("REPL REFUSED"),
+               message="the node follows the document")
+    steady = Steady(a, "default")
+    for i in range(1100):
+        assert handshake(a, f"10.{i // 250}.{i % 250}.1:11211").startswith("REPL REFUSED")
+    steady.check()
+    c = start_node(start_server, control)
+    control.publish(doc(2, a, c))
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:after", "v") == "STORED"
+    wait_until(lambda: value_of(c, "rep:after") == b"v", timeout=5,
+               message="the new replica receives the stream")
+
+
+def test_handoff_to_made_up_names_does_not_fill_the_peer_table(start_server, control):
+    """Same table, filled through the admin port: a handoff `to` a name no document gave is
+    refused 409 and leaves no trace."""
+    a = start_node(start_server, control)
+    control.publish(doc(1, a, None, nodes=[a]))
+    wait_until(lambda: repl(a)["replid"], message="replication on")
+    for i in range(1030):
+        status, body = http(a.admin_port, "POST", "/v1/replication/handoff",
+                            {"to": f"10.9.{i // 250}.{i % 250}:1", "slots": [[0, 0]]})
+        assert status == 409, body
+    c = start_node(start_server, control)
+    control.publish(doc(2, a, c))
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:after", "v") == "STORED"
+    wait_until(lambda: value_of(c, "rep:after") == b"v", timeout=5,
+               message="the new replica receives the stream")
