@@ -271,6 +271,30 @@ void repl_fence_clear(struct repl *r)
     }
     __atomic_store_n(&r->pub.nfenced, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->fence_until_ms, 0, __ATOMIC_RELAXED);
+    r->fence_lifts++;
+}
+
+/* Lift the fences of the slots in `want` only (lock held): a handoff that timed out must not
+ * lift those of another one, already answered 200, whose swap is on its way. */
+static void fence_lift_some(struct repl *r, const uint8_t *want)
+{
+    uint64_t fenced = 0;
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        uint8_t v = __atomic_load_n(&r->pub.role[s], __ATOMIC_RELAXED);
+        if (want[s] && (v & REPL_ROLE_FENCED))
+            __atomic_store_n(&r->pub.role[s], (uint8_t)(v & ~REPL_ROLE_FENCED), __ATOMIC_RELAXED);
+        else fenced += (v & REPL_ROLE_FENCED) != 0;
+    }
+    __atomic_store_n(&r->pub.nfenced, fenced, __ATOMIC_RELAXED);
+    if (fenced == 0) __atomic_store_n(&r->fence_until_ms, 0, __ATOMIC_RELAXED);
+    r->fence_lifts++;
+}
+
+/* Keep the fences up until `until` at least (lock held). */
+static void fence_extend(struct repl *r, uint64_t until)
+{
+    if (__atomic_load_n(&r->fence_until_ms, __ATOMIC_RELAXED) < until)
+        __atomic_store_n(&r->fence_until_ms, until, __ATOMIC_RELAXED);
 }
 
 static bool write_cmd(enum proto_cmd c)
@@ -420,6 +444,8 @@ struct handoff {
     struct admin_held *held;
     char to[REPL_ADDR_MAX];
     uint64_t target, deadline_ms;
+    uint64_t lifts; /* r->fence_lifts when this one fenced */
+    uint8_t *want;  /* its slots */
 };
 
 static void *handoff_main(void *arg)
@@ -429,7 +455,7 @@ static void *handoff_main(void *arg)
     char body[128];
     int status = 504;
     for (;;) {
-        bool found = false;
+        bool found = false, lifted;
         uint64_t acked = 0;
         pthread_mutex_lock(&r->lock);
         for (struct repl_link *l = r->links; l; l = l->next)
@@ -437,7 +463,16 @@ static void *handoff_main(void *arg)
                 found = true;
                 acked = repl_ld(&l->acked);
             }
+        /* a fence lifted meanwhile (another handoff's timeout, the 10 s limit) let writes in
+         * after h->target: the replica having it proves nothing any more */
+        lifted = r->fence_lifts != h->lifts;
+        if (found && acked >= h->target && !lifted)
+            fence_extend(r, clock_now_ms() + FENCE_MAX_MS); /* time for the swap to come */
         pthread_mutex_unlock(&r->lock);
+        if (lifted) {
+            status = 409;
+            break;
+        }
         if (found && acked >= h->target) {
             status = 200;
             break;
@@ -449,9 +484,13 @@ static void *handoff_main(void *arg)
     if (status == 200) {
         snprintf(body, sizeof body, "{\"lag_bytes\": 0, \"offset\": %llu}\n",
                  (unsigned long long)h->target);
+    } else if (status == 409) {
+        log_warn("replication: handoff to %s failed: a fence was lifted while it waited", h->to);
+        snprintf(body, sizeof body, "{\"error\": \"a fence was lifted while this handoff "
+                 "waited: hand off again\", \"offset\": %llu}\n", (unsigned long long)h->target);
     } else {
         pthread_mutex_lock(&r->lock);
-        repl_fence_clear(r);
+        fence_lift_some(r, h->want);
         pthread_mutex_unlock(&r->lock);
         log_warn("replication: handoff to %s timed out before its lag drained; fence lifted",
                  h->to);
@@ -459,6 +498,7 @@ static void *handoff_main(void *arg)
                  (unsigned long long)h->target);
     }
     admin_answer(h->held, status, body, strlen(body));
+    free(h->want);
     free(h);
     return NULL;
 }
@@ -516,7 +556,12 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
         fenced += (role & REPL_ROLE_FENCED) != 0;
     }
     __atomic_store_n(&r->pub.nfenced, fenced, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->fence_until_ms, clock_now_ms() + FENCE_MAX_MS, __ATOMIC_RELAXED);
+    /* up for this wait at least (timeout_ms may exceed 10 s), and never shortened: another
+     * handoff's fence may be waiting for its swap */
+    uint64_t now = clock_now_ms(),
+             deadline = now + (tmo ? (uint64_t)json_integer_value(tmo) : HANDOFF_TIMEOUT_MS);
+    fence_extend(r, deadline > now + FENCE_MAX_MS ? deadline : now + FENCE_MAX_MS);
+    uint64_t lifts = r->fence_lifts;
     pthread_mutex_unlock(&r->lock);
     /* every worker past its current batch: no write to these slots can still be on its way into
      * the backlog, so its end now is all that was accepted for them */
@@ -531,7 +576,10 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     h->r = r;
     snprintf(h->to, sizeof h->to, "%s", to);
     h->target = repl_backlog_end(&r->bl);
-    h->deadline_ms = clock_now_ms() + (tmo ? (uint64_t)json_integer_value(tmo) : HANDOFF_TIMEOUT_MS);
+    h->deadline_ms = deadline;
+    h->lifts = lifts;
+    h->want = want;
+    want = NULL;
     log_notice("replication: handoff to %s, writes fenced, waiting for offset %llu", to,
                (unsigned long long)h->target);
     pthread_t th;
@@ -540,6 +588,7 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&th, &at, handoff_main, h) != 0) {
         admin_answer(h->held, 500, "{\"error\": \"no thread\"}\n", 23);
+        free(h->want);
         free(h);
     }
     pthread_attr_destroy(&at);

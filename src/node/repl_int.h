@@ -57,6 +57,8 @@ struct repl {
     pthread_cond_t appliers_done;
     int stopping;
     uint64_t fence_until_ms; /* atomic: fences lift by themselves at this time (0: none) */
+    uint64_t fence_lifts;    /* under lock: fences lifted other than by a document (a handoff
+                              * still waiting answers 200 only if none was meanwhile) */
     struct repl_metrics m;   /* counters (atomics); gauges are computed when read */
 };
 

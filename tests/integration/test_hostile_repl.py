@@ -10,12 +10,14 @@ wrongly. A pymemcache client doing set/get of mixed value sizes runs during ever
 import json
 import os
 import random
+import signal
 import socket
 import threading
 import time
 
 import pytest
 
+from conftest import key_slot
 from fakecontrol import FakeControl
 from mcraw import McRaw, http, rss_bytes, wait_until
 from test_node_repl import caught_up, doc, metric, pair, repl, start_node, value_of
@@ -115,3 +117,66 @@ def test_handoff_to_made_up_names_does_not_fill_the_peer_table(start_server, con
         assert m.store("set", "rep:after", "v") == "STORED"
     wait_until(lambda: value_of(c, "rep:after") == b"v", timeout=5,
                message="the new replica receives the stream")
+
+
+def key_in(lo, hi, prefix="rep:k"):
+    """A key of the namespace `rep` whose slot lies in [lo, hi]."""
+    return next(k for k in (f"{prefix}{i}" for i in range(100_000)) if lo <= key_slot(k) <= hi)
+
+
+def handoff(node, to, slots, timeout_ms):
+    return http(node.admin_port, "POST", "/v1/replication/handoff",
+                {"to": to.addr, "slots": slots, "timeout_ms": timeout_ms})
+
+
+def test_a_timed_out_handoff_lifts_its_own_fence_only(start_server, control):
+    """A drain hands a node's ranges off one replica after another: when the second times out,
+    the first one's fence (answered 200, its swap on the way) must stand, or writes accepted
+    until the swap arrives may never reach the new primary."""
+    a, b, c = (start_node(start_server, control) for _ in range(3))
+    control.publish({"version": 1, "pools": {"main": {"nodes": [a.addr, b.addr, c.addr], "slots": [
+        {"from": 0, "to": 8191, "node": a.addr, "replica": b.addr},
+        {"from": 8192, "to": 16383, "node": a.addr, "replica": c.addr}]}},
+        "namespaces": {"rep": {"pool": "main", "copies": 2}}})
+    wait_until(lambda: [r["state"] for r in repl(a)["replicas"]] == ["online"] * 2, timeout=10,
+               message="both replicas online")
+    status, body = handoff(a, b, [[0, 8191]], 2000)
+    assert status == 200, body
+    c.proc.send_signal(signal.SIGSTOP)
+    try:
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", key_in(8192, 16383), "x") == "STORED"
+        status, body = handoff(a, c, [[8192, 16383]], 200)
+        assert status == 504, body
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", key_in(0, 8191), "y") == "SERVER_ERROR slot moving", \
+                "the first handoff's fence still stands"
+            assert m.store("set", key_in(8192, 16383), "z") == "STORED", "its own one lifted"
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+
+
+def test_a_handoff_whose_fence_was_lifted_while_it_waited_is_not_answered_200(
+        start_server, control):
+    """Two handoffs of the same slots: the second times out and lifts the fence, writes come
+    in; the first must not then answer 200 (the control plane would swap as if nothing were
+    written since its offset)."""
+    a, b = pair(start_server, control)
+    b.proc.send_signal(signal.SIGSTOP)
+    result = {}
+    try:
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", key_in(0, 100), "x") == "STORED"
+        th = threading.Thread(target=lambda: result.update(r=handoff(a, b, [[0, 100]], 3000)))
+        th.start()
+        wait_until(lambda: metric(a, "fenced_slots") == 101, message="the first fence")
+        status, body = handoff(a, b, [[0, 100]], 100)
+        assert status == 504, body
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", key_in(0, 100, "rep:w"), "y") == "STORED", "lifted"
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    th.join(10)
+    status, body = result["r"]
+    assert status == 409, body
+    assert "lifted" in json.loads(body)["error"]
