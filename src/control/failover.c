@@ -653,10 +653,11 @@ int failover_drain(struct failover *f, const char *pool, const char *node, json_
         }
     json_t *force = json_object_get(body, "force"), *tmo = json_object_get(body, "timeout_ms");
     if ((force && !json_is_boolean(force)) ||
+        /* at most the node's own limit for a handoff: above it every handoff was refused */
         (tmo && (!json_is_integer(tmo) || json_integer_value(tmo) < 10 ||
-                 json_integer_value(tmo) > 600000))) {
+                 json_integer_value(tmo) > 60000))) {
         st = model_fail(&e, 400, force && !json_is_boolean(force) ? "force" : "timeout_ms",
-                        "range", "force must be true or false, timeout_ms 10 to 600000");
+                        "range", "force must be true or false, timeout_ms 10 to 60000");
         goto fail;
     }
     struct drain_range *d = NULL;

@@ -92,3 +92,14 @@ def test_500_half_sent_requests_held_open_do_not_stop_renewals(ctl):
         for s in socks:
             s.close()
     assert ctl.alive()
+
+
+def test_a_drain_timeout_the_nodes_would_refuse_is_refused_400(cluster):  # noqa: F811
+    """A node takes a handoff timeout_ms of at most 60000 (400 above): a drain accepted up to
+    600000 then failed every handoff. It is refused before any handoff now."""
+    ctl, nodes, admins, routers = cluster()
+    status, body = ctl.post(f"/v1/pools/main/nodes/{nodes[0].addr}/drain", {"timeout_ms": 60001})
+    assert status == 400 and body["rule"] == "range", body
+    assert [c for c in admins[0].calls if c[1] == "/v1/replication/handoff"] == []
+    status, body = ctl.post(f"/v1/pools/main/nodes/{nodes[0].addr}/drain", {"timeout_ms": 60000})
+    assert status == 200, body
