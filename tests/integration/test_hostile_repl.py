@@ -180,3 +180,73 @@ def test_a_handoff_whose_fence_was_lifted_while_it_waited_is_not_answered_200(
     status, body = result["r"]
     assert status == 409, body
     assert "lifted" in json.loads(body)["error"]
+
+
+class FakeReplica:
+    """A listener a document names as a node's replica: the primary connects to it and it
+    answers with `behave(fake, sock, rfile, hello_line)`, one thread per connection. `log`
+    collects what each connection saw."""
+
+    def __init__(self, behave):
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(16)
+        self.addr = f"127.0.0.1:{self.s.getsockname()[1]}"
+        self.behave, self.log, self.conns = behave, [], 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            self.conns += 1
+            threading.Thread(target=self._one, args=(c, self.conns), daemon=True).start()
+
+    def _one(self, c, n):
+        with c:
+            try:
+                c.settimeout(10)
+                f = c.makefile("rb")
+                self.behave(self, c, f, f.readline(), n)
+            except OSError as e:
+                self.log.append(("error", n, repr(e)))
+
+    def close(self):
+        self.s.close()
+
+
+def test_a_replica_resuming_from_inside_a_frame_is_synced_in_full(start_server, control):
+    """A peer at a replica's address that answers REPL HAVE with the primary's replid and an
+    offset inside a frame used to be answered REPL CONTINUE: the sender then read headers out
+    of payload bytes, sent nothing more but progress frames and stayed `online` with its lag
+    growing. Such an offset is not a frame's start, so the replica is synced in full."""
+    a = start_node(start_server, control)
+    go, mid = threading.Event(), {}
+
+    def behave(fake, c, f, hello, n):
+        replid = hello.split()[3].decode()
+        if n == 1:  # the first connection always syncs in full; it waits, then goes
+            c.sendall(b"REPL HAVE - 0\r\n")
+            fake.log.append(("start", n, f.readline()))
+            go.wait(10)
+            return
+        c.sendall(f"REPL HAVE {replid} {mid['off']}\r\n".encode())
+        fake.log.append(("start", n, f.readline()))
+
+    fake = FakeReplica(behave)
+    try:
+        control.publish(doc(1, a, fake, nodes=[a, fake]))
+        steady = Steady(a, "default")
+        wait_until(lambda: fake.log, message="the primary's first connection")
+        with McRaw(a.host, a.port) as m:
+            for i in range(20):
+                assert m.store("set", f"rep:m{i}", "v" * 100) == "STORED"
+        mid["off"] = repl(a)["offset"] - 7  # inside the last frame
+        go.set()
+        wait_until(lambda: len(fake.log) >= 2, message="the primary's second connection")
+        steady.check()
+        assert fake.log[1][2].startswith(b"REPL FULL "), fake.log
+    finally:
+        fake.close()
