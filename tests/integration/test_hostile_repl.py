@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -250,3 +251,96 @@ def test_a_replica_resuming_from_inside_a_frame_is_synced_in_full(start_server, 
         assert fake.log[1][2].startswith(b"REPL FULL "), fake.log
     finally:
         fake.close()
+
+
+def frame(t, payload=b"", offset=0, length=None, reserved=b"\0\0\0"):
+    """A replication frame: type, 3 reserved bytes, payload length (u32 LE), offset (u64 LE)."""
+    n = len(payload) if length is None else length
+    return t.encode() + reserved + struct.pack("<IQ", n, offset) + payload
+
+
+def item(key, value, iflags=0, ttl=0):
+    return struct.pack("<BBIIQ", len(key), iflags, 0, ttl, 1) + key + value
+
+
+def as_primary(replica, primary, after=b"REPL FULL 0\r\n"):
+    """A connection to `replica`'s data port in `primary`'s name, past the handshake."""
+    s = socket.create_connection((replica.host, replica.port), timeout=5)
+    s.sendall(f"shoal_repl 1 {primary.addr} 0123456789abcdef\r\n".encode())
+    have = s.makefile("rb").readline()
+    assert have.startswith(b"REPL HAVE "), have
+    s.sendall(after)
+    return s
+
+
+def closed(s, timeout=3):
+    """Did the peer close `s` within `timeout` (whatever it sent before)?"""
+    s.settimeout(timeout)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+BAD_FRAMES = {
+    "huge declared length": frame("S", b"", 1, length=0xFFFFFFFF),
+    "just over the largest item": frame("S", b"", 1, length=(1 << 20) + 255 + 18 + 1),
+    "unknown type": frame("Z", b"", 1),
+    "nonzero reserved byte": frame("S", item(b"rep:k", b"v"), 100, reserved=b"\0\1\0"),
+    "item with an empty key": frame("S", item(b"", b"v"), 100),
+    "item shorter than its key": frame("S", struct.pack("<BBIIQ", 200, 0, 0, 0, 1) + b"k", 100),
+    "key over 250 bytes": frame("S", item(b"k" * 251, b"v"), 400),
+    "delete of a wrong length": frame("D", b"\x05rep:kk", 100),
+    "touch too short": frame("T", b"\x01\0\0", 100),
+    "flush_all of 3 bytes": frame("F", b"\0\0\0", 100),
+    "reset of a wrong length": frame("R", b"\0" * 100, 0),
+    "progress with 3 bytes": frame("P", b"abc", 100),
+    "snapshot end with a payload": frame("E", b"x", 100),
+    "an ack from the primary": frame("A", b"", 100),
+    "offset going back": frame("S", item(b"rep:a", b"v"), 500) + frame("S", item(b"rep:b", b"v"), 400),
+    "text key with a space": frame("S", item(b"rep:a b", b"v"), 100),
+    "text key with a newline": frame("s", item(b"rep:a\r\nEND", b"v"), 0),
+    "garbage": bytes(random.Random(3).randrange(256) for _ in range(5000)),
+}
+
+
+def test_malformed_frames_from_a_primary_close_that_stream_only(start_server, control):
+    """Each malformed frame (docs/protocol.md "Bounds") closes the connection that sent it and
+    counts a protocol error; the node serves clients meanwhile and the real stream resumes."""
+    a, b = pair(start_server, control)
+    a.proc.send_signal(signal.SIGSTOP)  # its reconnects would replace ours
+    try:
+        steady = Steady(b, "default")
+        rss0 = rss_bytes(b.proc.pid)
+        for name, junk in BAD_FRAMES.items():
+            errors0 = metric(b, "protocol_errors")
+            s = as_primary(b, a)
+            s.sendall(junk)
+            assert closed(s), f"{name}: the connection stays open"
+            s.close()
+            wait_until(lambda: metric(b, "protocol_errors") == errors0 + 1,
+                       message=f"{name}: counted as a protocol error")
+        # a binary key (ms with b) may hold any byte
+        applied0 = metric(b, "applied_records")
+        s = as_primary(b, a)
+        s.sendall(frame("S", item(b"rep:\n b", b"bin", iflags=64), 100) + frame("E", b"", 100))
+        wait_until(lambda: metric(b, "applied_records") == applied0 + 1,
+                   message="the binary key applied")
+        s.close()
+        # a frame cut short, then the peer goes: nothing applied, nothing held
+        s = as_primary(b, a)
+        s.sendall(frame("S", item(b"rep:cut", b"v" * 1000), 2000)[:500])
+        s.close()
+        steady.check()
+        assert rss_bytes(b.proc.pid) - rss0 < 64 << 20
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    assert value_of(b, "rep:cut") is None
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:after", "ok") == "STORED"
+    wait_until(lambda: value_of(b, "rep:after") == b"ok", timeout=10,
+               message="the real stream resumes")
