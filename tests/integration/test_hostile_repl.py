@@ -344,3 +344,54 @@ def test_malformed_frames_from_a_primary_close_that_stream_only(start_server, co
         assert m.store("set", "rep:after", "ok") == "STORED"
     wait_until(lambda: value_of(b, "rep:after") == b"ok", timeout=10,
                message="the real stream resumes")
+
+
+def test_a_full_sync_cut_midway_leaves_no_offset_to_resume_from(start_server, control):
+    """A primary that goes after its reset and some snapshot items, before the snapshot's end:
+    the replica keeps no replid for it, so the next connection is a full sync, never a resume
+    on top of half a snapshot."""
+    a, b = pair(start_server, control)
+    full0 = metric(a, "full_resyncs")
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        s = as_primary(b, a, b"REPL FULL 1000\r\n")
+        s.sendall(frame("R", b"\xff" * 2048, 1000) +
+                  b"".join(frame("s", item(f"rep:half{i}".encode(), b"h" * 100)) for i in range(50)))
+        wait_until(lambda: value_of(b, "rep:half49") == b"h" * 100, message="half a snapshot in")
+        s.close()
+        wait_until(lambda: repl(b)["primaries"][0]["state"] == "down", message="stream gone")
+        assert repl(b)["primaries"][0]["replid"] == "-"
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: metric(a, "full_resyncs") == full0 + 1, timeout=10,
+               message="the real primary syncs it in full")
+    wait_until(lambda: caught_up(a), timeout=10, message="caught up")
+    assert value_of(b, "rep:half0") is None, "the half snapshot's items dropped by the reset"
+
+
+def test_a_thousand_replication_handshakes_held_open_cost_bounded_threads(start_server, control):
+    """1,000 connections that open the handshake and never finish its line: at most 32 get an
+    applier (the rest are closed at once), each for at most 3 s; clients are served and the
+    real stream goes on."""
+    a, b = pair(start_server, control)
+    steady = Steady(b, "default")
+    rss0 = rss_bytes(b.proc.pid)
+    socks = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection((b.host, b.port), timeout=5)
+            s.sendall(b"shoal_repl 1 ")
+            socks.append(s)
+        with open(f"/proc/{b.proc.pid}/status") as f:
+            threads = int(next(l for l in f if l.startswith("Threads:")).split()[1])
+        assert threads < 32 + 40, threads
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", "rep:during", "ok") == "STORED"
+        wait_until(lambda: value_of(b, "rep:during") == b"ok", message="the real stream goes on")
+        assert rss_bytes(b.proc.pid) - rss0 < 128 << 20
+        wait_until(lambda: sum(closed(s, 0.01) for s in socks) == 1000, timeout=8,
+                   message="every held handshake closed")
+    finally:
+        for s in socks:
+            s.close()
+    steady.check()
