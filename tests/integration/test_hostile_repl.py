@@ -395,3 +395,58 @@ def test_a_thousand_replication_handshakes_held_open_cost_bounded_threads(start_
         for s in socks:
             s.close()
     steady.check()
+
+
+HANDOFF_BAD = [
+    ("", 400), ("{", 400), ("[]", 400), ("null", 400), ('{"to": 5, "slots": [[0, 1]]}', 400),
+    ('{"slots": [[0, 1]]}', 400), ('{"to": "%s", "slots": "all"}', 400),
+    ('{"to": "%s", "slots": [[5, 1]]}', 400), ('{"to": "%s", "slots": [[0, 16384]]}', 400),
+    ('{"to": "%s", "slots": [[-1, 3]]}', 400), ('{"to": "%s", "slots": [[0]]}', 400),
+    ('{"to": "%s", "slots": [[0, 1, 2]]}', 400), ('{"to": "%s", "slots": [["0", 1]]}', 400),
+    ('{"to": "%s", "slots": [[0, 1]], "timeout_ms": -1}', 400),
+    ('{"to": "%s", "slots": [[0, 1]], "timeout_ms": 60001}', 400),
+    ('{"to": "%s", "slots": [[0, 1]], "timeout_ms": "5"}', 400),
+    ('{"to": "%s", "slots": [[0, 1e300]]}', 400),
+    ('{"to": "' + "h" * 400 + ':1", "slots": [[0, 1]]}', 400),
+    ("[" * 100_000 + "]" * 100_000, 400),
+    ('{"to": "%s", "slots": [[0, 1]]}' + " " * (2 << 20), 413),
+    ('{"to": "127.0.0.1:1", "slots": [[0, 1]]}', 409),
+]
+
+
+def test_malformed_handoffs_are_refused_and_fence_nothing(start_server, control):
+    """Each malformed handoff body gets 400 (413 over 1 MiB, 409 for a `to` that is not this
+    node's replica), fences nothing and leaves the node serving."""
+    a, b = pair(start_server, control)
+    steady = Steady(a, "default")
+    for body, want in HANDOFF_BAD:
+        if "%s" in body:
+            body = body.replace("%s", b.addr, 1)
+        status, reply = http(a.admin_port, "POST", "/v1/replication/handoff", body.encode())
+        assert status == want, (body[:80], reply)
+        assert "error" in json.loads(reply), reply
+    status, reply = http(a.admin_port, "GET", "/v1/replication/handoff")
+    assert status == 405, reply
+    status, reply = http(a.admin_port, "POST", "/v1/replication", b"{}")
+    assert status == 405, reply
+    assert metric(a, "fenced_slots") == 0
+    steady.check()
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:after", "ok") == "STORED"
+
+
+def test_handoff_without_a_token_is_401_and_fences_nothing(start_server, control, tmp_path):
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"tokens": [{"token": "admin-token-0123456789abcdef",
+                                            "role": "admin", "name": "ops"}]}))
+    auth.chmod(0o600)
+    a, b = (start_node(start_server, control, "--auth-file", str(auth)) for _ in range(2))
+    control.publish(doc(1, a, b))
+    wait_until(lambda: [r["state"] for r in repl(a)["replicas"]] == ["online"], timeout=10,
+               message="the replica online")
+    status, reply = http(a.admin_port, "POST", "/v1/replication/handoff",
+                         {"to": b.addr, "slots": [[0, 16383]]})
+    assert status == 401, reply
+    assert metric(a, "fenced_slots") == 0
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:x", "1") == "STORED"
