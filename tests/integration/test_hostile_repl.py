@@ -20,7 +20,7 @@ import pytest
 
 from conftest import key_slot
 from fakecontrol import FakeControl
-from mcraw import McRaw, http, rss_bytes, wait_until
+from mcraw import McRaw, http, rss_bytes, sanitized, wait_until
 from test_node_repl import caught_up, doc, metric, pair, repl, start_node, value_of
 
 
@@ -336,7 +336,8 @@ def test_malformed_frames_from_a_primary_close_that_stream_only(start_server, co
         s.sendall(frame("S", item(b"rep:cut", b"v" * 1000), 2000)[:500])
         s.close()
         steady.check()
-        assert rss_bytes(b.proc.pid) - rss0 < 64 << 20
+        if not sanitized(b.proc.pid):  # ASAN's quarantine keeps each applier's buffer resident
+            assert rss_bytes(b.proc.pid) - rss0 < 64 << 20
     finally:
         a.proc.send_signal(signal.SIGCONT)
     assert value_of(b, "rep:cut") is None
