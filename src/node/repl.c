@@ -3,8 +3,9 @@
  * stream itself is repl_primary.c and repl_replica.c.
  *
  * Roles are written by the control follower only, one relaxed atomic byte per slot, and read
- * by workers without a lock; peer names live in an append-only table, so a slot's peer index is
- * good for the process's life and nothing needs reclaiming. */
+ * by workers without a lock; peer names live in a table of REPL_PEERS_MAX: when a document needs
+ * a name and the table is full, names neither that document nor a live stream uses are
+ * forgotten (peers_reclaim), so a long-lived node that saw many addresses still takes new ones. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,7 @@ size_t repl_max_payload(const struct repl *r)
 
 unsigned repl_peer_find(const struct repl *r, const char *addr)
 {
+    if (addr[0] == 0) return REPL_PEER_NONE; /* "" marks a forgotten entry */
     for (unsigned i = 0; i < r->npeers; i++)
         if (!strcmp(r->peers[i], addr)) return i;
     return REPL_PEER_NONE;
@@ -60,9 +62,12 @@ unsigned repl_peer_index(struct repl *r, const char *addr)
 {
     unsigned i = repl_peer_find(r, addr);
     if (i != REPL_PEER_NONE) return i;
-    if (r->npeers == REPL_PEERS_MAX) return REPL_PEERS_MAX;
-    snprintf(r->peers[r->npeers], REPL_ADDR_MAX, "%s", addr);
-    return r->npeers++;
+    if (r->npeers < REPL_PEERS_MAX) i = r->npeers++;
+    else
+        for (i = 0; i < REPL_PEERS_MAX && r->peers[i][0]; i++) {}
+    if (i == REPL_PEERS_MAX) return REPL_PEERS_MAX;
+    snprintf(r->peers[i], REPL_ADDR_MAX, "%s", addr);
+    return i;
 }
 
 void repl_set_advertise(struct repl *r, const char *advertise)
@@ -172,12 +177,46 @@ void repl_plan_free(struct repl_plan *p)
     free(p);
 }
 
+/* The table is full: forget every name that neither plan `p` nor a live stream (an applier
+ * holds its primary's index) uses (lock held). A slot whose peer was forgotten gets index
+ * REPL_PEER_GONE, which matches no applier and counts as a new peer for the slot (so a reused
+ * index never passes for the old one). */
+#define REPL_PEER_GONE 0xffff
+static void peers_reclaim(struct repl *r, const struct repl_plan *p)
+{
+    uint8_t *keep = calloc(REPL_PEERS_MAX, 1);
+    if (keep == NULL) return;
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        if (!p->peer[s][0] || (s > 0 && !strcmp(p->peer[s], p->peer[s - 1]))) continue;
+        unsigned i = repl_peer_find(r, p->peer[s]);
+        if (i != REPL_PEER_NONE) keep[i] = 1;
+    }
+    for (struct repl_src *src = r->srcs; src; src = src->next) {
+        unsigned i = src->fd >= 0 ? repl_peer_find(r, src->addr) : REPL_PEER_NONE;
+        if (i != REPL_PEER_NONE) keep[i] = 1;
+    }
+    unsigned forgot = 0;
+    for (unsigned i = 0; i < r->npeers; i++)
+        if (!keep[i] && r->peers[i][0]) {
+            r->peers[i][0] = 0;
+            forgot++;
+        }
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        uint16_t i = r->peer[s];
+        if (i < REPL_PEERS_MAX && !keep[i]) __atomic_store_n(&r->peer[s], REPL_PEER_GONE, __ATOMIC_RELAXED);
+    }
+    free(keep);
+    log_notice("replication: %d peer names known: %u no longer in use forgotten", REPL_PEERS_MAX,
+               forgot);
+}
+
 void repl_plan_commit(struct repl *r, struct repl_plan *p)
 {
     if (p == NULL) return;
     struct repl_link *gone = NULL, *fresh = NULL;
     pthread_mutex_lock(&r->lock);
     uint64_t fenced = 0;
+    bool reclaimed = false, told = false;
     for (struct repl_link *l = r->links; l; l = l->next) memset(l->slots, 0, SLOT_COUNT);
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
         uint8_t old = r->pub.role[s], nw = p->role[s];
@@ -185,6 +224,16 @@ void repl_plan_commit(struct repl *r, struct repl_plan *p)
         if ((old & REPL_ROLE_FENCED) && (nw & REPL_ROLE_PRIMARY)) nw |= REPL_ROLE_FENCED;
         fenced += (nw & REPL_ROLE_FENCED) != 0;
         unsigned idx = p->peer[s][0] ? repl_peer_index(r, p->peer[s]) : 0;
+        if (idx >= REPL_PEERS_MAX && !reclaimed) {
+            peers_reclaim(r, p);
+            reclaimed = true;
+            idx = repl_peer_index(r, p->peer[s]);
+        }
+        if (idx >= REPL_PEERS_MAX && !told) {
+            log_error("replication: more than %d peer names in use: slot %u (peer %s) and "
+                      "others are not replicated", REPL_PEERS_MAX, s, p->peer[s]);
+            told = true;
+        }
         bool moved = !(old & REPL_ROLE_STREAMS) || r->peer[s] != idx; /* new to this replica */
         __atomic_store_n(&r->peer[s], (uint16_t)idx, __ATOMIC_RELAXED);
         __atomic_store_n(&r->pub.role[s], nw, __ATOMIC_RELAXED);

@@ -451,3 +451,26 @@ def test_handoff_without_a_token_is_401_and_fences_nothing(start_server, control
     assert metric(a, "fenced_slots") == 0
     with McRaw(a.host, a.port) as m:
         assert m.store("set", "rep:x", "1") == "STORED"
+
+
+def test_a_node_that_has_seen_1024_peer_names_still_streams_to_a_new_replica(
+        start_server, control):
+    """Peer names (primaries and replicas documents named) were kept for the process's life in
+    a table of 1,024: a long-lived node that had seen that many (nodes replaced, new addresses)
+    never streamed to a replica with a new name (and took every unindexed name for the same
+    peer). Names no longer in use are forgotten when the table is full."""
+    a = start_node(start_server, control)
+    fakes = [f"10.8.{i // 250}.{i % 250}:11211" for i in range(1024)]  # the table, full
+    ranges = [{"from": i * 16, "to": i * 16 + 15, "node": f, "replica": a.addr}
+              for i, f in enumerate(fakes)]
+    control.publish({"version": 1, "pools": {"main": {"nodes": fakes + [a.addr], "slots": ranges}},
+                     "namespaces": {"rep": {"pool": "main", "copies": 2}}})
+    wait_until(lambda: handshake(a, fakes[-1]).startswith("REPL HAVE"),
+               message="a replicates from them all")
+    b = start_node(start_server, control)
+    control.publish(doc(2, a, b))
+    wait_until(lambda: handshake(a, fakes[-1]).startswith("REPL REFUSED"), message="v2 in use")
+    with McRaw(a.host, a.port) as m:
+        assert m.store("set", "rep:new", "v") == "STORED"
+    wait_until(lambda: value_of(b, "rep:new") == b"v", timeout=5,
+               message="the new replica receives the stream")
