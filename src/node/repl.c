@@ -507,8 +507,10 @@ static void *handoff_main(void *arg)
         bool found = false, lifted;
         uint64_t acked = 0;
         pthread_mutex_lock(&r->lock);
+        /* online only: during a full sync `acked` is where the stream resumes once the
+         * replica has the snapshot, not what it has (nor, when down, what it still has) */
         for (struct repl_link *l = r->links; l; l = l->next)
-            if (!strcmp(l->addr, h->to)) {
+            if (!strcmp(l->addr, h->to) && repl_ld(&l->state) == REPL_ONLINE) {
                 found = true;
                 acked = repl_ld(&l->acked);
             }

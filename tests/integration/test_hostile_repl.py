@@ -474,3 +474,35 @@ def test_a_node_that_has_seen_1024_peer_names_still_streams_to_a_new_replica(
         assert m.store("set", "rep:new", "v") == "STORED"
     wait_until(lambda: value_of(b, "rep:new") == b"v", timeout=5,
                message="the new replica receives the stream")
+
+
+def test_a_handoff_waits_for_a_replica_still_in_its_full_sync(start_server, control):
+    """A replica that has not yet applied (and acknowledged) its full sync must not be handed
+    the slots: at the sync's start the link's acked offset is set to the stream's position, so
+    a handoff fenced before that answered 200 at once, and the swap made a replica without the
+    data primary (two drains in a row lost acknowledged writes this way: the first gave the
+    second's node a new replica). It waits for the snapshot's acknowledgement now (504 here)."""
+    a = start_node(start_server, control)
+    synced = threading.Event()
+
+    def behave(fake, c, f, hello, n):  # takes the full sync, never acknowledges it
+        c.sendall(b"REPL HAVE - 0\r\n")
+        fake.log.append(("start", n, f.readline()))
+        synced.set()
+        while c.recv(65536):
+            pass
+
+    fake = FakeReplica(behave)
+    try:
+        control.publish(doc(1, a, None, nodes=[a]))
+        wait_until(lambda: repl(a)["replid"], message="replication on")
+        with McRaw(a.host, a.port) as m:
+            for i in range(20):
+                assert m.store("set", f"rep:k{i}", "v" * 1000) == "STORED"
+        control.publish(doc(2, a, fake, nodes=[a, fake]))
+        assert synced.wait(5)
+        status, body = handoff(a, fake, [[0, 16383]], 300)
+        assert status == 504, body
+        assert repl(a)["replicas"][0]["state"] == "sync"
+    finally:
+        fake.close()
