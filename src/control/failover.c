@@ -813,7 +813,10 @@ static void drain_run(struct failover *f, struct drain_job *j)
     if (json_array_size(moved) > 0) {
         char what[MODEL_ADDR_MAX + 100];
         snprintf(what, sizeof what, "drain of %s: slots swapped with their replicas in pool", j->node);
-        st = control_change(c, j->pool, what, swap_fn, &sa, &e, &version);
+        /* not re-planned: the plan would hand the drained node's excess of replica slots
+         * (it keeps those it had) to other nodes, and routers would take a range whose old
+         * node is not its replica for a promotion, replaying deletes over newer writes */
+        st = control_change_keeping_replicas(c, j->pool, what, swap_fn, &sa, &e, &version);
         if (st == 304) st = 0;
     }
     if (st) {

@@ -10,7 +10,7 @@ import pytest
 
 from controlharness import start_control  # noqa: F401  (a fixture)
 from mcraw import rss_bytes, sanitized, wait_until
-from test_control_failover import cluster  # noqa: F401  (a fixture)
+from test_control_failover import cluster, ranges  # noqa: F401  (a fixture)
 
 NODES = ["127.0.0.1:1", "127.0.0.1:2"]
 
@@ -103,3 +103,24 @@ def test_a_drain_timeout_the_nodes_would_refuse_is_refused_400(cluster):  # noqa
     assert [c for c in admins[0].calls if c[1] == "/v1/replication/handoff"] == []
     status, body = ctl.post(f"/v1/pools/main/nodes/{nodes[0].addr}/drain", {"timeout_ms": 60000})
     assert status == 200, body
+
+
+@pytest.mark.parametrize("victim", [0, 1, 2])
+def test_a_drain_leaves_the_drained_node_replica_of_every_slot_it_handed_off(cluster, victim):  # noqa: F811
+    """docs/admin-api.md: every range handed off gets the replica as node and the drained node
+    as replica, in one version. The replica plan was then recomputed for the pool, which gave
+    the drained node's excess of replica slots (it kept those it had) to others: for the middle
+    node most of its range got another replica. Routers took that for a promotion (the old node
+    is not the new replica) and replayed recent deletes over later writes, and the new replica
+    had to sync in full. Checked for every slot, not only each range's first."""
+    ctl, nodes, admins, routers = cluster()
+    node = nodes[victim].addr
+    before = ctl.topology()
+    mine = [r for r in ranges(before) if r["node"] == node]
+    status, body = ctl.post(f"/v1/pools/main/nodes/{node}/drain", {})
+    assert status == 200, body
+    own = {s: (r["node"], r.get("replica")) for r in ranges(ctl.topology())
+           for s in range(r["from"], r["to"] + 1)}
+    for r in mine:
+        wrong = [s for s in range(r["from"], r["to"] + 1) if own[s] != (r["replica"], node)]
+        assert wrong == [], f"{len(wrong)} slots of {r['from']}-{r['to']} not (new node, drained node)"
