@@ -506,3 +506,55 @@ def test_a_handoff_waits_for_a_replica_still_in_its_full_sync(start_server, cont
         assert repl(a)["replicas"][0]["state"] == "sync"
     finally:
         fake.close()
+
+
+def test_a_hostile_replica_costs_its_primary_only_that_link(start_server, control):
+    """A listener at a replica's address that answers the handshake with junk, a handshake line
+    with no end, or acks of offsets never sent: each connection is closed (counted) or the junk
+    ignored, the primary's acked figure never passes what it sent, and its clients are served.
+    Any ack used to count as the snapshot's (the link's acked offset was set to the resume
+    offset when the sync began), so a replica acking 0 or the future went `online`, and a
+    handoff to it was answered 200 with nothing applied."""
+    a = start_node(start_server, control)
+    mode = {"now": "garbage"}
+
+    def behave(fake, c, f, hello, n):
+        m = mode["now"]
+        fake.log.append((m, n))
+        if m == "garbage":
+            c.sendall(b"REPL HAVE - 0\r\n" + bytes(random.Random(n).randrange(256) for _ in range(3000)))
+        elif m == "endless line":
+            c.sendall(b"REPL HAVE " + b"x" * 5000)
+        else:  # acks of offsets never sent and of 0, none of the snapshot's end; reads on
+            c.sendall(b"REPL HAVE - 0\r\n" + frame("A", b"", 1 << 60) + frame("A", b"", 0))
+        c.settimeout(2)
+        try:
+            while (data := c.recv(65536)):
+                fake.got[n] = fake.got.get(n, 0) + len(data)
+        except OSError:
+            pass
+
+    fake = FakeReplica(behave)
+    fake.got = {}
+    try:
+        steady = Steady(a, "default")
+        errors0 = metric(a, "protocol_errors")
+        control.publish(doc(1, a, fake, nodes=[a, fake]))
+        wait_until(lambda: metric(a, "protocol_errors") >= errors0 + 2, message="junk counted")
+        mode["now"] = "endless line"
+        errors1 = metric(a, "protocol_errors")
+        wait_until(lambda: metric(a, "protocol_errors") >= errors1 + 2, timeout=10,
+                   message="an endless handshake line counted")
+        mode["now"] = "future acks"
+        with McRaw(a.host, a.port) as m:
+            for i in range(20):
+                assert m.store("set", f"rep:f{i}", "v" * 5000) == "STORED"
+        wait_until(lambda: fake.log[-1][0] == "future acks" and
+                   fake.got.get(fake.log[-1][1], 0) > 100_000, timeout=10,
+                   message="a snapshot sent to a connection acking what it was not sent")
+        time.sleep(0.1)  # its acks read by now (the sender reads them between steps)
+        r = repl(a)["replicas"][0]
+        assert r["acked"] <= repl(a)["offset"] and r["state"] != "online", r
+        steady.check()
+    finally:
+        fake.close()
