@@ -168,7 +168,7 @@ def test_a_handoff_whose_fence_was_lifted_while_it_waited_is_not_answered_200(
     try:
         with McRaw(a.host, a.port) as m:
             assert m.store("set", key_in(0, 100), "x") == "STORED"
-        th = threading.Thread(target=lambda: result.update(r=handoff(a, b, [[0, 100]], 3000)))
+        th = threading.Thread(target=lambda: result.update(r=handoff(a, b, [[0, 100]], 10000)))
         th.start()
         wait_until(lambda: metric(a, "fenced_slots") == 101, message="the first fence")
         status, body = handoff(a, b, [[0, 100]], 100)
