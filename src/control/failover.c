@@ -129,23 +129,11 @@ int failover_report(struct failover *f, json_t *body, struct model_err *e)
             return model_fail(e, 400, "nodes", "up_or_down",
                               "nodes.%.200s must be \"up\" or \"down\"", k);
     }
-    /* only what it says of nodes a pool lists is kept (nothing else is ever counted): a report
-     * of a megabyte of made-up names from each of FO_ROUTERS_MAX ids held gigabytes */
-    json_t *kept = json_object();
-    if (kept == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
+    /* only entries of listed nodes (all that is counted): made-up names held gigabytes */
     pthread_mutex_lock(&f->c->lock);
-    const char *pname;
-    json_t *p;
-    json_object_foreach(json_object_get(f->c->model, "pools"), pname, p) {
-        size_t i;
-        json_t *nd;
-        json_array_foreach(json_object_get(p, "nodes"), i, nd) {
-            const char *a = json_string_value(json_object_get(nd, "node"));
-            json_t *said = a ? json_object_get(nodes, a) : NULL;
-            if (said) json_object_set(kept, a, said);
-        }
-    }
+    json_t *kept = model_listed_only(f->c->model, nodes);
     pthread_mutex_unlock(&f->c->lock);
+    if (kept == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
     uint64_t now = clock_mono_ms();
     pthread_mutex_lock(&f->mu);
     struct fo_router *r = NULL;
@@ -653,9 +641,8 @@ int failover_drain(struct failover *f, const char *pool, const char *node, json_
         }
     json_t *force = json_object_get(body, "force"), *tmo = json_object_get(body, "timeout_ms");
     if ((force && !json_is_boolean(force)) ||
-        /* at most the node's own limit for a handoff: above it every handoff was refused */
         (tmo && (!json_is_integer(tmo) || json_integer_value(tmo) < 10 ||
-                 json_integer_value(tmo) > 60000))) {
+                 json_integer_value(tmo) > 60000))) { /* a node's limit for a handoff */
         st = model_fail(&e, 400, force && !json_is_boolean(force) ? "force" : "timeout_ms",
                         "range", "force must be true or false, timeout_ms 10 to 60000");
         goto fail;
@@ -813,9 +800,8 @@ static void drain_run(struct failover *f, struct drain_job *j)
     if (json_array_size(moved) > 0) {
         char what[MODEL_ADDR_MAX + 100];
         snprintf(what, sizeof what, "drain of %s: slots swapped with their replicas in pool", j->node);
-        /* not re-planned: the plan would hand the drained node's excess of replica slots
-         * (it keeps those it had) to other nodes, and routers would take a range whose old
-         * node is not its replica for a promotion, replaying deletes over newer writes */
+        /* replicas not re-planned (control.h): routers would take a re-planned one for a
+         * promotion and replay deletes over newer writes */
         st = control_change_keeping_replicas(c, j->pool, what, swap_fn, &sa, &e, &version);
         if (st == 304) st = 0;
     }

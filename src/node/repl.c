@@ -203,7 +203,8 @@ static void peers_reclaim(struct repl *r, const struct repl_plan *p)
         }
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
         uint16_t i = r->peer[s];
-        if (i < REPL_PEERS_MAX && !keep[i]) __atomic_store_n(&r->peer[s], REPL_PEER_GONE, __ATOMIC_RELAXED);
+        if (i < REPL_PEERS_MAX && !keep[i])
+            __atomic_store_n(&r->peer[s], REPL_PEER_GONE, __ATOMIC_RELAXED);
     }
     free(keep);
     log_notice("replication: %d peer names known: %u no longer in use forgotten", REPL_PEERS_MAX,
