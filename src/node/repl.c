@@ -529,6 +529,10 @@ static void *handoff_main(void *arg)
             status = 200;
             break;
         }
+        if (__atomic_load_n(&r->handoffs_ending, __ATOMIC_RELAXED)) {
+            status = 503;
+            break;
+        }
         if (clock_now_ms() >= h->deadline_ms || __atomic_load_n(&r->stopping, __ATOMIC_RELAXED))
             break;
         usleep(2000);
@@ -540,6 +544,12 @@ static void *handoff_main(void *arg)
         log_warn("replication: handoff to %s failed: a fence was lifted while it waited", h->to);
         snprintf(body, sizeof body, "{\"error\": \"a fence was lifted while this handoff "
                  "waited: hand off again\", \"offset\": %llu}\n", (unsigned long long)h->target);
+    } else if (status == 503) {
+        pthread_mutex_lock(&r->lock);
+        fence_lift_some(r, h->want);
+        pthread_mutex_unlock(&r->lock);
+        snprintf(body, sizeof body, "{\"error\": \"the node is shutting down\", \"offset\": "
+                 "%llu}\n", (unsigned long long)h->target);
     } else {
         pthread_mutex_lock(&r->lock);
         fence_lift_some(r, h->want);
@@ -552,7 +562,19 @@ static void *handoff_main(void *arg)
     admin_answer(h->held, status, body, strlen(body));
     free(h->want);
     free(h);
+    pthread_mutex_lock(&r->lock); /* the last touch of r: repl_handoffs_end may go on */
+    if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
+    pthread_mutex_unlock(&r->lock);
     return NULL;
+}
+
+void repl_handoffs_end(struct repl *r)
+{
+    if (r == NULL) return;
+    __atomic_store_n(&r->handoffs_ending, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&r->lock);
+    while (r->handoffs > 0) pthread_cond_wait(&r->appliers_done, &r->lock);
+    pthread_mutex_unlock(&r->lock);
 }
 
 static int handoff(struct repl *r, const char *body, size_t len, struct buf *out)
@@ -638,10 +660,16 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&r->lock);
+    r->handoffs++;
+    pthread_mutex_unlock(&r->lock);
     if (pthread_create(&th, &at, handoff_main, h) != 0) {
         admin_answer(h->held, 500, "{\"error\": \"no thread\"}\n", 23);
         free(h->want);
         free(h);
+        pthread_mutex_lock(&r->lock);
+        if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
+        pthread_mutex_unlock(&r->lock);
     }
     pthread_attr_destroy(&at);
     st = ADMIN_HELD;

@@ -55,6 +55,8 @@ struct repl {
     uint64_t next_conn_id;
     int appliers; /* live applier threads (under lock) */
     pthread_cond_t appliers_done;
+    int handoffs;         /* handoff threads waiting (under lock), signalled on appliers_done */
+    int handoffs_ending;  /* atomic: they answer now (repl_handoffs_end) */
     int stopping;
     uint64_t fence_until_ms; /* atomic: fences lift by themselves at this time (0: none) */
     uint64_t fence_lifts;    /* under lock: fences lifted other than by a document (a handoff

@@ -558,3 +558,27 @@ def test_a_hostile_replica_costs_its_primary_only_that_link(start_server, contro
         steady.check()
     finally:
         fake.close()
+
+
+def test_a_node_stopped_while_a_handoff_waits_answers_it_and_exits_cleanly(start_server,
+                                                                           control):
+    """SIGTERM while a handoff waited for its replica aborted the node (libmicrohttpd may not
+    stop with a request held: "MHD_stop_daemon() called while we have suspended
+    connections"). Waiting handoffs are answered 503 first now, and the node exits 0."""
+    a, b = pair(start_server, control)
+    b.proc.send_signal(signal.SIGSTOP)
+    result = {}
+    try:
+        with McRaw(a.host, a.port) as m:
+            assert m.store("set", "rep:x", "1") == "STORED"
+        th = threading.Thread(target=lambda: result.update(r=handoff(a, b, [[0, 16383]], 10000)))
+        th.start()
+        wait_until(lambda: metric(a, "fenced_slots") > 0, message="the handoff waiting")
+        a.proc.send_signal(signal.SIGTERM)
+        a.killed = True  # stopped here, on purpose
+        assert a.proc.wait(10) == 0, a.stderr_text()[-2000:]
+        th.join(10)
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    status, body = result["r"]
+    assert status == 503 and "shutting down" in body, body
