@@ -498,6 +498,15 @@ struct handoff {
     uint8_t *want;  /* its slots */
 };
 
+/* A handoff counted in r->handoffs has answered (or never will be): repl_handoffs_end may go
+ * on once none is left. */
+static void handoff_done(struct repl *r)
+{
+    pthread_mutex_lock(&r->lock);
+    if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
+    pthread_mutex_unlock(&r->lock);
+}
+
 static void *handoff_main(void *arg)
 {
     struct handoff *h = arg;
@@ -562,17 +571,15 @@ static void *handoff_main(void *arg)
     admin_answer(h->held, status, body, strlen(body));
     free(h->want);
     free(h);
-    pthread_mutex_lock(&r->lock); /* the last touch of r: repl_handoffs_end may go on */
-    if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
-    pthread_mutex_unlock(&r->lock);
+    handoff_done(r); /* the last touch of r */
     return NULL;
 }
 
 void repl_handoffs_end(struct repl *r)
 {
     if (r == NULL) return;
-    __atomic_store_n(&r->handoffs_ending, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->lock);
+    __atomic_store_n(&r->handoffs_ending, 1, __ATOMIC_RELAXED);
     while (r->handoffs > 0) pthread_cond_wait(&r->appliers_done, &r->lock);
     pthread_mutex_unlock(&r->lock);
 }
@@ -610,6 +617,12 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
         for (json_int_t s = json_integer_value(a); s <= json_integer_value(b); s++) want[s] = 1;
     }
     pthread_mutex_lock(&r->lock);
+    if (__atomic_load_n(&r->handoffs_ending, __ATOMIC_RELAXED)) { /* set under this lock */
+        pthread_mutex_unlock(&r->lock);
+        buf_append_str(out, "{\"error\": \"the node is shutting down\"}\n");
+        st = 503;
+        goto out;
+    }
     /* a name no document gave cannot be this node's replica: looked up, never added */
     unsigned idx = repl_peer_find(r, to);
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
@@ -636,6 +649,7 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
              deadline = now + (tmo ? (uint64_t)json_integer_value(tmo) : HANDOFF_TIMEOUT_MS);
     fence_extend(r, deadline > now + FENCE_MAX_MS ? deadline : now + FENCE_MAX_MS);
     uint64_t lifts = r->fence_lifts;
+    r->handoffs++; /* from here on repl_handoffs_end waits for this one */
     pthread_mutex_unlock(&r->lock);
     /* every worker past its current batch: no write to these slots can still be on its way into
      * the backlog, so its end now is all that was accepted for them */
@@ -643,6 +657,7 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     struct handoff *h = calloc(1, sizeof *h);
     if (h == NULL || (h->held = admin_hold()) == NULL) {
         free(h);
+        handoff_done(r);
         buf_append_str(out, "{\"error\": \"out of memory\"}\n");
         st = 500;
         goto out;
@@ -660,16 +675,11 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_mutex_lock(&r->lock);
-    r->handoffs++;
-    pthread_mutex_unlock(&r->lock);
     if (pthread_create(&th, &at, handoff_main, h) != 0) {
         admin_answer(h->held, 500, "{\"error\": \"no thread\"}\n", 23);
         free(h->want);
         free(h);
-        pthread_mutex_lock(&r->lock);
-        if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
-        pthread_mutex_unlock(&r->lock);
+        handoff_done(r);
     }
     pthread_attr_destroy(&at);
     st = ADMIN_HELD;
