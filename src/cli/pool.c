@@ -146,8 +146,8 @@ int cli_node_drain(const struct cli_cmd *cmd, struct cli_args *a)
         return cli_err("shoal %s: %s is not HOST:PORT", cmd->name, node), 2;
     uint64_t tmo = 2000;
     const char *t = cli_flag(cmd, a, "timeout-ms");
-    if (t && (cli_parse_uint(t, &tmo) < 0 || tmo < 10 || tmo > 600000))
-        return cli_err("shoal %s: --timeout-ms must be 10 to 600000", cmd->name), 2;
+    if (t && (cli_parse_uint(t, &tmo) < 0 || tmo < 10 || tmo > 60000))
+        return cli_err("shoal %s: --timeout-ms must be 10 to 60000", cmd->name), 2;
     char *p = cli_path_escape(pool), *n = cli_path_escape(node), path[1024];
     snprintf(path, sizeof path, "/v1/pools/%s/nodes/%s/drain", p ? p : "", n ? n : "");
     free(p);

@@ -84,6 +84,7 @@ struct change {
     char created[80]; /* the name a create made */
     control_fn fn;    /* OP_FN: control's own change (control_change), on pool `name` */
     void *arg;
+    bool keep_replicas; /* OP_FN: the pool's replicas are not re-planned after fn */
     const char *what;
 };
 
@@ -163,7 +164,8 @@ static int apply_core(struct control *c, struct change *ch, struct model_err *ep
     json_t *next = model_fork(c->model, tns, tpool);
     int st = next ? run_op(next, ch, &e) : model_fail(&e, 507, "body", "memory", "out of memory");
     if (st == 0)
-        st = model_replicas_sync(next, tpool, c->fo ? failover_live : NULL, c->fo, &e);
+        st = model_replicas_sync(next, ch->keep_replicas ? NULL : tpool,
+                                 c->fo ? failover_live : NULL, c->fo, &e);
     if (st == 0 && ch->op == OP_FN &&
         json_equal(json_object_get(next, "pools"), json_object_get(c->model, "pools")) &&
         json_equal(json_object_get(next, "namespaces"), json_object_get(c->model, "namespaces")))
@@ -230,6 +232,15 @@ int control_change(struct control *c, const char *pool, const char *what, contro
                    void *arg, struct model_err *e, uint64_t *version)
 {
     struct change ch = {.op = OP_FN, .name = pool, .fn = fn, .arg = arg, .what = what};
+    return apply_core(c, &ch, e, version);
+}
+
+int control_change_keeping_replicas(struct control *c, const char *pool, const char *what,
+                                    control_fn fn, void *arg, struct model_err *e,
+                                    uint64_t *version)
+{
+    struct change ch = {.op = OP_FN, .name = pool, .fn = fn, .arg = arg, .what = what,
+                        .keep_replicas = true};
     return apply_core(c, &ch, e, version);
 }
 

@@ -198,5 +198,12 @@ struct model_err;
 typedef int (*control_fn)(json_t *m, void *arg, struct model_err *e);
 int control_change(struct control *c, const char *pool, const char *what, control_fn fn,
                    void *arg, struct model_err *e, uint64_t *version);
+/* As control_change, but the pool's replicas are left as fn made them (not re-planned): a
+ * drain's swap, whose drained node must stay the replica of every slot it handed off. (The
+ * plan would give the excess of the drained node, which keeps the replica slots it had, to
+ * other nodes; routers would take such a range for a promotion and replay recent deletes.) */
+int control_change_keeping_replicas(struct control *c, const char *pool, const char *what,
+                                    control_fn fn, void *arg, struct model_err *e,
+                                    uint64_t *version);
 
 #endif

@@ -129,6 +129,11 @@ int failover_report(struct failover *f, json_t *body, struct model_err *e)
             return model_fail(e, 400, "nodes", "up_or_down",
                               "nodes.%.200s must be \"up\" or \"down\"", k);
     }
+    /* only entries of listed nodes (all that is counted): made-up names held gigabytes */
+    pthread_mutex_lock(&f->c->lock);
+    json_t *kept = model_listed_only(f->c->model, nodes);
+    pthread_mutex_unlock(&f->c->lock);
+    if (kept == NULL) return model_fail(e, 507, "body", "memory", "out of memory");
     uint64_t now = clock_mono_ms();
     pthread_mutex_lock(&f->mu);
     struct fo_router *r = NULL;
@@ -140,6 +145,7 @@ int failover_report(struct failover *f, json_t *body, struct model_err *e)
         if (r == NULL && f->nr < FO_ROUTERS_MAX) r = &f->routers[f->nr++];
         if (r == NULL) {
             pthread_mutex_unlock(&f->mu);
+            json_decref(kept);
             return model_fail(e, 503, "router", "limit", "%d routers report already",
                               FO_ROUTERS_MAX);
         }
@@ -148,7 +154,7 @@ int failover_report(struct failover *f, json_t *body, struct model_err *e)
         snprintf(r->id, sizeof r->id, "%s", id);
     }
     json_decref(r->nodes);
-    r->nodes = json_incref(nodes);
+    r->nodes = kept;
     r->at = now;
     pthread_mutex_unlock(&f->mu);
     CTL_INC(f->c, reports);
@@ -636,9 +642,9 @@ int failover_drain(struct failover *f, const char *pool, const char *node, json_
     json_t *force = json_object_get(body, "force"), *tmo = json_object_get(body, "timeout_ms");
     if ((force && !json_is_boolean(force)) ||
         (tmo && (!json_is_integer(tmo) || json_integer_value(tmo) < 10 ||
-                 json_integer_value(tmo) > 600000))) {
+                 json_integer_value(tmo) > 60000))) { /* a node's limit for a handoff */
         st = model_fail(&e, 400, force && !json_is_boolean(force) ? "force" : "timeout_ms",
-                        "range", "force must be true or false, timeout_ms 10 to 600000");
+                        "range", "force must be true or false, timeout_ms 10 to 60000");
         goto fail;
     }
     struct drain_range *d = NULL;
@@ -794,7 +800,9 @@ static void drain_run(struct failover *f, struct drain_job *j)
     if (json_array_size(moved) > 0) {
         char what[MODEL_ADDR_MAX + 100];
         snprintf(what, sizeof what, "drain of %s: slots swapped with their replicas in pool", j->node);
-        st = control_change(c, j->pool, what, swap_fn, &sa, &e, &version);
+        /* replicas not re-planned (control.h): routers would take a re-planned one for a
+         * promotion and replay deletes over newer writes */
+        st = control_change_keeping_replicas(c, j->pool, what, swap_fn, &sa, &e, &version);
         if (st == 304) st = 0;
     }
     if (st) {

@@ -285,6 +285,26 @@ int model_node_index(const json_t *nodes, const char *addr)
     return -1;
 }
 
+json_t *model_listed_only(const json_t *m, const json_t *obj)
+{
+    json_t *kept = json_object();
+    const char *pname;
+    json_t *p;
+    json_object_foreach(json_object_get(m, "pools"), pname, p) {
+        size_t i;
+        json_t *nd;
+        json_array_foreach(json_object_get(p, "nodes"), i, nd) {
+            const char *a = json_string_value(json_object_get(nd, "node"));
+            json_t *v = a && kept ? json_object_get(obj, a) : NULL;
+            if (v && json_object_set(kept, a, v) < 0) {
+                json_decref(kept);
+                return NULL;
+            }
+        }
+    }
+    return kept;
+}
+
 /* The pool's slot ranges as an owner per slot (indexes into its nodes), and, when `replica` is
  * not NULL, each slot's replica (SLOTMAP_NONE where the range names none). A replica must be
  * another node of the pool. */

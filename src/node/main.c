@@ -20,6 +20,7 @@
 #include "node/control.h"
 #include "node/fence.h"
 #include "node/node.h"
+#include "node/repl.h"
 #include "node/node_admin.h"
 #include "node/worker.h"
 
@@ -192,7 +193,9 @@ int main(int argc, char **argv)
     /* it publishes namespace tables, which waits for the workers: before they go */
     node_control_stop(node.control);
     /* /metrics reads the workers' counters and the follower's figures, and an admin write
-     * publishes tables (waiting for the workers): the admin thread goes before either */
+     * publishes tables (waiting for the workers): the admin thread goes before either, once
+     * no handoff holds a request (the listener may not stop with one held) */
+    repl_handoffs_end(node.repl);
     admin_destroy(&admin);
     worker_teardown(&node);
     node_control_free(&node.control);

@@ -3,8 +3,9 @@
  * stream itself is repl_primary.c and repl_replica.c.
  *
  * Roles are written by the control follower only, one relaxed atomic byte per slot, and read
- * by workers without a lock; peer names live in an append-only table, so a slot's peer index is
- * good for the process's life and nothing needs reclaiming. */
+ * by workers without a lock; peer names live in a table of REPL_PEERS_MAX: when a document needs
+ * a name and the table is full, names neither that document nor a live stream uses are
+ * forgotten (peers_reclaim), so a long-lived node that saw many addresses still takes new ones. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,13 +50,24 @@ size_t repl_max_payload(const struct repl *r)
     return p > REPL_SLOT_BITMAP ? p : REPL_SLOT_BITMAP;
 }
 
-unsigned repl_peer_index(struct repl *r, const char *addr)
+unsigned repl_peer_find(const struct repl *r, const char *addr)
 {
+    if (addr[0] == 0) return REPL_PEER_NONE; /* "" marks a forgotten entry */
     for (unsigned i = 0; i < r->npeers; i++)
         if (!strcmp(r->peers[i], addr)) return i;
-    if (r->npeers == REPL_PEERS_MAX) return REPL_PEERS_MAX;
-    snprintf(r->peers[r->npeers], REPL_ADDR_MAX, "%s", addr);
-    return r->npeers++;
+    return REPL_PEER_NONE;
+}
+
+unsigned repl_peer_index(struct repl *r, const char *addr)
+{
+    unsigned i = repl_peer_find(r, addr);
+    if (i != REPL_PEER_NONE) return i;
+    if (r->npeers < REPL_PEERS_MAX) i = r->npeers++;
+    else
+        for (i = 0; i < REPL_PEERS_MAX && r->peers[i][0]; i++) {}
+    if (i == REPL_PEERS_MAX) return REPL_PEERS_MAX;
+    snprintf(r->peers[i], REPL_ADDR_MAX, "%s", addr);
+    return i;
 }
 
 void repl_set_advertise(struct repl *r, const char *advertise)
@@ -166,12 +178,47 @@ void repl_plan_free(struct repl_plan *p)
     free(p);
 }
 
+/* The table is full: forget every name that neither plan `p` nor a live stream (an applier
+ * holds its primary's index) uses (lock held). A slot whose peer was forgotten gets index
+ * REPL_PEER_GONE, which matches no applier and counts as a new peer for the slot (so a reused
+ * index never passes for the old one). */
+#define REPL_PEER_GONE 0xffff
+static void peers_reclaim(struct repl *r, const struct repl_plan *p)
+{
+    uint8_t *keep = calloc(REPL_PEERS_MAX, 1);
+    if (keep == NULL) return;
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        if (!p->peer[s][0] || (s > 0 && !strcmp(p->peer[s], p->peer[s - 1]))) continue;
+        unsigned i = repl_peer_find(r, p->peer[s]);
+        if (i != REPL_PEER_NONE) keep[i] = 1;
+    }
+    for (struct repl_src *src = r->srcs; src; src = src->next) {
+        unsigned i = src->fd >= 0 ? repl_peer_find(r, src->addr) : REPL_PEER_NONE;
+        if (i != REPL_PEER_NONE) keep[i] = 1;
+    }
+    unsigned forgot = 0;
+    for (unsigned i = 0; i < r->npeers; i++)
+        if (!keep[i] && r->peers[i][0]) {
+            r->peers[i][0] = 0;
+            forgot++;
+        }
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        uint16_t i = r->peer[s];
+        if (i < REPL_PEERS_MAX && !keep[i])
+            __atomic_store_n(&r->peer[s], REPL_PEER_GONE, __ATOMIC_RELAXED);
+    }
+    free(keep);
+    log_notice("replication: %d peer names known: %u no longer in use forgotten", REPL_PEERS_MAX,
+               forgot);
+}
+
 void repl_plan_commit(struct repl *r, struct repl_plan *p)
 {
     if (p == NULL) return;
     struct repl_link *gone = NULL, *fresh = NULL;
     pthread_mutex_lock(&r->lock);
     uint64_t fenced = 0;
+    bool reclaimed = false, told = false;
     for (struct repl_link *l = r->links; l; l = l->next) memset(l->slots, 0, SLOT_COUNT);
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
         uint8_t old = r->pub.role[s], nw = p->role[s];
@@ -179,6 +226,16 @@ void repl_plan_commit(struct repl *r, struct repl_plan *p)
         if ((old & REPL_ROLE_FENCED) && (nw & REPL_ROLE_PRIMARY)) nw |= REPL_ROLE_FENCED;
         fenced += (nw & REPL_ROLE_FENCED) != 0;
         unsigned idx = p->peer[s][0] ? repl_peer_index(r, p->peer[s]) : 0;
+        if (idx >= REPL_PEERS_MAX && !reclaimed) {
+            peers_reclaim(r, p);
+            reclaimed = true;
+            idx = repl_peer_index(r, p->peer[s]);
+        }
+        if (idx >= REPL_PEERS_MAX && !told) {
+            log_error("replication: more than %d peer names in use: slot %u (peer %s) and "
+                      "others are not replicated", REPL_PEERS_MAX, s, p->peer[s]);
+            told = true;
+        }
         bool moved = !(old & REPL_ROLE_STREAMS) || r->peer[s] != idx; /* new to this replica */
         __atomic_store_n(&r->peer[s], (uint16_t)idx, __ATOMIC_RELAXED);
         __atomic_store_n(&r->pub.role[s], nw, __ATOMIC_RELAXED);
@@ -265,6 +322,30 @@ void repl_fence_clear(struct repl *r)
     }
     __atomic_store_n(&r->pub.nfenced, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->fence_until_ms, 0, __ATOMIC_RELAXED);
+    r->fence_lifts++;
+}
+
+/* Lift the fences of the slots in `want` only (lock held): a handoff that timed out must not
+ * lift those of another one, already answered 200, whose swap is on its way. */
+static void fence_lift_some(struct repl *r, const uint8_t *want)
+{
+    uint64_t fenced = 0;
+    for (unsigned s = 0; s < SLOT_COUNT; s++) {
+        uint8_t v = __atomic_load_n(&r->pub.role[s], __ATOMIC_RELAXED);
+        if (want[s] && (v & REPL_ROLE_FENCED))
+            __atomic_store_n(&r->pub.role[s], (uint8_t)(v & ~REPL_ROLE_FENCED), __ATOMIC_RELAXED);
+        else fenced += (v & REPL_ROLE_FENCED) != 0;
+    }
+    __atomic_store_n(&r->pub.nfenced, fenced, __ATOMIC_RELAXED);
+    if (fenced == 0) __atomic_store_n(&r->fence_until_ms, 0, __ATOMIC_RELAXED);
+    r->fence_lifts++;
+}
+
+/* Keep the fences up until `until` at least (lock held). */
+static void fence_extend(struct repl *r, uint64_t until)
+{
+    if (__atomic_load_n(&r->fence_until_ms, __ATOMIC_RELAXED) < until)
+        __atomic_store_n(&r->fence_until_ms, until, __ATOMIC_RELAXED);
 }
 
 static bool write_cmd(enum proto_cmd c)
@@ -414,7 +495,18 @@ struct handoff {
     struct admin_held *held;
     char to[REPL_ADDR_MAX];
     uint64_t target, deadline_ms;
+    uint64_t lifts; /* r->fence_lifts when this one fenced */
+    uint8_t *want;  /* its slots */
 };
+
+/* A handoff counted in r->handoffs has answered (or never will be): repl_handoffs_end may go
+ * on once none is left. */
+static void handoff_done(struct repl *r)
+{
+    pthread_mutex_lock(&r->lock);
+    if (--r->handoffs == 0) pthread_cond_broadcast(&r->appliers_done);
+    pthread_mutex_unlock(&r->lock);
+}
 
 static void *handoff_main(void *arg)
 {
@@ -423,17 +515,32 @@ static void *handoff_main(void *arg)
     char body[128];
     int status = 504;
     for (;;) {
-        bool found = false;
+        bool found = false, lifted;
         uint64_t acked = 0;
         pthread_mutex_lock(&r->lock);
+        /* online only: during a full sync `acked` is where the stream resumes once the
+         * replica has the snapshot, not what it has (nor, when down, what it still has) */
         for (struct repl_link *l = r->links; l; l = l->next)
-            if (!strcmp(l->addr, h->to)) {
+            if (!strcmp(l->addr, h->to) && repl_ld(&l->state) == REPL_ONLINE) {
                 found = true;
                 acked = repl_ld(&l->acked);
             }
+        /* a fence lifted meanwhile (another handoff's timeout, the 10 s limit) let writes in
+         * after h->target: the replica having it proves nothing any more */
+        lifted = r->fence_lifts != h->lifts;
+        if (found && acked >= h->target && !lifted)
+            fence_extend(r, clock_now_ms() + FENCE_MAX_MS); /* time for the swap to come */
         pthread_mutex_unlock(&r->lock);
+        if (lifted) {
+            status = 409;
+            break;
+        }
         if (found && acked >= h->target) {
             status = 200;
+            break;
+        }
+        if (__atomic_load_n(&r->handoffs_ending, __ATOMIC_RELAXED)) {
+            status = 503;
             break;
         }
         if (clock_now_ms() >= h->deadline_ms || __atomic_load_n(&r->stopping, __ATOMIC_RELAXED))
@@ -443,9 +550,19 @@ static void *handoff_main(void *arg)
     if (status == 200) {
         snprintf(body, sizeof body, "{\"lag_bytes\": 0, \"offset\": %llu}\n",
                  (unsigned long long)h->target);
+    } else if (status == 409) {
+        log_warn("replication: handoff to %s failed: a fence was lifted while it waited", h->to);
+        snprintf(body, sizeof body, "{\"error\": \"a fence was lifted while this handoff "
+                 "waited: hand off again\", \"offset\": %llu}\n", (unsigned long long)h->target);
+    } else if (status == 503) {
+        pthread_mutex_lock(&r->lock);
+        fence_lift_some(r, h->want);
+        pthread_mutex_unlock(&r->lock);
+        snprintf(body, sizeof body, "{\"error\": \"the node is shutting down\", \"offset\": "
+                 "%llu}\n", (unsigned long long)h->target);
     } else {
         pthread_mutex_lock(&r->lock);
-        repl_fence_clear(r);
+        fence_lift_some(r, h->want);
         pthread_mutex_unlock(&r->lock);
         log_warn("replication: handoff to %s timed out before its lag drained; fence lifted",
                  h->to);
@@ -453,8 +570,19 @@ static void *handoff_main(void *arg)
                  (unsigned long long)h->target);
     }
     admin_answer(h->held, status, body, strlen(body));
+    free(h->want);
     free(h);
+    handoff_done(r); /* the last touch of r */
     return NULL;
+}
+
+void repl_handoffs_end(struct repl *r)
+{
+    if (r == NULL) return;
+    pthread_mutex_lock(&r->lock);
+    __atomic_store_n(&r->handoffs_ending, 1, __ATOMIC_RELAXED);
+    while (r->handoffs > 0) pthread_cond_wait(&r->appliers_done, &r->lock);
+    pthread_mutex_unlock(&r->lock);
 }
 
 static int handoff(struct repl *r, const char *body, size_t len, struct buf *out)
@@ -490,7 +618,14 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
         for (json_int_t s = json_integer_value(a); s <= json_integer_value(b); s++) want[s] = 1;
     }
     pthread_mutex_lock(&r->lock);
-    unsigned idx = repl_peer_index(r, to);
+    if (__atomic_load_n(&r->handoffs_ending, __ATOMIC_RELAXED)) { /* set under this lock */
+        pthread_mutex_unlock(&r->lock);
+        buf_append_str(out, "{\"error\": \"the node is shutting down\"}\n");
+        st = 503;
+        goto out;
+    }
+    /* a name no document gave cannot be this node's replica: looked up, never added */
+    unsigned idx = repl_peer_find(r, to);
     for (unsigned s = 0; s < SLOT_COUNT; s++) {
         uint8_t role = r->pub.role[s];
         if (want[s] && (!(role & REPL_ROLE_STREAMS) || r->peer[s] != idx)) {
@@ -509,7 +644,13 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
         fenced += (role & REPL_ROLE_FENCED) != 0;
     }
     __atomic_store_n(&r->pub.nfenced, fenced, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->fence_until_ms, clock_now_ms() + FENCE_MAX_MS, __ATOMIC_RELAXED);
+    /* up for this wait at least (timeout_ms may exceed 10 s), and never shortened: another
+     * handoff's fence may be waiting for its swap */
+    uint64_t now = clock_now_ms(),
+             deadline = now + (tmo ? (uint64_t)json_integer_value(tmo) : HANDOFF_TIMEOUT_MS);
+    fence_extend(r, deadline > now + FENCE_MAX_MS ? deadline : now + FENCE_MAX_MS);
+    uint64_t lifts = r->fence_lifts;
+    r->handoffs++; /* from here on repl_handoffs_end waits for this one */
     pthread_mutex_unlock(&r->lock);
     /* every worker past its current batch: no write to these slots can still be on its way into
      * the backlog, so its end now is all that was accepted for them */
@@ -517,6 +658,7 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     struct handoff *h = calloc(1, sizeof *h);
     if (h == NULL || (h->held = admin_hold()) == NULL) {
         free(h);
+        handoff_done(r);
         buf_append_str(out, "{\"error\": \"out of memory\"}\n");
         st = 500;
         goto out;
@@ -524,7 +666,10 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     h->r = r;
     snprintf(h->to, sizeof h->to, "%s", to);
     h->target = repl_backlog_end(&r->bl);
-    h->deadline_ms = clock_now_ms() + (tmo ? (uint64_t)json_integer_value(tmo) : HANDOFF_TIMEOUT_MS);
+    h->deadline_ms = deadline;
+    h->lifts = lifts;
+    h->want = want;
+    want = NULL;
     log_notice("replication: handoff to %s, writes fenced, waiting for offset %llu", to,
                (unsigned long long)h->target);
     pthread_t th;
@@ -533,7 +678,9 @@ static int handoff(struct repl *r, const char *body, size_t len, struct buf *out
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&th, &at, handoff_main, h) != 0) {
         admin_answer(h->held, 500, "{\"error\": \"no thread\"}\n", 23);
+        free(h->want);
         free(h);
+        handoff_done(r);
     }
     pthread_attr_destroy(&at);
     st = ADMIN_HELD;

@@ -81,6 +81,9 @@ struct repl *repl_create(struct node *n, char *err, size_t errlen);
 void repl_set_advertise(struct repl *r, const char *advertise);
 void repl_stop(struct repl *r);
 void repl_free(struct repl **r);
+/* Answer every handoff still waiting (503, its fence lifted) and wait for their threads: at
+ * shutdown, before the admin listener stops (it may not stop with a request held). NULL: none. */
+void repl_handoffs_end(struct repl *r);
 
 /* Roles from a topology document (control.c): begin, one call per range of the pools that list
  * this node, commit. A change between primary and replica drops nothing (control.c's slot

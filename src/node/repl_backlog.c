@@ -109,6 +109,22 @@ bool repl_backlog_holds(struct repl_backlog *b, uint64_t pos)
 {
     pthread_mutex_lock(&b->lock);
     bool ok = pos >= b->start && pos <= b->end;
+    if (ok && pos < b->end) {
+        /* a replica's offset from a frame's end is a frame's start; any other (a peer's made-up
+         * one) would have the sender read headers out of payload bytes and stall. A frame's
+         * header carries its own end offset: one that does not name pos + its length is none. */
+        uint8_t h[REPL_HDR];
+        if (b->end - pos < REPL_HDR) {
+            ok = false;
+        } else {
+            ring_get(b, pos, h, REPL_HDR);
+            uint64_t len = (uint64_t)h[4] | (uint64_t)h[5] << 8 | (uint64_t)h[6] << 16 |
+                           (uint64_t)h[7] << 24, end = 0;
+            for (int i = 15; i >= 8; i--) end = end << 8 | h[i];
+            ok = repl_type_stream(h[0]) && !h[1] && !h[2] && !h[3] &&
+                 end == pos + REPL_HDR + len && end <= b->end;
+        }
+    }
     pthread_mutex_unlock(&b->lock);
     return ok;
 }

@@ -38,7 +38,8 @@ uint64_t repl_backlog_append(struct repl_backlog *b, uint8_t type, const struct 
  * the largest frame) and advance *pos. Returns the bytes copied (0: nothing new), or -1 when
  * *pos is no longer held (behind start, or not a frame boundary ahead of end). */
 long repl_backlog_read(struct repl_backlog *b, uint64_t *pos, uint8_t *dst, size_t cap);
-/* The stream's end offset now, and whether `pos` is still held (start <= pos <= end). */
+/* The stream's end offset now, and whether `pos` is still held (start <= pos <= end) and a
+ * frame's start (or the end). */
 uint64_t repl_backlog_end(struct repl_backlog *b);
 bool repl_backlog_holds(struct repl_backlog *b, uint64_t pos);
 

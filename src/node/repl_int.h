@@ -63,13 +63,22 @@ struct repl {
     uint64_t next_conn_id;
     int appliers; /* live applier threads (under lock) */
     pthread_cond_t appliers_done;
+    int handoffs;         /* handoff threads waiting (under lock), signalled on appliers_done */
+    int handoffs_ending;  /* atomic: they answer now (repl_handoffs_end) */
     int stopping;
     uint64_t fence_until_ms; /* atomic: fences lift by themselves at this time (0: none) */
+    uint64_t fence_lifts;    /* under lock: fences lifted other than by a document (a handoff
+                              * still waiting answers 200 only if none was meanwhile) */
     struct repl_metrics m;   /* counters (atomics); gauges are computed when read */
 };
 
-/* The index of `addr` in the peer table, added if new (lock held); REPL_PEERS_MAX when full. */
+/* The index of `addr` in the peer table, added if new (lock held); REPL_PEERS_MAX when full.
+ * Only names from a topology document are added: the table is append-only and bounded. */
 unsigned repl_peer_index(struct repl *r, const char *addr);
+/* The index of `addr` when the table holds it, else REPL_PEER_NONE, which matches no slot's
+ * peer (lock held). For names a peer or an admin caller gives, which must not fill the table. */
+#define REPL_PEER_NONE 0xffffffffu
+unsigned repl_peer_find(const struct repl *r, const char *addr);
 /* Start a link's sender thread; stop and join one (lock NOT held). */
 int repl_link_start(struct repl_link *l);
 void repl_link_join(struct repl_link *l);

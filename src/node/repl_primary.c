@@ -151,6 +151,7 @@ struct sender {
     uint8_t in[64 * REPL_HDR]; /* acks */
     size_t nin;
     uint64_t nacks; /* acks this connection; a replica sends none during a full sync */
+    uint64_t ack_max; /* the highest offset acknowledged on this connection (within pos) */
 };
 
 static int connect_to(const char *addr, int timeout_ms)
@@ -250,8 +251,12 @@ static int read_acks(struct sender *s, int wait_ms)
             return -1;
         }
         if (used == 0) break;
-        s->nacks++;
-        if (f.offset <= s->pos && f.offset > repl_ld(&s->l->acked)) repl_st(&s->l->acked, f.offset);
+        /* an offset past what was sent is ignored, and counts for nothing */
+        if (f.offset <= s->pos) {
+            s->nacks++;
+            if (f.offset > s->ack_max) s->ack_max = f.offset;
+            if (f.offset > repl_ld(&s->l->acked)) repl_st(&s->l->acked, f.offset);
+        }
         off += (size_t)used;
     }
     memmove(s->in, s->in + off, s->nin - off);
@@ -516,7 +521,9 @@ static void sender_session(struct sender *s)
             }
         }
         if (read_acks(s, rc == 1 ? 0 : 2) < 0) return;
-        if (snap_end != UINT64_MAX && s->nacks > 0 && repl_ld(&l->acked) >= snap_end) {
+        /* the replica's own ack of the snapshot's end: l->acked was set to the resume offset
+         * when the sync began, so it proves nothing */
+        if (snap_end != UINT64_MAX && s->nacks > 0 && s->ack_max >= snap_end) {
             snap_end = UINT64_MAX;
             repl_st(&l->state, REPL_ONLINE); /* the replica applied the whole snapshot */
         }
@@ -550,6 +557,7 @@ static void *sender_main(void *arg)
         s.fd = fd;
         s.nin = 0;
         s.nacks = 0;
+        s.ack_max = 0;
         pthread_mutex_lock(&r->lock);
         __atomic_store_n(&l->fd, fd, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&r->lock);

@@ -219,6 +219,13 @@ static int apply_frame(struct applier *a, const struct repl_frame *f, const char
         *why = "key longer than 250 bytes";
         return -1;
     }
+    /* no client could have stored it (the text protocol splits on both), and `stats cachedump`
+     * prints text keys as they are: such a key would forge lines of its answer */
+    if ((f->type == REPL_F_ITEM || f->type == REPL_F_SNAP) && !(rec.iflags & ITEM_KEY_BINARY) &&
+        (memchr(rec.key, ' ', rec.nkey) || memchr(rec.key, '\n', rec.nkey))) {
+        *why = "a text key with a space or a newline";
+        return -1;
+    }
     if (!mine(a, slot_of_key(rec.key, rec.nkey))) {
         repl_inc(&r->m.records_skipped, 1);
         return 0;
@@ -279,7 +286,9 @@ static void applier_run(struct applier *a)
     }
     /* the peer must be the primary of a slot this node replicates, in the topology in use */
     pthread_mutex_lock(&r->lock);
-    a->peer_idx = repl_peer_index(r, a->peer);
+    /* looked up, not added: a name no document gave is no primary of ours, and a stream of
+     * made-up names must not fill the peer table (then the next real peer had no index) */
+    a->peer_idx = repl_peer_find(r, a->peer);
     bool ok = false;
     for (unsigned s = 0; s < SLOT_COUNT && !ok; s++) ok = mine(a, (uint16_t)s);
     struct repl_src *src = NULL;

@@ -194,6 +194,27 @@ static void test_backlog_full_drops_oldest_and_loses_a_slow_reader(void **state)
     repl_backlog_free(&b);
 }
 
+/* A replica's offset is a frame's start or the end; a made-up one inside a frame is not held,
+ * so its primary syncs it in full instead of reading headers out of payload bytes. */
+static void test_backlog_holds_frame_starts_only(void **state)
+{
+    (void)state;
+    struct repl_backlog b;
+    assert_int_equal(repl_backlog_init(&b, 4096), 0);
+    uint64_t prev = 0;
+    for (int i = 0; i < 40; i++) { /* past a wrap: frames straddle the ring's end */
+        uint64_t end = put(&b, 150 + (size_t)i, 'z');
+        if (prev >= b.start) {
+            assert_true(repl_backlog_holds(&b, prev));
+            for (uint64_t off = prev + 1; off < end; off += 7) assert_false(repl_backlog_holds(&b, off));
+        }
+        assert_true(repl_backlog_holds(&b, end));
+        assert_false(repl_backlog_holds(&b, end + 1));
+        prev = end;
+    }
+    repl_backlog_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_handshake_lines),
         cmocka_unit_test(test_backlog_keeps_whole_frames_in_order),
         cmocka_unit_test(test_backlog_full_drops_oldest_and_loses_a_slow_reader),
+        cmocka_unit_test(test_backlog_holds_frame_starts_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
