@@ -405,7 +405,7 @@ void ha_await_version(struct ha *h, uint64_t v, unsigned wait_ms)
     deadline_ts(&ts, wait_ms);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        /* the gauge, not c->lock: a leader's admin thread may hold that through an etcd write */
+        /* the gauge, not c->lock: cheaper, and never behind a change being installed */
         if (__atomic_load_n(&h->c->m.topology_version, __ATOMIC_RELAXED) >= v) break;
         h->kick = true;
         pthread_cond_broadcast(&h->cv);
