@@ -115,6 +115,7 @@ def test_renewals_are_answered_at_once_while_a_change_waits_on_a_slow_etcd_save(
         assert rounds >= 5, rounds  # renewals were tried through the whole stall
         assert node_metric(admin, "shoal_node_lease_fenced") == 0
     finally:
+        gw.stall_s = 0
         gw.stop()
 
 
@@ -171,4 +172,5 @@ def test_a_promotion_being_stored_refuses_the_nodes_renewals_and_the_next_names_
             a.stop()
         for n in nodes:
             n.kill()
+        gw.stall_s = 0
         gw.stop()
