@@ -28,8 +28,11 @@
  * lease and stays fenced (it already was: lapsed means N's own count, from the earlier send
  * time, ended at least the margin before); (3) after end: V was published before end, so the
  * grant names V (or later) and N fences its replicated slots until it has that document, in
- * which it is no longer their primary. No renewal can name a version older than V once the
- * promotion may be served: there are never two primaries accepting writes.
+ * which it is no longer their primary (or the change failed: nothing was promoted, and N
+ * rightly stays primary). No renewal can name a version older than V once the promotion may
+ * be served: there are never two primaries accepting writes. A renewal's grant and the
+ * version it names are read in one hold of the lock, after the promotion mark is checked, so
+ * a renewal cannot read the version before V and be granted after end.
  *
  * Times are monotonic milliseconds: clock_mono_ms() (common/clock.h). Thread-safe (own mutex,
  * never held while taking another lock). */
