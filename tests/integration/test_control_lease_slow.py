@@ -4,7 +4,9 @@ real etcd member that stalls the save) leaves every renewal and GET /v1/leases a
 RENEW_BOUND_S, so no node's lease runs out and nothing is fenced although nothing failed. And
 the rule that makes promotion safe still holds with renewals off the change path: while a
 promotion over a node is being stored its renewals are refused, and the first one granted after
-names the promotion's version (or a later one), so the node fences until it has that document."""
+names the promotion's version (or a later one), so the node fences until it has that document.
+Reads do not wait for the save either: they show the version before the change until it is
+stored."""
 
 import http.client
 import json
@@ -114,6 +116,39 @@ def test_renewals_are_answered_at_once_while_a_change_waits_on_a_slow_etcd_save(
         assert invalid == [], f"the node's lease ran out during the change (rounds {invalid})"
         assert rounds >= 5, rounds  # renewals were tried through the whole stall
         assert node_metric(admin, "shoal_node_lease_fenced") == 0
+    finally:
+        gw.stall_s = 0
+        gw.stop()
+
+
+def test_reads_show_the_version_before_a_change_until_its_slow_save_is_done(
+        etcd_member, start_control):  # noqa: F811
+    prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
+    gw = StallingGateway(etcd_member.members[0][1], prefix + "state")
+    try:
+        ctl = etcd_control(start_control, gw, prefix)
+        status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [{"node": "127.0.0.1:7"}]})
+        assert status == 201, body
+        v0 = ctl.version()
+        gw.stall_s = STALL_S
+        done = {}
+        change = threading.Thread(target=lambda: done.update(r=ctl.post(
+            "/v1/namespaces", {"name": "orders", "pool": "main", "memory": 1 << 20})))
+        change.start()
+        wait_until(lambda: gw.stalled >= 1, message="the change's save held by etcd")
+        for path in ("/v1/topology", "/v1/namespaces", "/v1/pools/main", "/metrics"):
+            t0 = time.monotonic()
+            status, body = ctl.get(path)
+            took = time.monotonic() - t0
+            assert status == 200, (path, body)
+            assert took < RENEW_BOUND_S, f"GET {path} waited {took:.2f} s behind the save"
+        assert ctl.version() == v0  # not stored yet: not served
+        status, body = ctl.get("/v1/namespaces")
+        assert "orders" not in body["namespaces"], body
+        assert gw.released == 0, "the save was done before the reads were tried"
+        change.join(15)
+        assert done["r"][0] == 201, done
+        assert ctl.version() == v0 + 1
     finally:
         gw.stall_s = 0
         gw.stop()
