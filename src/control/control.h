@@ -128,6 +128,7 @@ struct control_config {
     X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
     X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked") \
     X(lease_grants, COUNTER, "slot leases granted or renewed (POST /v1/leases answered 200)")  \
+    X(lease_refusals, COUNTER, "renewals refused (409) while a promotion over the node was being stored") \
     X(reports, COUNTER, "router failure reports taken (POST /v1/reports)")                      \
     X(probe_failures, COUNTER, "probes of a node's data port that failed (connect or version)") \
     X(nodes_suspect, GAUGE, "nodes suspect now: most reporting routers say down and probes fail") \

@@ -328,6 +328,7 @@ static int renew(struct control *c, const char *body, size_t len, struct buf *ou
             snprintf(msg, sizeof msg, "no pool lists node %s", node);
             st = fail(out, 404, "node", "exists", msg, NULL);
         } else if (rc == LEASE_PROMOTING) {
+            CTL_INC(c, lease_refusals);
             char msg[400];
             snprintf(msg, sizeof msg, "node %s's lease lapsed and its slots are being promoted to "
                      "their replicas: not renewed until that version is published", node);

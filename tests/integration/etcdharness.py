@@ -8,8 +8,8 @@ etcd-server, installed by scripts/deps.sh) is absent.
         etcd_cluster.kill9(0)       # one member gone
         etcd_cluster.delete(key)    # through the v3 JSON gateway
 
-    def test_y(etcd_member):        # one member, for tests that need etcd but not a quorum
-        gw = StallingGateway(etcd_member.members[0][1], prefix + "state")
+    def test_y(etcd_member, stalling_gateway, start_control):  # one member: no quorum needed
+        gw = stalling_gateway(etcd_member.members[0][1], prefix + "state")
         gw.stall_s = 3              # state saves now take 3 s more (a slow etcd)
 """
 
@@ -193,3 +193,22 @@ class StallingGateway:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture
+def stalling_gateway():
+    """Factory: stalling_gateway(upstream_url, state_key) -> StallingGateway. Each is stopped
+    after the test, after every shoal-control the test started (ask for this fixture before
+    start_control): a control stopping leaves etcd its lease back through it, and finds it
+    gone otherwise (retrying for 3 x --etcd-timeout-ms)."""
+    made = []
+
+    def make(upstream, state_key):
+        gw = StallingGateway(upstream, state_key)
+        made.append(gw)
+        return gw
+
+    yield make
+    for gw in made:
+        gw.stall_s = 0
+        gw.stop()

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from etcdharness import StallingGateway, etcd_member  # noqa: F401  (a fixture)
+from etcdharness import etcd_member, stalling_gateway  # noqa: F401  (fixtures)
 from mcraw import free_port, wait_until
 from test_control_failover import FakeAdmin, FakeNode, FakeRouters
 
@@ -73,91 +73,83 @@ def node_metric(admin_port, name):
 
 
 def test_renewals_are_answered_at_once_while_a_change_waits_on_a_slow_etcd_save(
-        etcd_member, start_control, start_server):  # noqa: F811
+        etcd_member, stalling_gateway, start_control, start_server):  # noqa: F811
     prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
-    gw = StallingGateway(etcd_member.members[0][1], prefix + "state")
+    gw = stalling_gateway(etcd_member.members[0][1], prefix + "state")
+    ctl = etcd_control(start_control, gw, prefix)
+    admin = free_port()
+    node = start_server("--admin-port", str(admin), "--control",
+                        f"http://127.0.0.1:{ctl.port}", "--lease-renew-ms", "100")
+    addr = f"127.0.0.1:{node.port}"
+    status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [{"node": addr}]})
+    assert status == 201, body
+    wait_until(lambda: node_metric(admin, "shoal_node_lease_valid") == 1, timeout=5,
+               message="the node's first lease")
+    gw.stall_s = STALL_S
+    done = {}
+    change = threading.Thread(target=lambda: done.update(r=ctl.post(
+        "/v1/namespaces", {"name": "orders", "pool": "main", "memory": 1 << 20})))
+    change.start()
+    wait_until(lambda: gw.stalled >= 1, message="the change's save held by etcd")
+    r = Renewer(ctl.port, addr)
+    slow, rounds, invalid = [], 0, []
     try:
-        ctl = etcd_control(start_control, gw, prefix)
-        admin = free_port()
-        node = start_server("--admin-port", str(admin), "--control",
-                            f"http://127.0.0.1:{ctl.port}", "--lease-renew-ms", "100")
-        addr = f"127.0.0.1:{node.port}"
-        status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [{"node": addr}]})
-        assert status == 201, body
-        wait_until(lambda: node_metric(admin, "shoal_node_lease_valid") == 1, timeout=5,
-                   message="the node's first lease")
-        gw.stall_s = STALL_S
-        done = {}
-        change = threading.Thread(target=lambda: done.update(r=ctl.post(
-            "/v1/namespaces", {"name": "orders", "pool": "main", "memory": 1 << 20})))
-        change.start()
-        wait_until(lambda: gw.stalled >= 1, message="the change's save held by etcd")
-        r = Renewer(ctl.port, addr)
-        slow, rounds, invalid = [], 0, []
-        try:
-            while gw.released == 0:
-                status, body, took = r.renew()
-                assert status == 200, body
-                if took >= RENEW_BOUND_S:
-                    slow.append(("POST", round(took, 3)))
-                status, body, took = r.list()
-                assert status == 200 and body["nodes"][addr]["lapsed"] is False, body
-                if took >= RENEW_BOUND_S:
-                    slow.append(("GET", round(took, 3)))
-                if node_metric(admin, "shoal_node_lease_valid") != 1:
-                    invalid.append(rounds)
-                rounds += 1
-                time.sleep(0.05)  # a renewal interval, not a wait for a condition
-        finally:
-            r.close()
-        change.join(15)
-        assert done["r"][0] == 201, done  # the change itself went through, slowly
-        assert slow == [], f"renewals held up behind the change: {slow}"
-        assert invalid == [], f"the node's lease ran out during the change (rounds {invalid})"
-        assert rounds >= 5, rounds  # renewals were tried through the whole stall
-        assert node_metric(admin, "shoal_node_lease_fenced") == 0
+        while gw.released == 0:
+            status, body, took = r.renew()
+            assert status == 200, body
+            if took >= RENEW_BOUND_S:
+                slow.append(("POST", round(took, 3)))
+            status, body, took = r.list()
+            assert status == 200 and body["nodes"][addr]["lapsed"] is False, body
+            if took >= RENEW_BOUND_S:
+                slow.append(("GET", round(took, 3)))
+            if node_metric(admin, "shoal_node_lease_valid") != 1:
+                invalid.append(rounds)
+            rounds += 1
+            time.sleep(0.05)  # a renewal interval, not a wait for a condition
     finally:
-        gw.stall_s = 0
-        gw.stop()
+        r.close()
+    change.join(15)
+    assert done["r"][0] == 201, done  # the change itself went through, slowly
+    assert slow == [], f"renewals held up behind the change: {slow}"
+    assert invalid == [], f"the node's lease ran out during the change (rounds {invalid})"
+    assert rounds >= 5, rounds  # renewals were tried through the whole stall
+    assert node_metric(admin, "shoal_node_lease_fenced") == 0
 
 
 def test_reads_show_the_version_before_a_change_until_its_slow_save_is_done(
-        etcd_member, start_control):  # noqa: F811
+        etcd_member, stalling_gateway, start_control):  # noqa: F811
     prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
-    gw = StallingGateway(etcd_member.members[0][1], prefix + "state")
-    try:
-        ctl = etcd_control(start_control, gw, prefix)
-        status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [{"node": "127.0.0.1:7"}]})
-        assert status == 201, body
-        v0 = ctl.version()
-        gw.stall_s = STALL_S
-        done = {}
-        change = threading.Thread(target=lambda: done.update(r=ctl.post(
-            "/v1/namespaces", {"name": "orders", "pool": "main", "memory": 1 << 20})))
-        change.start()
-        wait_until(lambda: gw.stalled >= 1, message="the change's save held by etcd")
-        for path in ("/v1/topology", "/v1/namespaces", "/v1/pools/main", "/metrics"):
-            t0 = time.monotonic()
-            status, body = ctl.get(path)
-            took = time.monotonic() - t0
-            assert status == 200, (path, body)
-            assert took < RENEW_BOUND_S, f"GET {path} waited {took:.2f} s behind the save"
-        assert ctl.version() == v0  # not stored yet: not served
-        status, body = ctl.get("/v1/namespaces")
-        assert "orders" not in body["namespaces"], body
-        assert gw.released == 0, "the save was done before the reads were tried"
-        change.join(15)
-        assert done["r"][0] == 201, done
-        assert ctl.version() == v0 + 1
-    finally:
-        gw.stall_s = 0
-        gw.stop()
+    gw = stalling_gateway(etcd_member.members[0][1], prefix + "state")
+    ctl = etcd_control(start_control, gw, prefix)
+    status, body = ctl.post("/v1/pools", {"name": "main", "nodes": [{"node": "127.0.0.1:7"}]})
+    assert status == 201, body
+    v0 = ctl.version()
+    gw.stall_s = STALL_S
+    done = {}
+    change = threading.Thread(target=lambda: done.update(r=ctl.post(
+        "/v1/namespaces", {"name": "orders", "pool": "main", "memory": 1 << 20})))
+    change.start()
+    wait_until(lambda: gw.stalled >= 1, message="the change's save held by etcd")
+    for path in ("/v1/topology", "/v1/namespaces", "/v1/pools/main", "/metrics"):
+        t0 = time.monotonic()
+        status, body = ctl.get(path)
+        took = time.monotonic() - t0
+        assert status == 200, (path, body)
+        assert took < RENEW_BOUND_S, f"GET {path} waited {took:.2f} s behind the save"
+    assert ctl.version() == v0  # not stored yet: not served
+    status, body = ctl.get("/v1/namespaces")
+    assert "orders" not in body["namespaces"], body
+    assert gw.released == 0, "the save was done before the reads were tried"
+    change.join(15)
+    assert done["r"][0] == 201, done
+    assert ctl.version() == v0 + 1
 
 
 def test_a_promotion_being_stored_refuses_the_nodes_renewals_and_the_next_names_its_version(
-        etcd_member, start_control):  # noqa: F811
+        etcd_member, stalling_gateway, start_control):  # noqa: F811
     prefix = f"/shoal-test-{uuid.uuid4().hex[:8]}/"
-    gw = StallingGateway(etcd_member.members[0][1], prefix + "state")
+    gw = stalling_gateway(etcd_member.members[0][1], prefix + "state")
     nodes, admins, routers = [], [], None
     try:
         ctl = etcd_control(start_control, gw, prefix, "--probe-ms", "100",
@@ -185,6 +177,7 @@ def test_a_promotion_being_stored_refuses_the_nodes_renewals_and_the_next_names_
             status, body, took = r.renew()
             assert status == 409 and body["rule"] == "promoting", body
             assert took < RENEW_BOUND_S, took
+            assert ctl.metrics()["shoal_control_lease_refusals_total"] == 1
             status, body, took = other.renew()  # other nodes renew as ever, at once
             assert status == 200 and body["version"] == v0, body
             assert took < RENEW_BOUND_S, took
@@ -207,5 +200,3 @@ def test_a_promotion_being_stored_refuses_the_nodes_renewals_and_the_next_names_
             a.stop()
         for n in nodes:
             n.kill()
-        gw.stall_s = 0
-        gw.stop()
