@@ -45,7 +45,7 @@ struct admin_req {
     struct admin_held *held;
 };
 
-/* The request whose handler runs now on the listener's thread (admin_hold() reads it). */
+/* The request whose handler runs now on this listener thread (admin_hold() reads it). */
 static __thread struct {
     struct MHD_Connection *conn;
     struct admin_req *rq;
@@ -358,6 +358,14 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
                            admin_metrics_fn metrics, void *ctx, const struct admin_route *routes,
                            size_t nroutes, char *err, size_t errlen)
 {
+    return admin_create_pool(1, host, port, lim, metrics, ctx, routes, nroutes, err, errlen);
+}
+
+struct admin *admin_create_pool(unsigned threads, const char *host, unsigned port,
+                                const struct admin_limits *lim, admin_metrics_fn metrics,
+                                void *ctx, const struct admin_route *routes, size_t nroutes,
+                                char *err, size_t errlen)
+{
     struct admin *a = calloc(1, sizeof *a);
     if (a == NULL) {
         snprintf(err, errlen, "out of memory starting the admin listener");
@@ -386,8 +394,14 @@ struct admin *admin_create(const char *host, unsigned port, const struct admin_l
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     for (size_t i = 0; i < nroutes; i++)
         if (routes[i].flags & ADMIN_ROUTE_HOLD) flags |= MHD_ALLOW_SUSPEND_RESUME;
+    /* a pool shares conn_max out among its threads (libmicrohttpd divides it): at least one
+     * connection each. One thread: no pool option at all, as before pools existed. */
+    if (threads > lim->conn_max) threads = lim->conn_max;
+    struct MHD_OptionItem pool[] = {{MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)threads, NULL},
+                                    {MHD_OPTION_END, 0, NULL}};
     a->d = MHD_start_daemon(flags, (uint16_t)port,
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
+                            MHD_OPTION_ARRAY, threads > 1 ? pool : pool + 1,
                             MHD_OPTION_CONNECTION_LIMIT, lim->conn_max,
                             MHD_OPTION_CONNECTION_TIMEOUT, lim->header_timeout,
                             MHD_OPTION_EXTERNAL_LOGGER, admin_log, NULL,

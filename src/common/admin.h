@@ -3,7 +3,9 @@
  *
  * Built on libmicrohttpd with its own thread (epoll, so descriptor numbers past 1024 are fine),
  * so admin traffic never runs on a data-path worker. Handlers run on that thread, one request
- * at a time. Request bodies are capped at ADMIN_BODY_MAX bytes (413 beyond).
+ * at a time, or (admin_create_pool) on a pool of threads, each running the requests of the
+ * connections it accepted (handlers must then be thread-safe). Request bodies are
+ * capped at ADMIN_BODY_MAX bytes (413 beyond).
  *
  * Health probes must get through whatever other admin clients do: up to --admin-conn-max
  * connections are served at once (past that, new ones wait in the listen queue), and one
@@ -120,6 +122,15 @@ const char *admin_header(const char *name);
 struct admin *admin_create(const char *host, unsigned port, const struct admin_limits *lim,
                            admin_metrics_fn metrics, void *ctx, const struct admin_route *routes,
                            size_t nroutes, char *err, size_t errlen);
+/* The same on a pool of `threads` listener threads (shoal-control): each serves the
+ * connections it accepted, so a handler that blocks stalls only its own thread's connections.
+ * The connection limit stays lim->conn_max in all (shared out among the threads, at least one
+ * each: threads is cut to conn_max), and --admin-header-timeout holds per connection as
+ * before. threads 0 or 1: admin_create. */
+struct admin *admin_create_pool(unsigned threads, const char *host, unsigned port,
+                                const struct admin_limits *lim, admin_metrics_fn metrics,
+                                void *ctx, const struct admin_route *routes, size_t nroutes,
+                                char *err, size_t errlen);
 unsigned admin_port(const struct admin *a);
 void admin_destroy(struct admin **a);
 

@@ -1,5 +1,6 @@
 /* api.c — shoal-control's HTTP/JSON API (see api.h). Handlers run on the admin listener's
- * thread, the model's only writer. */
+ * threads (API_THREADS of them); changes are handed to the change thread (below), so no
+ * listener thread waits for a state save. */
 #include "control/api.h"
 
 #include <errno.h>
@@ -69,6 +70,11 @@ int control_install(struct control *c, json_t *model)
     c->doc = d;
     c->version = model_version(model);
     CTL_SET(c, topology_version, c->version);
+    /* out of memory: renewals go on by the view before (a node the new model adds is answered
+     * 404 until the next install) */
+    if (c->leases && lease_publish(c->leases, model) < 0)
+        log_error("out of memory publishing version %llu to the lease table",
+                  (unsigned long long)c->version);
     return 0;
 }
 
@@ -160,6 +166,9 @@ static int apply_core(struct control *c, struct change *ch, struct model_err *ep
     char err[300];
     const char *tns, *tpool;
     touched(ch, &tns, &tpool);
+    /* change_mu for the whole change, c->lock only to compute it and to install it: readers
+     * (and the failover thread's reads) never wait for the save */
+    pthread_mutex_lock(&c->change_mu);
     pthread_mutex_lock(&c->lock);
     json_t *next = model_fork(c->model, tns, tpool);
     int st = next ? run_op(next, ch, &e) : model_fail(&e, 507, "body", "memory", "out of memory");
@@ -172,37 +181,49 @@ static int apply_core(struct control *c, struct change *ch, struct model_err *ep
         st = 304;
     if (st == 0) st = model_check_since(next, c->model, &e);
     uint64_t version = c->version + 1;
+    struct topo_doc *d = NULL;
+    char *state = NULL;
+    size_t slen = 0;
     if (st == 0) {
         json_object_set_new(next, "version", json_integer((json_int_t)version));
         /* the document is rendered before the store is written, so nothing can fail after */
-        size_t len = 0, slen = 0;
+        size_t len = 0;
         char *text = render_topology(c->render, next, &len);
-        struct topo_doc *d = text ? topo_doc_new(text, len, version) : NULL;
-        char *state = d ? render_state(c->render, next, &slen) : NULL;
-        if (state == NULL) {
-            topo_doc_unref(d);
-            st = model_fail(&e, 507, "body", "memory", "out of memory");
-        } else if (state_save(c->store, next, state, slen, err, sizeof err) < 0) {
-            topo_doc_unref(d);
-            CTL_INC(c, state_write_failures);
-            if (c->ha && (state_etcd_lost(c->store) || !ha_is_leader(c->ha)))
-                CTL_INC(c, deposed_refusals);
-            log_error("change refused, state not stored: %s", err);
-            st = model_fail(&e, 503, "state", "stored", "the change could not be stored, so "
-                            "nothing changed: %s", err);
-        } else {
-            CTL_INC(c, state_writes);
-            json_decref(c->model);
-            topo_doc_unref(c->doc);
-            c->model = next;
-            next = NULL;
-            c->doc = d;
-            c->version = version;
-            CTL_SET(c, topology_version, version);
-        }
-        free(state);
+        d = text ? topo_doc_new(text, len, version) : NULL;
+        state = d ? render_state(c->render, next, &slen) : NULL;
+        if (state == NULL) st = model_fail(&e, 507, "body", "memory", "out of memory");
     }
     pthread_mutex_unlock(&c->lock);
+    /* Stored without c->lock: `next` shares the values the change did not touch with the model
+     * served, which readers may reference meanwhile (jansson's counts are atomic; neither side
+     * changes a shared value). change_mu keeps every other install out until this one is in. */
+    if (st == 0 && state_save(c->store, next, state, slen, err, sizeof err) < 0) {
+        CTL_INC(c, state_write_failures);
+        if (c->ha && (state_etcd_lost(c->store) || !ha_is_leader(c->ha)))
+            CTL_INC(c, deposed_refusals);
+        log_error("change refused, state not stored: %s", err);
+        st = model_fail(&e, 503, "state", "stored", "the change could not be stored, so "
+                        "nothing changed: %s", err);
+    }
+    if (st == 0) {
+        CTL_INC(c, state_writes);
+        pthread_mutex_lock(&c->lock);
+        json_decref(c->model);
+        topo_doc_unref(c->doc);
+        c->model = next;
+        next = NULL;
+        c->doc = d;
+        d = NULL;
+        c->version = version;
+        CTL_SET(c, topology_version, version);
+        if (c->leases && lease_publish(c->leases, c->model) < 0)
+            log_error("out of memory publishing version %llu to the lease table",
+                      (unsigned long long)version);
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->change_mu);
+    topo_doc_unref(d);
+    free(state);
     json_decref(next);
     if (st == 304) return 304;
     if (st) {
@@ -306,10 +327,10 @@ static int to_leader(struct control *c, const char *method, const char *prefix,
 static bool write_enter(struct control *c, const char *method, struct buf *out, int *st)
 {
     if (!strcmp(method, "GET")) return true;
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->gate);
     bool closing = c->closing;
     if (!closing) c->writers++;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->gate);
     if (closing)
         *st = fail(out, 503, "state", "open", "shutting down: send the change to another "
                    "shoal-control, or again once this one is back");
@@ -319,52 +340,196 @@ static bool write_enter(struct control *c, const char *method, struct buf *out, 
 static void write_leave(struct control *c, const char *method)
 {
     if (!strcmp(method, "GET")) return;
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->gate);
     if (--c->writers == 0 && c->closing) pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->gate);
 }
 
 void control_close_writes(struct control *c)
 {
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->gate);
     c->closing = true;
-    while (c->writers > 0) pthread_cond_wait(&c->idle, &c->lock);
-    pthread_mutex_unlock(&c->lock);
+    while (c->writers > 0) pthread_cond_wait(&c->idle, &c->gate);
+    pthread_mutex_unlock(&c->gate);
+}
+
+/* ---- the change thread ----------------------------------------------------------------------
+ * A change holds change_mu through its state save, which with etcd is a network round trip
+ * (seconds while etcd elects a leader). Run on a listener thread it would stall every
+ * connection that thread serves, a node's kept-alive lease renewals among them; so the
+ * listener holds the request and this thread applies it and answers, one at a time in
+ * arrival order (changes are serialized anyway). */
+
+typedef int (*route_in_fn)(struct control *c, const char *method, const char *rest,
+                           const char *body, size_t len, const struct auth_caller *who,
+                           struct buf *out);
+
+struct change_job {
+    struct admin_held *h;
+    route_in_fn fn;
+    char method[8];
+    char *rest, *body;
+    size_t len;
+    bool has_who;
+    struct auth_caller who;
+    struct change_job *next;
+};
+
+struct changer {
+    struct control *c;
+    pthread_t th;
+    bool started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct change_job *head, **tail;
+};
+
+static void job_free(struct change_job *j)
+{
+    free(j->rest);
+    free(j->body);
+    free(j);
+}
+
+static void *changer_main(void *arg)
+{
+    struct changer *g = arg;
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        while (!g->stop && g->head == NULL) pthread_cond_wait(&g->cv, &g->mu);
+        struct change_job *j = g->head;
+        if (j) {
+            g->head = j->next;
+            if (g->head == NULL) g->tail = &g->head;
+        }
+        pthread_mutex_unlock(&g->mu);
+        if (j == NULL) return NULL; /* stopped with nothing queued */
+        struct buf out;
+        buf_init(&out);
+        int st = j->fn(g->c, j->method, j->rest, j->body, j->len, j->has_who ? &j->who : NULL,
+                       &out);
+        if (st == ADMIN_HELD) st = 500; /* nothing here may hold: a bug, not a hang */
+        admin_answer(j->h, st, out.data ? buf_start(&out) : "", buf_used(&out));
+        buf_release(&out);
+        write_leave(g->c, j->method);
+        job_free(j);
+    }
+}
+
+static struct changer *changer_create(struct control *c)
+{
+    struct changer *g = calloc(1, sizeof *g);
+    if (g == NULL) return NULL;
+    g->c = c;
+    g->tail = &g->head;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    if (pthread_create(&g->th, NULL, changer_main, g) != 0) {
+        pthread_mutex_destroy(&g->mu);
+        pthread_cond_destroy(&g->cv);
+        free(g);
+        return NULL;
+    }
+    g->started = true;
+    return g;
+}
+
+void api_stop(struct control *c)
+{
+    struct changer *g = c->chg;
+    if (g == NULL) return;
+    pthread_mutex_lock(&g->mu);
+    g->stop = true;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->th, NULL); /* it empties the queue first */
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+    c->chg = NULL;
+}
+
+/* Run a write on the change thread: the request is held and answered from there. Called
+ * between write_enter and the matching write_leave, which the change thread then does.
+ * Returns ADMIN_HELD, or -1 when it cannot be queued (no memory): run it here. */
+static int change_queue(struct control *c, route_in_fn fn, const char *method, const char *rest,
+                        const char *body, size_t len)
+{
+    struct changer *g = c->chg;
+    struct change_job *j = g ? calloc(1, sizeof *j) : NULL;
+    if (j == NULL) return -1;
+    const struct auth_caller *who = admin_caller();
+    snprintf(j->method, sizeof j->method, "%s", method);
+    j->fn = fn;
+    j->rest = strdup(rest);
+    j->body = malloc(len + 1);
+    if (j->rest == NULL || j->body == NULL || (j->h = admin_hold()) == NULL) {
+        job_free(j);
+        return -1;
+    }
+    memcpy(j->body, body, len);
+    j->body[len] = 0;
+    j->len = len;
+    if (who) j->who = *who, j->has_who = true;
+    pthread_mutex_lock(&g->mu);
+    *g->tail = j;
+    g->tail = &j->next;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return ADMIN_HELD;
+}
+
+/* A write (not GET) on a follower goes to the leader; on the leader (or alone) it is queued for
+ * the change thread when `queue`; GETs, and writes that are not or cannot be queued, run
+ * here. */
+static int route_write(struct control *c, route_in_fn fn, const char *prefix, bool queue,
+                       const char *method, const char *rest, const char *body, size_t len,
+                       struct buf *out)
+{
+    int st = 0;
+    if (!write_enter(c, method, out, &st)) return st;
+    if (strcmp(method, "GET")) {
+        st = to_leader(c, method, prefix, rest, body, len, out);
+        if (st >= 0) { /* forwarded (held: the forwarder answers it) or refused */
+            write_leave(c, method);
+            return st;
+        }
+        /* queued: the change thread answers and leaves */
+        if (queue && change_queue(c, fn, method, rest, body, len) == ADMIN_HELD)
+            return ADMIN_HELD;
+    }
+    st = fn(c, method, rest, body, len, admin_caller(), out);
+    write_leave(c, method);
+    return st;
 }
 
 static int ns_route_in(struct control *c, const char *method, const char *rest,
-                       const char *body, size_t len, struct buf *out);
+                       const char *body, size_t len, const struct auth_caller *who,
+                       struct buf *out);
 static int pool_route_in(struct control *c, const char *method, const char *rest,
-                         const char *body, size_t len, struct buf *out);
+                         const char *body, size_t len, const struct auth_caller *who,
+                         struct buf *out);
 
 static int ns_route(void *ctx, const char *method, const char *rest, const char *body,
                     size_t len, struct buf *out)
 {
-    struct control *c = ctx;
-    int st = 0;
-    if (!write_enter(c, method, out, &st)) return st;
-    st = ns_route_in(c, method, rest, body, len, out);
-    write_leave(c, method);
-    return st;
+    return route_write(ctx, ns_route_in, "/v1/namespaces", true, method, rest, body, len, out);
 }
 
 static int pool_route(void *ctx, const char *method, const char *rest, const char *body,
                       size_t len, struct buf *out)
 {
-    struct control *c = ctx;
-    int st = 0;
-    if (!write_enter(c, method, out, &st)) return st;
-    st = pool_route_in(c, method, rest, body, len, out);
-    write_leave(c, method);
-    return st;
+    /* a drain is queued for the drain thread by failover_drain, which holds the request itself */
+    size_t n = strlen(rest);
+    bool drain = n > 6 && !strcmp(rest + n - 6, "/drain");
+    return route_write(ctx, pool_route_in, "/v1/pools", !drain, method, rest, body, len, out);
 }
 
 static int ns_route_in(struct control *c, const char *method, const char *rest,
-                       const char *body, size_t len, struct buf *out)
+                       const char *body, size_t len, const struct auth_caller *who,
+                       struct buf *out)
 {
     CTL_INC(c, requests_namespaces);
-    int fw = to_leader(c, method, "/v1/namespaces", rest, body, len, out);
-    if (fw >= 0) return fw;
     const char *name = rest[0] == '/' ? rest + 1 : rest;
     int st = 0;
     struct change ch = {0};
@@ -399,7 +564,6 @@ static int ns_route_in(struct control *c, const char *method, const char *rest,
         return fail(out, 405, "method", "method", "methods here: GET, PUT, DELETE");
     }
     ch.name = *name ? name : NULL;
-    const struct auth_caller *who = admin_caller();
     ch.team = who && !who->admin ? who->team : NULL;
     if (ch.op != OP_NS_DELETE && (ch.body = parse_body(body, len, out, &st)) == NULL) return st;
     st = apply(c, &ch, out);
@@ -484,11 +648,11 @@ static int pool_reply(struct control *c, const char *name, int status, long move
 }
 
 static int pool_route_in(struct control *c, const char *method, const char *rest,
-                         const char *body, size_t len, struct buf *out)
+                         const char *body, size_t len, const struct auth_caller *who,
+                         struct buf *out)
 {
+    (void)who; /* pools take admin tokens only: admin.c refused the others */
     CTL_INC(c, requests_pools);
-    int fw = to_leader(c, method, "/v1/pools", rest, body, len, out);
-    if (fw >= 0) return fw;
     const char *name = rest[0] == '/' ? rest + 1 : rest;
     char pool[MODEL_NAME_MAX + 2] = "";
     const char *slash = strchr(name, '/'), *sub = slash ? slash : "";
@@ -685,8 +849,14 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         {"/static", dash_static_route, c, 0},
         {"/", dash_page_route, c, 0},
     };
+    if ((c->chg = changer_create(c)) == NULL) {
+        snprintf(err, errlen, "cannot start the change thread");
+        return NULL;
+    }
     struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
                                (unsigned)c->cfg.admin_header_timeout, c->cfg.auth_file};
-    return admin_create(c->cfg.listen, (unsigned)c->cfg.port, &lim, control_metrics, c, routes,
-                        sizeof routes / sizeof routes[0], err, errlen);
+    struct admin *a = admin_create_pool(API_THREADS, c->cfg.listen, (unsigned)c->cfg.port, &lim, control_metrics,
+                                   c, routes, sizeof routes / sizeof routes[0], err, errlen);
+    if (a == NULL) api_stop(c);
+    return a;
 }

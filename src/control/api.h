@@ -22,7 +22,15 @@
 
 struct control;
 
-/* Start the listener on cfg.listen:port. NULL with a message on failure. */
+/* Threads of control's admin listener: a request that takes long (a big GET, a forwarded
+ * change) holds up only the connections of its thread, and changes run on their own thread
+ * (api.c), so lease renewals are answered while a change is stored. */
+#define API_THREADS 4
+
+/* Start the change thread and the listener on cfg.listen:port. NULL with a message on
+ * failure. */
 struct admin *api_create(struct control *c, char *err, size_t errlen);
+/* Stop the change thread once control_close_writes has returned (nothing is queued then). */
+void api_stop(struct control *c);
 
 #endif

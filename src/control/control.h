@@ -5,10 +5,12 @@
  * HTTP/JSON (api.c): every accepted change is checked whole, written to the state store
  * (state.h) and only then acknowledged, bumps the topology version, wakes the long polls held
  * for it (poll.h) and the pusher that brings nodes' namespace settings and memory shares in
- * line (push.h). The model is changed only on the admin listener's thread; the poller and the
- * pusher read it under `lock`. With --etcd several processes share the state: one is leader
+ * line (push.h). The admin listener runs a few threads (so one slow request never holds up
+ * another, lease renewals above all); API changes are handed to one change thread, the
+ * failover thread makes its own, one at a time under `change_mu`; the poller and the pusher
+ * read the model under `lock`. With --etcd several processes share the state: one is leader
  * and stores changes (leader.h, state_etcd.c), the others forward changes to it (forward.h)
- * and install each newer stored state from their sync thread, also under `lock`. */
+ * and install each newer stored state from their sync thread, also under `change_mu`. */
 #ifndef SHOAL_CONTROL_CONTROL_H
 #define SHOAL_CONTROL_CONTROL_H
 
@@ -126,6 +128,7 @@ struct control_config {
     X(stats_node_failures, COUNTER, "node /metrics reads that failed while sampling")            \
     X(stats_namespaces_dropped, COUNTER, "namespace figures not kept: --stats-namespaces were tracked") \
     X(lease_grants, COUNTER, "slot leases granted or renewed (POST /v1/leases answered 200)")  \
+    X(lease_refusals, COUNTER, "renewals refused (409) while a promotion over the node was being stored") \
     X(reports, COUNTER, "router failure reports taken (POST /v1/reports)")                      \
     X(probe_failures, COUNTER, "probes of a node's data port that failed (connect or version)") \
     X(nodes_suspect, GAUGE, "nodes suspect now: most reporting routers say down and probes fail") \
@@ -150,11 +153,19 @@ struct topo_doc;
 struct render;
 struct lease_table;
 struct failover;
+struct changer;
 
 struct control {
     struct control_config cfg;
-    pthread_mutex_t lock; /* model, doc, version: written on the admin thread (a follower's
-                           * sync thread too, with --etcd), read by every thread under it */
+    /* Changes to the model are serialized by `change_mu`, held for a whole change: the fork,
+     * the check, the state save (an etcd round trip, seconds when etcd elects) and the install.
+     * `lock` guards model, doc and version and is held only to read them, to fork and check,
+     * and to install: never across a save, so readers wait for a change's computation at most.
+     * Order: change_mu, then lock, then a module's own (the lease table's innermost). Lease
+     * renewals take neither (lease.h). */
+    pthread_mutex_t change_mu;
+    pthread_mutex_t lock; /* model, doc, version: installed by changes (the change thread, the
+                           * failover thread) and a follower's sync thread, read under it */
     json_t *model;        /* model.h */
     struct topo_doc *doc; /* the topology document of `model`, as served (topodoc.h) */
     struct render *render; /* renders doc and the stored state (render.h); under `lock` */
@@ -169,9 +180,12 @@ struct control {
     struct sampler *stats; /* the dashboard's samples (sampler.h) */
     struct lease_table *leases; /* nodes' slot leases (lease.h) */
     struct failover *fo;   /* failure detection, promotion, drain (failover.h); NULL in tests */
-    /* Shutdown (control_close_writes): under `lock`. Once `closing` is set every write is
-     * answered 503 "shutting down"; `writers` counts the writes still inside a handler (they
-     * may use ha and fwd), and `idle` is signalled when the last one leaves. */
+    struct changer *chg;   /* the change thread (api.c): writes run there, off the listener */
+    /* Shutdown (control_close_writes): under `gate` (never held but to count). Once `closing`
+     * is set every write is answered 503 "shutting down"; `writers` counts the writes still
+     * inside a handler or queued for the change thread (they may use ha and fwd), and `idle` is
+     * signalled when the last one leaves. */
+    pthread_mutex_t gate;
     bool closing;
     unsigned writers;
     pthread_cond_t idle;
@@ -185,7 +199,8 @@ struct control {
 void control_close_writes(struct control *c);
 
 /* Make `model` the current state (it is consumed): render its topology document, set the
- * version. Caller holds c->lock or runs before any other thread starts. 0 or -1 (memory). */
+ * version, publish its view to the lease table (when there is one yet). Caller holds
+ * c->change_mu and c->lock, or runs before any other thread starts. 0 or -1 (memory). */
 int control_install(struct control *c, json_t *model);
 
 struct model_err;
@@ -193,8 +208,9 @@ struct model_err;
  * same path as the API's: fn edits a fork of the model in which pool `pool` is a deep copy,
  * then replicas are brought in line (model_replicas_sync), the model checked, stored, the
  * version bumped and long polls woken. `what` names it in the log. Returns 0 with *version set,
- * 304 when fn changed nothing (no version), or an HTTP status with `e` filled. Any thread but
- * one holding c->lock. */
+ * 304 when fn changed nothing (no version), or an HTTP status with `e` filled. fn runs under
+ * c->lock; the save does not. Any thread but one holding c->change_mu or c->lock, and not the
+ * admin listener's (a save may take seconds: the listener must go on answering renewals). */
 typedef int (*control_fn)(json_t *m, void *arg, struct model_err *e);
 int control_change(struct control *c, const char *pool, const char *what, control_fn fn,
                    void *arg, struct model_err *e, uint64_t *version);

@@ -1,7 +1,8 @@
 /* failover.c — failure reports, probes, the suspect/dead rule, promotion, returns and drains
  * (see failover.h). Lock order: c->lock before f->mu (api.c reads node states under c->lock);
  * the failover thread never takes c->lock while it holds f->mu, and calls the lease hook with
- * neither held. */
+ * neither held (but for the promotion's own check, under c->lock: the lease table's lock is
+ * always the innermost). */
 #include "control/failover.h"
 
 #include <errno.h>
@@ -63,8 +64,7 @@ struct failover {
     struct fo_router *routers; /* under mu */
     size_t nr;
     struct drain_job *drains, **drains_tail; /* under mu */
-    failover_lease_fn lease;
-    void *lease_ctx;
+    struct failover_lease_hooks lease; /* .lapsed NULL: none */
     struct httpc *http;  /* the failover thread's */
     struct httpc *dhttp; /* the drain thread's: a drain's handoffs never hold up detection */
 };
@@ -442,16 +442,22 @@ struct promote_arg {
     struct failover *f;
     const char *pool, *dead;
     uint32_t promoted;
+    bool begun; /* lease.begin said yes: lease.end is owed */
 };
 
 static int promote_fn(json_t *m, void *arg, struct model_err *e)
 {
     struct promote_arg *a = arg;
-    /* checked again here, under c->lock, where leases are granted too (lease.h): a renewal that
-     * came in since the first check keeps the node primary, so no two primaries overlap */
-    if (a->f->lease && !a->f->lease(a->f->lease_ctx, a->dead, clock_mono_ms()))
-        return model_fail(e, 409, "lease", "lease",
-                          "the node renewed its slot lease since it was declared dead");
+    /* checked again here, at the commit, under the lease table's lock where leases are granted
+     * too: a renewal that came in since the first check keeps the node primary; from here until
+     * promote() ends it, the node's renewals are refused, so none can name a version older
+     * than this promotion's (the argument: lease.h) */
+    if (a->f->lease.begin && !a->begun) {
+        if (!a->f->lease.begin(a->f->lease.ctx, a->dead, clock_mono_ms()))
+            return model_fail(e, 409, "lease", "lease",
+                              "the node renewed its slot lease since it was declared dead");
+        a->begun = true;
+    }
     return model_promote(m, a->pool, a->dead, failover_live, a->f, &a->promoted, e);
 }
 
@@ -525,12 +531,14 @@ static bool promote(struct failover *f, const struct action *a)
         snprintf(to + l, sizeof to - l, "%s%s", l ? "," : "", k);
     }
     json_decref(cands);
-    struct promote_arg pa = {f, a->pool, a->addr, 0};
+    struct promote_arg pa = {f, a->pool, a->addr, 0, false};
     struct model_err e;
     uint64_t version = 0;
     char what[MODEL_ADDR_MAX + 100];
     snprintf(what, sizeof what, "promotion of dead node %s in pool", a->addr);
     int st = control_change(c, a->pool, what, promote_fn, &pa, &e, &version);
+    /* installed and published (renewals now name its version), or nothing changed */
+    if (pa.begun) f->lease.end(f->lease.ctx, a->addr);
     if (st != 0 && st != 304) {
         log_error("promotion of %s in pool %s not published (retried): %s", a->addr, a->pool,
                   e.msg);
@@ -888,7 +896,8 @@ static void *fo_main(void *arg)
                 continue;
             }
             /* the lease hook with no lock held (the lease table has its own) */
-            if (f->lease && !f->lease(f->lease_ctx, act[i].addr, clock_mono_ms())) continue;
+            if (f->lease.lapsed && !f->lease.lapsed(f->lease.ctx, act[i].addr, clock_mono_ms()))
+                continue;
             if (!promote(f, &act[i])) continue;
             pthread_mutex_lock(&f->mu);
             struct fo_node *n = node_find(f, act[i].pool, act[i].addr);
@@ -944,10 +953,9 @@ struct failover *failover_create(struct control *c, char *err, size_t errlen)
     return f;
 }
 
-void failover_set_lease(struct failover *f, failover_lease_fn fn, void *ctx)
+void failover_set_lease(struct failover *f, const struct failover_lease_hooks *hooks)
 {
-    f->lease = fn;
-    f->lease_ctx = ctx;
+    f->lease = *hooks;
 }
 
 int failover_start(struct failover *f, char *err, size_t errlen)

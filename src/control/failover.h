@@ -35,11 +35,18 @@ struct buf;
 /* Whether `node`'s lease has lapsed at monotonic time now_ms (so no write can be accepted by
  * it any more and its slots may be promoted). */
 typedef bool (*failover_lease_fn)(void *ctx, const char *node, uint64_t now_ms);
+/* The promotion's own check (lease.h lease_promote_begin/_end): `begin` says whether the lease
+ * has lapsed and, if so, refuses the node's renewals until `end`. */
+struct failover_lease_hooks {
+    failover_lease_fn lapsed, begin;
+    void (*end)(void *ctx, const char *node);
+    void *ctx;
+};
 
 struct failover *failover_create(struct control *c, char *err, size_t errlen);
-/* The lease check (main.c: lease_lapsed of control's lease table); without one (unit tests) a
- * dead node counts as lapsed at once. Before failover_start. */
-void failover_set_lease(struct failover *f, failover_lease_fn fn, void *ctx);
+/* The lease checks (main.c: control's lease table); without them (unit tests) a dead node
+ * counts as lapsed at once. Before failover_start. */
+void failover_set_lease(struct failover *f, const struct failover_lease_hooks *hooks);
 int failover_start(struct failover *f, char *err, size_t errlen);
 /* Stop the thread; held drains are answered 503. */
 void failover_destroy(struct failover **f);

@@ -73,6 +73,9 @@ static int refresh(struct ha *h, bool force)
     }
     uint64_t v = model_version(m);
     int installed = 0;
+    /* change_mu: never in the middle of a change of this process's own (one whose save is
+     * under way would otherwise install over this) */
+    pthread_mutex_lock(&c->change_mu);
     pthread_mutex_lock(&c->lock);
     if (v > c->version || (force && v == c->version)) {
         if (control_install(c, m) == 0) installed = 1;
@@ -82,6 +85,7 @@ static int refresh(struct ha *h, bool force)
                          (unsigned long long)c->version, (unsigned long long)c->version);
     }
     pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->change_mu);
     if (!installed) {
         json_decref(m);
         return 0;
@@ -401,7 +405,7 @@ void ha_await_version(struct ha *h, uint64_t v, unsigned wait_ms)
     deadline_ts(&ts, wait_ms);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        /* the gauge, not c->lock: a leader's admin thread may hold that through an etcd write */
+        /* the gauge, not c->lock: cheaper, and never behind a change being installed */
         if (__atomic_load_n(&h->c->m.topology_version, __ATOMIC_RELAXED) >= v) break;
         h->kick = true;
         pthread_cond_broadcast(&h->cv);

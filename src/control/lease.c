@@ -1,5 +1,6 @@
-/* lease.c — slot leases, control side (see lease.h): the table of last grants and the
- * /v1/leases route. */
+/* lease.c — slot leases, control side (see lease.h): the table of last grants, the view of the
+ * model renewals are judged by, the promotions in progress, and the /v1/leases route. Nothing
+ * here takes c->lock: a renewal never waits for a change or a state save. */
 #include "control/lease.h"
 
 #include <pthread.h>
@@ -18,16 +19,23 @@
 #define LEASE_NODE_MAX 300 /* longest "host:port" taken */
 
 struct lease_table {
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;   /* every field below; never held while taking another lock */
     uint64_t lease_ms;
     uint64_t takeover_ms; /* 0: none */
     json_t *granted;      /* node -> last grant, monotonic ms (integer) */
+    /* The view of the model installed last (lease_publish): its nodes and version. Replaced
+     * whole, never changed in place; read only under mu. */
+    json_t *listed;      /* node -> true, for every node of every pool */
+    uint64_t version;
+    json_t *promoting;   /* node -> count of promotions over it begun and not ended */
 };
 
 struct lease_table *lease_table_new(uint64_t lease_ms)
 {
     struct lease_table *t = calloc(1, sizeof *t);
-    if (t == NULL || (t->granted = json_object()) == NULL) {
+    if (t == NULL || (t->granted = json_object()) == NULL || (t->listed = json_object()) == NULL ||
+        (t->promoting = json_object()) == NULL) {
+        if (t) json_decref(t->granted), json_decref(t->listed);
         free(t);
         return NULL;
     }
@@ -41,6 +49,8 @@ void lease_table_free(struct lease_table **tp)
     struct lease_table *t = *tp;
     if (t == NULL) return;
     json_decref(t->granted);
+    json_decref(t->listed);
+    json_decref(t->promoting);
     pthread_mutex_destroy(&t->mu);
     free(t);
     *tp = NULL;
@@ -74,13 +84,103 @@ static uint64_t since_locked(struct lease_table *t, const char *node)
     return at > t->takeover_ms ? at : t->takeover_ms;
 }
 
+static bool lapsed_locked(struct lease_table *t, const char *node, uint64_t now_ms)
+{
+    uint64_t at = since_locked(t, node);
+    return at == 0 || now_ms >= at + t->lease_ms + lease_margin_ms(t->lease_ms);
+}
+
 bool lease_lapsed(struct lease_table *t, const char *node, uint64_t now_ms)
 {
     pthread_mutex_lock(&t->mu);
-    uint64_t at = since_locked(t, node);
-    bool lapsed = at == 0 || now_ms >= at + t->lease_ms + lease_margin_ms(t->lease_ms);
+    bool lapsed = lapsed_locked(t, node, now_ms);
     pthread_mutex_unlock(&t->mu);
     return lapsed;
+}
+
+int lease_publish(struct lease_table *t, const json_t *model)
+{
+    json_t *set = json_object();
+    const char *pname;
+    json_t *p;
+    json_object_foreach(json_object_get(model, "pools"), pname, p) {
+        size_t i;
+        json_t *n;
+        json_array_foreach(json_object_get(p, "nodes"), i, n) {
+            const char *a = json_string_value(json_object_get(n, "node"));
+            if (set && a && json_object_set_new(set, a, json_true()) < 0) {
+                json_decref(set);
+                set = NULL;
+            }
+        }
+    }
+    if (set == NULL) return -1;
+    pthread_mutex_lock(&t->mu);
+    json_t *old = t->listed;
+    t->listed = set;
+    t->version = model_version(model);
+    pthread_mutex_unlock(&t->mu);
+    json_decref(old);
+    return 0;
+}
+
+int lease_renew(struct lease_table *t, const char *node, uint64_t now_ms, uint64_t *version)
+{
+    int rc = 0;
+    pthread_mutex_lock(&t->mu);
+    if (json_object_get(t->promoting, node))
+        rc = LEASE_PROMOTING;
+    else if (json_object_get(t->listed, node) == NULL)
+        rc = LEASE_UNLISTED;
+    else if (json_object_set_new(t->granted, node, json_integer((json_int_t)now_ms)) < 0)
+        rc = -1;
+    *version = t->version;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+bool lease_promote_begin(struct lease_table *t, const char *node, uint64_t now_ms)
+{
+    pthread_mutex_lock(&t->mu);
+    bool ok = lapsed_locked(t, node, now_ms);
+    if (ok) {
+        json_int_t n = json_integer_value(json_object_get(t->promoting, node));
+        ok = json_object_set_new(t->promoting, node, json_integer(n + 1)) == 0;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+void lease_promote_end(struct lease_table *t, const char *node)
+{
+    pthread_mutex_lock(&t->mu);
+    json_int_t n = json_integer_value(json_object_get(t->promoting, node));
+    if (n > 1) json_object_set_new(t->promoting, node, json_integer(n - 1));
+    else json_object_del(t->promoting, node);
+    pthread_mutex_unlock(&t->mu);
+}
+
+uint64_t lease_version(struct lease_table *t)
+{
+    pthread_mutex_lock(&t->mu);
+    uint64_t v = t->version;
+    pthread_mutex_unlock(&t->mu);
+    return v;
+}
+
+json_t *lease_listed(struct lease_table *t)
+{
+    json_t *all = json_array();
+    pthread_mutex_lock(&t->mu);
+    const char *k;
+    json_t *v;
+    json_object_foreach(t->listed, k, v)
+        if (all && json_array_append_new(all, json_string(k)) < 0) {
+            json_decref(all);
+            all = NULL;
+        }
+    pthread_mutex_unlock(&t->mu);
+    return all;
 }
 
 int64_t lease_age_ms(struct lease_table *t, const char *node, uint64_t now_ms)
@@ -155,32 +255,6 @@ static int fail(struct buf *out, int status, const char *field, const char *rule
     return status;
 }
 
-/* Every node of every pool of the model (strings). Caller holds c->lock. */
-static json_t *pool_nodes(const json_t *model)
-{
-    json_t *all = json_array();
-    const char *pname;
-    json_t *p;
-    json_object_foreach(json_object_get(model, "pools"), pname, p) {
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(p, "nodes"), i, n) {
-            const char *a = json_string_value(json_object_get(n, "node"));
-            if (a) json_array_append_new(all, json_string(a));
-        }
-    }
-    return all;
-}
-
-static bool listed(const json_t *model, const char *node)
-{
-    const char *pname;
-    json_t *p;
-    json_object_foreach(json_object_get(model, "pools"), pname, p)
-        if (model_node_index(json_object_get(p, "nodes"), node) >= 0) return true;
-    return false;
-}
-
 /* The renewal's node, or NULL with the 400 written. */
 static const char *parse_renewal(json_t *o, struct buf *out, int *st)
 {
@@ -225,11 +299,12 @@ static int renew(struct control *c, const char *body, size_t len, struct buf *ou
         json_decref(o);
         return st;
     }
-    /* as a change does (api.c write_enter): counted in `writers`, so ha outlives this call */
-    pthread_mutex_lock(&c->lock);
+    /* as a change does (api.c write_enter): counted in `writers`, so ha outlives this call;
+     * under c->gate, which nothing holds for longer than a count */
+    pthread_mutex_lock(&c->gate);
     bool closing = c->closing;
     if (!closing) c->writers++;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->gate);
     if (closing) {
         json_decref(o);
         return fail(out, 503, "state", "open", "shutting down: renew with another shoal-control",
@@ -242,20 +317,23 @@ static int renew(struct control *c, const char *body, size_t len, struct buf *ou
                   "only the leader grants leases: renew with it (the node's next --control URL)",
                   known ? url : NULL);
     } else {
-        /* The grant and the version it names are taken in one hold of c->lock, which a
-         * promotion also holds from its lease_lapsed check until its version is installed:
-         * so a renewal either counts before that check (no promotion) or names the
-         * promotion's version (the node fences until it has that document). */
-        pthread_mutex_lock(&c->lock);
-        bool known = listed(c->model, node);
-        uint64_t version = c->version;
-        int granted = known ? lease_grant(c->leases, node, clock_mono_ms()) : 0;
-        pthread_mutex_unlock(&c->lock);
-        if (!known) {
+        /* The grant and the version it names are taken in one hold of the lease table's lock,
+         * from the view the last installed model published (lease_publish), never c->lock:
+         * a change or a state save in progress does not hold this answer up. Why a promotion
+         * stays safe: see lease_promote_begin in lease.h. */
+        uint64_t version = 0;
+        int rc = lease_renew(c->leases, node, clock_mono_ms(), &version);
+        if (rc == LEASE_UNLISTED) {
             char msg[400];
             snprintf(msg, sizeof msg, "no pool lists node %s", node);
             st = fail(out, 404, "node", "exists", msg, NULL);
-        } else if (granted < 0) {
+        } else if (rc == LEASE_PROMOTING) {
+            CTL_INC(c, lease_refusals);
+            char msg[400];
+            snprintf(msg, sizeof msg, "node %s's lease lapsed and its slots are being promoted to "
+                     "their replicas: not renewed until that version is published", node);
+            st = fail(out, 409, "node", "promoting", msg, NULL);
+        } else if (rc < 0) {
             st = fail(out, 507, "body", "memory", "out of memory", NULL);
         } else {
             CTL_INC(c, lease_grants);
@@ -274,9 +352,9 @@ static int renew(struct control *c, const char *body, size_t len, struct buf *ou
             }
         }
     }
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->gate);
     if (--c->writers == 0 && c->closing) pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->gate);
     json_decref(o);
     return st;
 }
@@ -292,9 +370,8 @@ int lease_route(void *ctx, const char *method, const char *rest, const char *bod
         return fail(out, 405, "method", "method",
                     "POST /v1/leases renews a node's lease, GET lists them", NULL);
     uint64_t now = clock_mono_ms();
-    pthread_mutex_lock(&c->lock);
-    json_t *nodes = pool_nodes(c->model);
-    pthread_mutex_unlock(&c->lock);
+    json_t *nodes = lease_listed(c->leases);
+    if (nodes == NULL) return fail(out, 507, "body", "memory", "out of memory", NULL);
     uint64_t L = lease_length_ms(c->leases);
     json_t *o = json_pack("{s:I,s:I,s:b,s:o}", "lease_ms", (json_int_t)L, "margin_ms",
                           (json_int_t)lease_margin_ms(L), "leader",

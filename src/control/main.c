@@ -68,6 +68,13 @@ static bool lease_hook(void *t, const char *node, uint64_t now_ms)
     return lease_lapsed(t, node, now_ms);
 }
 
+static bool lease_begin_hook(void *t, const char *node, uint64_t now_ms)
+{
+    return lease_promote_begin(t, node, now_ms);
+}
+
+static void lease_end_hook(void *t, const char *node) { lease_promote_end(t, node); }
+
 int main(int argc, char **argv)
 {
     static const struct opt_program prog = {
@@ -110,6 +117,8 @@ int main(int argc, char **argv)
     sigset_t sigs;
     sigs_block(&sigs, 0);
     pthread_mutex_init(&ctl.lock, NULL);
+    pthread_mutex_init(&ctl.change_mu, NULL);
+    pthread_mutex_init(&ctl.gate, NULL);
     if ((ctl.render = render_create()) == NULL) {
         fprintf(stderr, "shoal-control: out of memory\n");
         return 2;
@@ -143,13 +152,15 @@ int main(int argc, char **argv)
         return 2;
     }
     dash_setup(ctl.cfg.chart_js);
-    if ((ctl.leases = lease_table_new(ctl.cfg.lease_ms)) == NULL) {
+    if ((ctl.leases = lease_table_new(ctl.cfg.lease_ms)) == NULL ||
+        lease_publish(ctl.leases, ctl.model) < 0) {
         fprintf(stderr, "shoal-control: out of memory\n");
         return 2;
     }
     /* failure detection and promotion (issue 15), promoting only over lapsed leases */
     ctl.fo = failover_create(&ctl, err, sizeof err);
-    if (ctl.fo) failover_set_lease(ctl.fo, lease_hook, ctl.leases);
+    struct failover_lease_hooks hooks = {lease_hook, lease_begin_hook, lease_end_hook, ctl.leases};
+    if (ctl.fo) failover_set_lease(ctl.fo, &hooks);
     if (ctl.fo == NULL || failover_start(ctl.fo, err, sizeof err) < 0) {
         fprintf(stderr, "shoal-control: %s\n", err);
         return 2;
@@ -206,6 +217,7 @@ int main(int argc, char **argv)
     }
     log_notice("signal %d: shutting down", sig);
     control_close_writes(&ctl); /* no write uses ha or fwd once this returns */
+    api_stop(&ctl);             /* its queue is empty: every write has left */
     failover_destroy(&ctl.fo);  /* its changes and held drains end before the rest goes */
     forward_destroy(&ctl.fwd); /* answers the changes still waiting for the leader */
     ha_destroy(&ctl.ha);       /* a leader resigns, so another takes over at once */

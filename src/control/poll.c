@@ -40,13 +40,15 @@ static void answer(struct poller *p, struct held_poll *ready, size_t n)
     struct topo_doc *d = topo_doc_ref(c->doc);
     pthread_mutex_unlock(&c->lock);
     uint64_t version = topo_doc_version(d);
+    /* counted before answered: with several listener threads the client's next request (its
+     * /metrics, say) may be served before this thread goes on */
     for (size_t i = 0; i < n; i++) {
         if (ready[i].after < version) {
-            topo_doc_answer(d, ready[i].h, ready[i].gzip);
             CTL_INC(c, polls_answered);
+            topo_doc_answer(d, ready[i].h, ready[i].gzip);
         } else {
-            admin_answer(ready[i].h, 304, NULL, 0);
             CTL_INC(c, polls_timed_out);
+            admin_answer(ready[i].h, 304, NULL, 0);
         }
     }
     topo_doc_unref(d);

@@ -7,14 +7,23 @@ etcd-server, installed by scripts/deps.sh) is absent.
         etcd_cluster.urls           # "http://127.0.0.1:P1,http://127.0.0.1:P2,..."
         etcd_cluster.kill9(0)       # one member gone
         etcd_cluster.delete(key)    # through the v3 JSON gateway
+
+    def test_y(etcd_member, stalling_gateway, start_control):  # one member: no quorum needed
+        gw = stalling_gateway(etcd_member.members[0][1], prefix + "state")
+        gw.stall_s = 3              # state saves now take 3 s more (a slow etcd)
 """
 
 import base64
+import http.client
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -113,3 +122,93 @@ def etcd_cluster(tmp_path):
     c = EtcdCluster(tmp_path)
     yield c
     c.stop()
+
+
+@pytest.fixture
+def etcd_member(tmp_path):
+    """A one-member etcd: quicker to start than etcd_cluster."""
+    if not Path(ETCD_BIN).exists():
+        pytest.skip(f"{ETCD_BIN} not found: install Debian's etcd-server (scripts/deps.sh) to run "
+                    "the shoal-control --etcd tests")
+    c = EtcdCluster(tmp_path, size=1)
+    yield c
+    c.stop()
+
+
+class StallingGateway:
+    """A pass-through HTTP proxy in front of one etcd member's JSON gateway that can play a slow
+    etcd for shoal-control's state saves: while `stall_s` > 0, every transaction that puts
+    `state_key` (a change being stored) is held that long before it goes on to etcd. Other
+    requests (the election, lease keep-alives, reads) pass at once. `stalled` counts the
+    saves held so far; `released` those answered since."""
+
+    def __init__(self, upstream, state_key):
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.state_key = b64(state_key).encode()
+        self.stall_s = 0.0
+        self.stalled = self.released = 0
+        self.lock = threading.Lock()
+        gw = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as etcd's gateway does
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                held = (gw.stall_s > 0 and self.path == "/v3/kv/txn"
+                        and b"request_put" in body and gw.state_key in body)
+                if held:
+                    with gw.lock:
+                        gw.stalled += 1
+                    time.sleep(gw.stall_s)  # the slow etcd being played, not a wait
+                conn = http.client.HTTPConnection(gw.upstream.hostname, gw.upstream.port,
+                                                  timeout=30)
+                try:
+                    conn.request("POST", self.path, body=body,
+                                 headers={"Content-Type": "application/json"})
+                    r = conn.getresponse()
+                    status, data = r.status, r.read()
+                finally:
+                    conn.close()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                if held:
+                    with gw.lock:
+                        gw.released += 1
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stalling_gateway():
+    """Factory: stalling_gateway(upstream_url, state_key) -> StallingGateway. Each is stopped
+    after the test, after every shoal-control the test started (ask for this fixture before
+    start_control): a control stopping leaves etcd its lease back through it, and finds it
+    gone otherwise (retrying for 3 x --etcd-timeout-ms)."""
+    made = []
+
+    def make(upstream, state_key):
+        gw = StallingGateway(upstream, state_key)
+        made.append(gw)
+        return gw
+
+    yield make
+    for gw in made:
+        gw.stall_s = 0
+        gw.stop()

@@ -149,3 +149,46 @@ def test_node_probes_answer_with_over_1024_data_connections_open(start_server):
         close_all(data)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
+
+
+# shoal-control serves its admin API on a pool of threads (docs/operations.md, Leases): the
+# limits keep their meaning there, over all threads together.
+
+def test_control_probes_answer_while_200_connections_hold_partial_headers(start_control):
+    ctl = start_control()
+    held = hold_partial_requests(ctl.port, HELD)
+    try:
+        assert_probes_answer(ctl.port, held, 3.0)
+    finally:
+        close_all(held)
+
+
+def test_control_connection_silent_before_its_headers_end_is_closed_after_header_timeout(
+        start_control):
+    ctl = start_control("--admin-header-timeout", "1")
+    (s,) = hold_partial_requests(ctl.port, 1)
+    try:
+        start = time.monotonic()
+        s.settimeout(5)
+        try:
+            data = s.recv(4096)
+        except ConnectionResetError:
+            data = b""
+        took = time.monotonic() - start
+        assert not data.startswith(b"HTTP/1.1 200"), "an incomplete request must not be answered"
+        assert 0.5 <= took < 3.0, f"closed after {took:.2f} s; --admin-header-timeout is 1 s"
+    finally:
+        s.close()
+
+
+def test_control_admin_conn_max_counts_over_all_its_threads(start_control):
+    # 8 silent connections fill --admin-conn-max 8 across control's listener threads: a probe
+    # waits in the listen queue until a header timeout frees a slot (per thread it would be 32)
+    ctl = start_control("--admin-conn-max", "8", "--poll-max", "4", "--admin-header-timeout", "2")
+    held = hold_partial_requests(ctl.port, 8)
+    try:
+        status, took = probe(ctl.port, "/healthz")
+        assert status == 200, status
+        assert 1.0 <= took < 5.0, f"/healthz past --admin-conn-max 8 answered after {took:.2f} s"
+    finally:
+        close_all(held)

@@ -1,7 +1,9 @@
 /* test_control_lease.c — unit tests for shoal-control's slot lease table (issue 15, C3): a node
  * is lapsed exactly from its last grant + L + margin (L/20 + 100 ms), never before; a node never
  * granted is lapsed unless a takeover time covers it; a takeover counts for every node but
- * never shortens a later grant; the listing shows ages and lapsed flags. */
+ * never shortens a later grant; the listing shows ages and lapsed flags. Renewals are judged by
+ * the published view (listed nodes, its version); a promotion begins only over a lapsed lease
+ * and, until it ends, refuses the node's renewals, so none names a version older than it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,6 +96,87 @@ static void test_list_shows_pool_nodes_and_granted_ones(void **state)
     lease_table_free(&t);
 }
 
+/* {"version": v, "pools": {"main": {"nodes": [{"node": a}, ...]}}}: what lease_publish reads */
+static json_t *view(uint64_t v, const char *a, const char *b)
+{
+    return json_pack("{s:I,s:{s:{s:[{s:s},{s:s}]}}}", "version", (json_int_t)v, "pools", "main",
+                     "nodes", "node", a, "node", b);
+}
+
+static void test_renew_grants_listed_nodes_naming_the_published_version(void **state)
+{
+    struct lease_table *t = lease_table_new(1000);
+    uint64_t v = 99;
+    assert_int_equal(lease_renew(t, "a:1", 1000, &v), LEASE_UNLISTED); /* nothing published */
+    json_t *m = view(7, "a:1", "b:1");
+    assert_int_equal(lease_publish(t, m), 0);
+    json_decref(m);
+    assert_int_equal(lease_version(t), 7);
+    assert_int_equal(lease_renew(t, "a:1", 1000, &v), 0);
+    assert_int_equal(v, 7);
+    assert_false(lease_lapsed(t, "a:1", 1000 + 1149));
+    assert_int_equal(lease_renew(t, "c:1", 1000, &v), LEASE_UNLISTED);
+    assert_int_equal(lease_age_ms(t, "c:1", 1000), -1); /* an unlisted renewal records nothing */
+    json_t *l = lease_listed(t);
+    assert_int_equal(json_array_size(l), 2);
+    json_decref(l);
+    lease_table_free(&t);
+}
+
+static void test_promotion_begins_only_over_a_lapsed_lease(void **state)
+{
+    struct lease_table *t = lease_table_new(1000);
+    json_t *m = view(3, "a:1", "b:1");
+    lease_publish(t, m);
+    json_decref(m);
+    uint64_t v;
+    assert_int_equal(lease_renew(t, "a:1", 5000, &v), 0);
+    assert_false(lease_promote_begin(t, "a:1", 5000 + 1149)); /* renewed: stays primary */
+    assert_int_equal(lease_renew(t, "a:1", 5000 + 1149, &v), 0); /* and nothing was marked */
+    assert_true(lease_promote_begin(t, "a:1", 5000 + 1149 + 1150));
+    lease_promote_end(t, "a:1");
+    lease_table_free(&t);
+}
+
+static void test_renewals_are_refused_between_promotion_begin_and_end(void **state)
+{
+    struct lease_table *t = lease_table_new(1000);
+    json_t *m = view(3, "a:1", "b:1");
+    lease_publish(t, m);
+    json_decref(m);
+    uint64_t v;
+    assert_true(lease_promote_begin(t, "a:1", 10000)); /* never granted: lapsed */
+    assert_int_equal(lease_renew(t, "a:1", 10001, &v), LEASE_PROMOTING);
+    assert_true(lease_lapsed(t, "a:1", 10001)); /* the refusal granted nothing */
+    assert_int_equal(lease_renew(t, "b:1", 10001, &v), 0); /* others renew as ever */
+    assert_int_equal(v, 3);
+    /* the promotion's version is installed and published, then the promotion ends */
+    m = view(4, "a:1", "b:1");
+    lease_publish(t, m);
+    json_decref(m);
+    assert_int_equal(lease_renew(t, "a:1", 10002, &v), LEASE_PROMOTING);
+    lease_promote_end(t, "a:1");
+    assert_int_equal(lease_renew(t, "a:1", 10003, &v), 0);
+    assert_int_equal(v, 4); /* names the promotion's version: the node fences until it has it */
+    lease_table_free(&t);
+}
+
+static void test_two_promotions_over_one_node_refuse_until_both_end(void **state)
+{
+    struct lease_table *t = lease_table_new(1000);
+    json_t *m = view(3, "a:1", "b:1");
+    lease_publish(t, m);
+    json_decref(m);
+    uint64_t v;
+    assert_true(lease_promote_begin(t, "a:1", 10000));
+    assert_true(lease_promote_begin(t, "a:1", 10000));
+    lease_promote_end(t, "a:1");
+    assert_int_equal(lease_renew(t, "a:1", 10001, &v), LEASE_PROMOTING);
+    lease_promote_end(t, "a:1");
+    assert_int_equal(lease_renew(t, "a:1", 10002, &v), 0);
+    lease_table_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -103,6 +186,10 @@ int main(void)
         cmocka_unit_test(test_takeover_counts_every_node_as_granted_then),
         cmocka_unit_test(test_nodes_are_independent),
         cmocka_unit_test(test_list_shows_pool_nodes_and_granted_ones),
+        cmocka_unit_test(test_renew_grants_listed_nodes_naming_the_published_version),
+        cmocka_unit_test(test_promotion_begins_only_over_a_lapsed_lease),
+        cmocka_unit_test(test_renewals_are_refused_between_promotion_begin_and_end),
+        cmocka_unit_test(test_two_promotions_over_one_node_refuse_until_both_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
