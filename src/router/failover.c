@@ -355,8 +355,11 @@ bool failover_park(struct upnode *from, struct frag *f, const char *reply, size_
     if (w->r->cfg.moved_wait_ms == 0 || f->rq == NULL || f->probe) return false;
     buf_release(&f->reply);
     if (buf_append(&f->reply, reply, n) < 0) return false; /* kept for the fallback */
+    /* the window runs from the first refusal: a new owner that fences for a moment (its lease
+     * names a version it has not received yet) parks it again within it, never longer */
+    if (!f->moved) f->moved_until_ms = w->now_ms + w->r->cfg.moved_wait_ms;
     f->moved = true;
-    f->deadline_ms = w->now_ms + w->r->cfg.moved_wait_ms;
+    f->deadline_ms = f->moved_until_ms;
     /* the node refused it: nothing is pending there for the repair logic */
     replica_write_free(f->repl);
     f->repl = NULL;

@@ -88,8 +88,10 @@ void failover_sync(struct rworker *w);
  * --moved-wait-ms, a read falls back as for a node marked down (the replica, the gutter pool);
  * a write or delete is sent once more to where the table routes it (the owner, unless marked
  * down there), never to the gutter for an owner that is up: nothing would repair it there, and
- * the owner's older value would shadow it once its lease is renewed. A second refusal after
- * the resend is passed to the client. */
+ * the owner's older value would shadow it once its lease is renewed. A refusal of the resend
+ * within --moved-wait-ms of the first refusal parks it again (the new owner may fence for a
+ * moment: its lease names a version it has not received yet); one after that window is passed
+ * to the client. */
 bool failover_is_moved(const char *reply, size_t n);
 /* f got such a reply from `from` (taken out of its queues and counted as answered): park it.
  * False when it cannot be (no --moved-wait-ms, its client has gone): the caller completes it

@@ -69,6 +69,8 @@ struct frag {
                              * that the slot moved (failover.h, moved-retry); keeps its bytes
                              * as a retryable one does */
     bool moved;             /* ...it was: parked or sent again once already */
+    uint64_t moved_until_ms; /* set when first parked: its moved-retry window ends
+                              * (--moved-wait-ms later); a refusal before then parks it again */
     uint64_t park_version;  /* parked: the topology version its node refused it under */
     uint64_t kept;          /* bytes of `out` reserved in `kb` (a large request kept: frag_keep) */
     struct keepbudget *kb;

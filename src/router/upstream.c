@@ -356,9 +356,11 @@ static void upconn_take(struct upconn *uc, struct frag *f)
     f->max_reply = reply_max_bytes(f->want.slots, w->r->cfg.item_max);
     /* a request that may be retried keeps its bytes until answered; one too large to keep
      * (window x value size) gives its value back now and is no longer retried, unless it may
-     * meet a slot's handoff fence (movable, not moved yet) and fits --moved-keep-max */
+     * meet a slot's handoff fence (movable, not moved yet or within its moved-retry window) and
+     * fits --moved-keep-max */
     if ((f->failover != FAILOVER_NONE || f->movable) && buf_used(&f->out) > FAILOVER_KEEP_MAX) {
-        bool eligible = f->movable && !f->moved;
+        /* a moved-retry sent again within its window may be parked again (failover.h) */
+        bool eligible = f->movable && (!f->moved || w->now_ms < f->moved_until_ms);
         if (!eligible || !frag_keep(f, &w->r->keep, buf_used(&f->out))) {
             if (eligible) w->m.moved_keep_refused++;
             f->failover = FAILOVER_NONE;
@@ -751,7 +753,8 @@ static void upconn_parse(struct upconn *uc)
         }
         /* a refusal because the slot moved: sent again once a newer topology comes (failover.h),
          * so it keeps its bytes */
-        bool park = f->movable && !f->moved && !f->quiet_mn && failover_is_moved(reply, (size_t)len);
+        bool park = f->movable && (!f->moved || w->now_ms < f->moved_until_ms) && !f->quiet_mn &&
+                    failover_is_moved(reply, (size_t)len);
         /* its line is done with; a small buffer stays, for the fragment's reuse (request.c) */
         if (!park) frag_unkeep(f); /* answered: a kept large request's bytes go */
         if (park) {
