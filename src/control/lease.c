@@ -100,20 +100,7 @@ bool lease_lapsed(struct lease_table *t, const char *node, uint64_t now_ms)
 
 int lease_publish(struct lease_table *t, const json_t *model)
 {
-    json_t *set = json_object();
-    const char *pname;
-    json_t *p;
-    json_object_foreach(json_object_get(model, "pools"), pname, p) {
-        size_t i;
-        json_t *n;
-        json_array_foreach(json_object_get(p, "nodes"), i, n) {
-            const char *a = json_string_value(json_object_get(n, "node"));
-            if (set && a && json_object_set_new(set, a, json_true()) < 0) {
-                json_decref(set);
-                set = NULL;
-            }
-        }
-    }
+    json_t *set = model_listed_only(model, NULL);
     if (set == NULL) return -1;
     pthread_mutex_lock(&t->mu);
     json_t *old = t->listed;

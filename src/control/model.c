@@ -295,7 +295,7 @@ json_t *model_listed_only(const json_t *m, const json_t *obj)
         json_t *nd;
         json_array_foreach(json_object_get(p, "nodes"), i, nd) {
             const char *a = json_string_value(json_object_get(nd, "node"));
-            json_t *v = a && kept ? json_object_get(obj, a) : NULL;
+            json_t *v = a && kept ? (obj ? json_object_get(obj, a) : json_true()) : NULL;
             if (v && json_object_set(kept, a, v) < 0) {
                 json_decref(kept);
                 return NULL;

@@ -88,7 +88,7 @@ uint64_t model_ns_share(const json_t *m, const char *ns);
 /* The index of node `addr` in a pool's "nodes" array (objects with "node"), or -1. */
 int model_node_index(const json_t *nodes, const char *addr);
 /* A new object of the members of `obj` whose key is a node some pool lists (values shared), or
- * NULL when memory ran out. */
+ * NULL when memory ran out. With `obj` NULL: every listed node, each as true (a set). */
 json_t *model_listed_only(const json_t *m, const json_t *obj);
 
 typedef bool (*model_live_fn)(void *ctx, const char *node);
