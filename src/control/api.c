@@ -58,12 +58,10 @@ static int fail(struct buf *out, int status, const char *field, const char *rule
     return reply_err(out, &e);
 }
 
-int control_install(struct control *c, json_t *model)
+/* Make `model` (taken) and its rendered document `d` (taken) the ones served, and publish the
+ * model's nodes and version to the lease table. Caller holds c->lock. */
+static void install_locked(struct control *c, json_t *model, struct topo_doc *d)
 {
-    size_t len;
-    char *text = render_topology(c->render, model, &len);
-    struct topo_doc *d = text ? topo_doc_new(text, len, model_version(model)) : NULL;
-    if (d == NULL) return -1;
     json_decref(c->model);
     topo_doc_unref(c->doc);
     c->model = model;
@@ -75,6 +73,15 @@ int control_install(struct control *c, json_t *model)
     if (c->leases && lease_publish(c->leases, model) < 0)
         log_error("out of memory publishing version %llu to the lease table",
                   (unsigned long long)c->version);
+}
+
+int control_install(struct control *c, json_t *model)
+{
+    size_t len;
+    char *text = render_topology(c->render, model, &len);
+    struct topo_doc *d = text ? topo_doc_new(text, len, model_version(model)) : NULL;
+    if (d == NULL) return -1;
+    install_locked(c, model, d);
     return 0;
 }
 
@@ -208,17 +215,9 @@ static int apply_core(struct control *c, struct change *ch, struct model_err *ep
     if (st == 0) {
         CTL_INC(c, state_writes);
         pthread_mutex_lock(&c->lock);
-        json_decref(c->model);
-        topo_doc_unref(c->doc);
-        c->model = next;
+        install_locked(c, next, d); /* next's "version" is `version` */
         next = NULL;
-        c->doc = d;
         d = NULL;
-        c->version = version;
-        CTL_SET(c, topology_version, version);
-        if (c->leases && lease_publish(c->leases, c->model) < 0)
-            log_error("out of memory publishing version %llu to the lease table",
-                      (unsigned long long)version);
         pthread_mutex_unlock(&c->lock);
     }
     pthread_mutex_unlock(&c->change_mu);
