@@ -105,7 +105,8 @@ void reply_want_of(struct reply_want *w, const char *req, size_t n)
     if (cmd == CMD_LRU_CRAWLER) {
         p = skip_spaces(e, end);
         if (token_is(p, token_end(p, end), "metadump")) w->list = RLIST_KEY;
-        return; /* cmd stays CMD_NONE: any other lru_crawler line only an error answers */
+        w->cmd = cmd; /* the router forwards only metadump: any other form only an error answers */
+        return;
     }
     switch (cmd) {
     case CMD_STATS:
@@ -391,13 +392,11 @@ bool reply_fits(const char *req, size_t nreq, const char *reply, size_t n)
     const char *nl = memchr(req, '\n', nreq);
     struct proto_req rq;
     const char *err;
-    struct reply_want w = {.cmd = CMD_NONE};
-    /* any length: a value the node finds too large is refused with an error line */
-    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) == PROTO_OK) {
-        reply_want_of(&w, req, nreq);
-    } else { /* lru_crawler is no command proto_parse knows; the router sends its metadump */
-        reply_want_of(&w, req, nreq);
-        if (w.list != RLIST_KEY) w = (struct reply_want){.cmd = CMD_NONE};
-    }
+    struct reply_want w;
+    reply_want_of(&w, req, nreq);
+    /* any length: a value the node finds too large is refused with an error line; a line the
+     * parser refuses only an error line answers */
+    if (proto_parse(req, nl ? (size_t)(nl - req) : nreq, SIZE_MAX, &rq, &err) != PROTO_OK)
+        w = (struct reply_want){.cmd = CMD_NONE, .slots = 1};
     return reply_fits_want(&w, req, reply, n);
 }
