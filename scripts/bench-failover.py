@@ -434,6 +434,13 @@ def run(a, work):
         res["stale_after_replay"] = sum(d["stale"] for d in load.lines if d["ts"] - 0.2 >= t_replay)
         s = load.summary or {}
         res["stale_total"] = s.get("stale")
+        # stale values served with no failure in sight (report intervals ending by the kill)
+        res["stale_before_kill"] = sum(d["stale"] for d in load.lines if d["ts"] <= t_kill)
+        try:  # the bench's own words on the first few (key, version served, version deleted)
+            res["stale_messages"] = [l for l in (cl.work / "bench.stderr").read_text(
+                errors="replace").splitlines() if "stale value" in l][:5]
+        except OSError:
+            res["stale_messages"] = []
         res["unchecked_keys"] = s.get("unchecked")
         res["fill_races"] = s.get("fill_races")
         res["bench_summary"] = s
@@ -493,7 +500,7 @@ def report(res):
     p(f"  router held the promoted version {res.get('router_switched_s')} s after it; replay "
       f"counted at {res['replay_s']} s after the kill ({res.get('replayed_deletes')} deletes)")
     p(f"  stale values: {res['stale_after_replay']} after the replay, {res['stale_after_kill']} "
-      f"after the kill, {res['stale_total']} in the "
+      f"after the kill, {res['stale_before_kill']} before it, {res['stale_total']} in the "
       f"run ({res['unchecked_keys']} keys unchecked, {res['fill_races']} fill races repaired)")
     p(f"  get hits/misses per node at the end (killed, two others, gutter): {res['node_gets']}")
     p(f"  router counters: {res['router_counters']}")

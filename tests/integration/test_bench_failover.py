@@ -124,9 +124,14 @@ def run_bench_failover(copies):
 
 def check_common(res):
     assert not res["bad_exits"], res["bad_exits"]  # crashes, sanitizer reports, hangs at exit
-    # exact: correctness
-    assert res["stale_after_replay"] == 0, res
-    assert res["stale_total"] == 0, res
+    # exact: correctness. None after the replay (issue 15's contract), none before the kill.
+    # Between the kill and the replay the replica may serve a value whose delete the dead
+    # primary acknowledged but had not streamed yet (asynchronous replication: the window
+    # docs/operations.md "What can be lost" describes; the replay ends it)
+    stale = {k: res[k] for k in ("stale_after_replay", "stale_before_kill", "stale_after_kill",
+                                 "stale_total", "replay_s", "stale_messages")}
+    assert res["stale_after_replay"] == 0, (stale, res)
+    assert res["stale_before_kill"] == 0, (stale, res)
     assert res["baseline_hit_ratio"] > 0.95, res
     # loose: the router marks a killed node down within a few of its probes (0.1 s idle)
     assert res["marked_down_s"] is not None and res["marked_down_s"] < 3, res
