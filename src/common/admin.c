@@ -403,6 +403,7 @@ struct admin *admin_create_pool(unsigned threads, const char *host, unsigned por
                             NULL, NULL, admin_handle, a, MHD_OPTION_SOCK_ADDR, &sin,
                             MHD_OPTION_ARRAY, threads > 1 ? pool : pool + 1,
                             MHD_OPTION_CONNECTION_LIMIT, lim->conn_max,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim->conn_per_ip,
                             MHD_OPTION_CONNECTION_TIMEOUT, lim->header_timeout,
                             MHD_OPTION_EXTERNAL_LOGGER, admin_log, NULL,
                             MHD_OPTION_NOTIFY_COMPLETED, admin_done, NULL, MHD_OPTION_END);

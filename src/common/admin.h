@@ -8,7 +8,9 @@
  * capped at ADMIN_BODY_MAX bytes (413 beyond).
  *
  * Health probes must get through whatever other admin clients do: up to --admin-conn-max
- * connections are served at once (past that, new ones wait in the listen queue), and one
+ * connections are served at once (past that, new ones wait in the listen queue), at most
+ * --admin-conn-per-ip of them from one client address (past that its new ones are closed at
+ * once, so a flood from one address leaves room for every other client), and one
  * silent for --admin-header-timeout seconds before its request is whole is closed, so
  * connections that send part of a request and stop hold a slot only that long. While a body
  * arrives the allowance is ADMIN_BODY_TIMEOUT seconds of silence.
@@ -40,6 +42,9 @@
 #define ADMIN_OPTIONS(X)                                                                         \
     X(admin_conn_max, 0, UINT, "1024", 1, 65536,                                                 \
       "admin HTTP connections served at once; past it new ones wait to be accepted", NULL)      \
+    X(admin_conn_per_ip, 0, UINT, "256", 1, 65536,                                               \
+      "admin HTTP connections one client address may hold at once; past it its new ones are "  \
+      "closed at once, so no one client can take every --admin-conn-max slot", NULL)           \
     X(admin_header_timeout, 0, UINT, "2", 1, 3600,                                               \
       "seconds an admin HTTP connection may stay silent before its request headers are whole",  \
       NULL)                                                                                      \
@@ -51,9 +56,14 @@ struct auth_caller;
 
 struct admin_limits {
     unsigned conn_max, header_timeout; /* --admin-conn-max, --admin-header-timeout */
+    unsigned conn_per_ip;              /* --admin-conn-per-ip */
     const char *auth_file;             /* --auth-file (loaded and checked by admin_create), or
                                         * NULL: writes are open */
 };
+/* The limits from a daemon's config struct (which has ADMIN_OPTIONS' fields). */
+#define ADMIN_LIMITS_OF(cfg)                                                                     \
+    ((struct admin_limits){(unsigned)(cfg).admin_conn_max, (unsigned)(cfg).admin_header_timeout, \
+                           (unsigned)(cfg).admin_conn_per_ip, (cfg).auth_file})
 
 struct buf;
 struct admin;

@@ -852,8 +852,7 @@ struct admin *api_create(struct control *c, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the change thread");
         return NULL;
     }
-    struct admin_limits lim = {(unsigned)c->cfg.admin_conn_max,
-                               (unsigned)c->cfg.admin_header_timeout, c->cfg.auth_file};
+    struct admin_limits lim = ADMIN_LIMITS_OF(c->cfg);
     struct admin *a = admin_create_pool(API_THREADS, c->cfg.listen, (unsigned)c->cfg.port, &lim, control_metrics,
                                    c, routes, sizeof routes / sizeof routes[0], err, errlen);
     if (a == NULL) api_stop(c);

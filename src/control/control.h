@@ -91,7 +91,7 @@
 
 struct control_config {
     uint64_t port, poll_timeout, poll_max, push_timeout_ms, push_retry_ms, verbose,
-        admin_conn_max, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms,
+        admin_conn_max, admin_conn_per_ip, admin_header_timeout, etcd_lease_ttl, etcd_poll_ms, etcd_timeout_ms,
         lease_ms;
     uint64_t stats_interval_ms, stats_window, stats_timeout_ms, stats_workers, stats_namespaces;
     uint64_t probe_ms, failure_timeout_ms, report_stale_ms;

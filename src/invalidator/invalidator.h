@@ -65,7 +65,7 @@ struct inv_options {
     bool set_replica_identity;
     uint64_t status_interval_ms, reconnect_max_ms, cleanup_interval_ms, mem_max, spill_max,
         batch_max, replay_window, timeout_ms, admin_port, verbose, admin_conn_max,
-        admin_header_timeout, control_timeout_ms, control_backoff_max_ms;
+        admin_conn_per_ip, admin_header_timeout, control_timeout_ms, control_backoff_max_ms;
 };
 
 /* The reader's figures (Prometheus prefix shoal_invalidator_): counters and gauges the reader

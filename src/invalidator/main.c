@@ -197,8 +197,7 @@ int main(int argc, char **argv)
     if (inv.opt.admin_port) {
         struct admin_route routes[] = {{"/v1/replay", replay_route, &inv, 0},
                                        {"/healthz", status_route, &inv, 0}};
-        struct admin_limits lim = {(unsigned)inv.opt.admin_conn_max,
-                                   (unsigned)inv.opt.admin_header_timeout, inv.opt.auth_file};
+        struct admin_limits lim = ADMIN_LIMITS_OF(inv.opt);
         admin = admin_create(inv.opt.admin_listen, (unsigned)inv.opt.admin_port, &lim, metrics,
                              &inv, routes, 2, err, sizeof err);
         if (admin == NULL) {

@@ -86,7 +86,7 @@
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
         admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
-        partial_timeout_ms, repl_backlog, admin_conn_max, admin_header_timeout, control_timeout_ms,
+        partial_timeout_ms, repl_backlog, admin_conn_max, admin_conn_per_ip, admin_header_timeout, control_timeout_ms,
         control_backoff_max_ms, lease_renew_ms;
     const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
         *auth_file, *token_file;

@@ -178,8 +178,7 @@ struct admin *node_admin_create(struct node *n, char *err, size_t errlen)
 {
     struct admin_route routes[] = {{"/v1/namespaces", ns_route, n, 0},
                                    {"/v1/replication", repl_admin_route, n, ADMIN_ROUTE_HOLD}};
-    struct admin_limits lim = {(unsigned)n->cfg.admin_conn_max,
-                               (unsigned)n->cfg.admin_header_timeout, n->cfg.auth_file};
+    struct admin_limits lim = ADMIN_LIMITS_OF(n->cfg);
     return admin_create(n->cfg.admin_listen, (unsigned)n->cfg.admin_port, &lim, render_metrics, n,
                         routes, sizeof routes / sizeof routes[0], err, errlen);
 }

@@ -118,7 +118,7 @@ struct router_config {
     uint64_t port, conn_limit, threads, verbose, item_max, line_max, out_max, client_pending,
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
-        admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
+        admin_conn_per_ip, admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
         moved_wait_ms, moved_keep_max, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes;
     const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */

@@ -112,8 +112,7 @@ static int topology_route(void *ctx, const char *method, const char *rest, const
 struct admin *router_admin_create(struct router *r, char *err, size_t errlen)
 {
     struct admin_route routes[] = {{"/v1/topology", topology_route, r, 0}};
-    struct admin_limits lim = {(unsigned)r->cfg.admin_conn_max,
-                               (unsigned)r->cfg.admin_header_timeout, r->cfg.auth_file};
+    struct admin_limits lim = ADMIN_LIMITS_OF(r->cfg);
     return admin_create(r->cfg.admin_listen, (unsigned)r->cfg.admin_port, &lim, router_metrics, r,
                         routes, 1, err, errlen);
 }

@@ -186,3 +186,43 @@ def test_control_admin_conn_max_counts_over_all_its_threads(start_control):
         assert 1.0 <= took < 5.0, f"/healthz past --admin-conn-max 8 answered after {took:.2f} s"
     finally:
         close_all(held)
+
+
+def closed_by_peer(s):
+    """Has the other end closed s (without blocking)?"""
+    s.setblocking(False)
+    try:
+        return s.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_one_address_past_admin_conn_per_ip_leaves_the_others_room(start_control):
+    # 40 half-sent requests from 127.0.0.2 against --admin-conn-max 32: without a per-address
+    # bound they take every slot until their header timeout (10 s), and a node renewing its
+    # lease on a new connection from elsewhere waits that long; with --admin-conn-per-ip 8
+    # control closes all but 8 of them at once and answers the others as if idle
+    ctl = start_control("--admin-conn-max", "32", "--poll-max", "8", "--admin-conn-per-ip", "8",
+                        "--admin-header-timeout", "10")
+    wait_until(lambda: accepts(ctl.port), message="control's port to accept")
+    flood = []
+    try:
+        for _ in range(40):
+            s = socket.socket()
+            s.settimeout(5)
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", ctl.port))
+            s.sendall(b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{")
+            flood.append(s)
+        wait_until(lambda: sum(map(closed_by_peer, flood)) >= 32, timeout=5,
+                   message="control to close the flooding address's connections past 8")
+        for path in ("/healthz", "/metrics", "/v1/topology"):
+            status, took = probe(ctl.port, path)
+            assert status == 200 and took < PROBE_BOUND, (
+                f"{path} from 127.0.0.1 beside 8 half-sent requests from 127.0.0.2: status "
+                f"{status} after {took:.2f} s")
+        assert sum(map(closed_by_peer, flood)) == 32  # the 8 it kept are still open
+    finally:
+        close_all(flood)

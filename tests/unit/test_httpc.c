@@ -50,7 +50,7 @@ static int echo(void *ctx, const char *method, const char *rest, const char *bod
 static struct admin *start(char *url, size_t n)
 {
     struct admin_route routes[] = {{"/t", echo, NULL, 0}};
-    struct admin_limits lim = {16, 2, NULL};
+    struct admin_limits lim = {.conn_max = 16, .header_timeout = 2, .conn_per_ip = 16};
     char err[256];
     struct admin *a = admin_create("127.0.0.1", 0, &lim, metrics, NULL, routes, 1, err, sizeof err);
     if (a == NULL) fail_msg("admin_create: %s", err);
