@@ -139,9 +139,9 @@ def test_half_sent_requests_past_admin_conn_max_do_not_lapse_a_nodes_lease(start
                                                                            start_server):
     """More half-sent requests than --admin-conn-max held open on control's port (no token
     needed to open one) while a node renews on its kept-alive connection: they wait in the
-    listen queue or are closed at their timeouts, and the node's lease never lapses. (A node
-    that must open a new connection meanwhile waits behind them: docs/operations.md, "Admin
-    HTTP", known limit.)"""
+    listen queue or are closed at their timeouts, and the node's lease never lapses. (They come
+    from the node's own address here, as on loopback every client does: from another one,
+    --admin-conn-per-ip closes those past 256 at once; test_admin_probes.py.)"""
     import urllib.request
 
     from mcraw import free_port
