@@ -123,8 +123,8 @@ static bool catchup_all_done(struct rworker *w, const struct upnode *un, uint64_
 
 void catchup_poll(struct rworker *w)
 {
-    if (w->catchup_waits == 0) return;
     w->catchup_due = false;
+    if (w->catchup_waits == 0) return;
     for (struct upnode *un = w->upnodes; un; un = un->next) {
         if (un->catchup_wait == 0) continue;
         if (!catchup_all_done(w, un, un->catchup_wait)) {
