@@ -174,8 +174,8 @@ struct router_config {
       "keep their bytes (--moved-keep-max or --buffers-max full): not sent again if refused as " \
       "their slot moved")                                                                         \
     X(replayed_deletes, COUNTER, "recent deletes sent again to a promoted slot's new primary")   \
-    X(catchups, COUNTER, "catch-ups run: a primary failed, its recent deletes sent to its slots' " \
-      "replicas before they serve its keys (catchup.h)")                                          \
+    X(catchups, COUNTER, "catch-ups run by a worker: a primary failed, its recent deletes sent " \
+      "to its slots' replicas before they serve its keys (catchup.h)")                            \
     X(catchup_deletes, COUNTER, "recent deletes sent to a failed primary's slot replicas")       \
     X(catchup_held, COUNTER, "requests held until every worker's catch-up was answered")         \
     X(catchup_timeouts, COUNTER, "catch-ups not finished by every worker within "                \

@@ -70,7 +70,6 @@ static void upnode_success(struct upnode *un, bool probe)
 {
     un->fails = 0;
     un->last_reply_ms = un->w->now_ms;
-    un->catchup_spent = false; /* it answers: a later failure needs a catch-up of its own */
     if (un->down && probe) {
         upnode_mark_up(un, "answers again");
         failover_publish(un, false);
@@ -780,6 +779,9 @@ static void upconn_parse(struct upconn *uc)
         }
         uc->rscan = 0;
         upnode_success(un, f->probe);
+        /* it answers: a later failure needs a catch-up of its own (catchup.h); not a fenced
+         * node's refusal, or each read falling back from it would start one */
+        if (!park) un->catchup_spent = false;
         if (!f->probe) {
             uint64_t us = w->now_us - f->sent_us;
             if (un->stat) lathist_record(&un->stat->lat, us);
