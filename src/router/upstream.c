@@ -118,8 +118,9 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 
 bool upnode_idle(const struct upnode *un)
 {
+    /* nor while the worker waits for its catch-up (catchup.h): that wait ends with it */
     return upqueue_empty(&un->wait) && un->dwait == NULL && un->outstanding == 0 &&
-           un->held == NULL;
+           un->held == NULL && un->catchup_wait == 0;
 }
 
 /* f has left a connection's sent queue (answered or failed): it no longer holds its client's

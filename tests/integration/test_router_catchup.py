@@ -70,6 +70,7 @@ class SlowReplica(FakeNode):
     def __init__(self, items, delay):
         self.items, self.delay = dict(items), delay
         self.deleted, self.log = [], []
+        self.mn_answered = None  # when the batch's MN was sent
         super().__init__()
 
     def answer(self, line, rest):
@@ -81,6 +82,7 @@ class SlowReplica(FakeNode):
             return (b"" if w[-1] == b"q" else b"HD\r\n"), rest
         if w[0] == b"mn":
             time.sleep(self.delay)
+            self.mn_answered = time.monotonic()
             return b"MN\r\n", rest
         if w[0] == b"get":
             out = b"".join(_value_block(k, self.items[k]) for k in w[1:] if k in self.items)
@@ -88,6 +90,23 @@ class SlowReplica(FakeNode):
         if w[0] == b"version":
             return b"VERSION fake\r\n", rest
         return b"ERROR\r\n", rest
+
+
+def two_workers(router, p):
+    """Two clients of `router` (--threads 2) served by different workers. The primary's
+    connection a request arrives on names the worker that routed it (one connection per
+    worker); clients land on either worker, as the kernel wakes them: connections are opened in
+    bursts, kept, until both workers have one."""
+    by_worker, n = {}, 0
+    for _ in range(50):
+        burst = [router.raw() for _ in range(8)]
+        for c in burst:
+            assert c.get(f"a{n}") == []
+            by_worker.setdefault(p.worker_of(f"a{n}"), c)
+            n += 1
+        if len(by_worker) == 2:
+            return list(by_worker.values())
+    raise AssertionError(f"all {n} clients landed on one worker")
 
 
 @pytest.fixture
@@ -124,20 +143,7 @@ def test_delete_routed_by_another_worker_is_on_the_replica_before_it_is_read(
     other; the reading worker waits for the other's catch-up."""
     p, r, g = silent
     router, admin = follower(control.url, *FAST, "--threads", "2")
-    # the primary's connection a request arrives on names the worker that routed it (one
-    # connection per worker); clients land on either worker, as the kernel wakes them: open
-    # connections in bursts, kept, until both workers have one
-    by_worker, n = {}, 0
-    for _ in range(50):
-        burst = [router.raw() for _ in range(8)]
-        for c in burst:
-            assert c.get(f"a{n}") == []
-            by_worker.setdefault(p.worker_of(f"a{n}"), c)
-            n += 1
-        if len(by_worker) == 2:
-            break
-    assert len(by_worker) == 2, f"all {n} clients landed on one worker"
-    deleter, reader = by_worker.values()
+    deleter, reader = two_workers(router, p)
     assert deleter.cmd("delete k") == "DELETED"
     assert reader.get("a-reader") == []
     assert p.worker_of("k") != p.worker_of("a-reader"), "the delete and the read on two workers"
@@ -167,9 +173,9 @@ def test_reads_wait_for_the_catch_up_neither_failed_nor_sent_to_the_gutter(start
         assert c.read_get_reply() == [("j", 0, b"kept", None)]
         assert time.monotonic() - t0 >= 0.35, "the reads waited for the batch's answer"
         assert r.deleted == ["k"]
-        mn_at = next(t for t, line in r.log if line == b"mn")
         gets = [t for t, line in r.log if line.startswith(b"get")]
-        assert gets and min(gets) >= mn_at, "no read reached the replica before the batch"
+        assert gets and r.mn_answered and min(gets) >= r.mn_answered, \
+            "a read reached the replica before the batch was answered"
         # (a retry counts in gutter_retries wherever it goes: the replica here)
         assert metric(admin, "shoal_router_gutter_requests_total") == 0
         with McRaw("127.0.0.1", g.port) as gc:
@@ -196,6 +202,34 @@ def test_reads_go_ahead_after_catchup_wait_ms_and_are_counted(start_server, cont
         wait_until(lambda: metric(admin, "shoal_router_catchup_timeouts_total") == 1,
                    message="the wait past --catchup-wait-ms counted")
         assert "--catchup-wait-ms" in router.stderr_text()
+    finally:
+        p.close()
+        r.close()
+
+
+def test_a_worker_reads_the_replica_only_after_another_workers_catch_up_is_answered(
+        start_server, control, follower):
+    """--threads 2: the worker that routed the delete sends it to a replica that takes 0.4 s
+    to answer the batch; the other worker's read waits for that answer, though it goes on a
+    connection of its own (which the replica serves at once)."""
+    p = SilentPrimary({b"k": b"old"})
+    r = SlowReplica({b"k": b"old"}, delay=0.4)
+    g = start_server()
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, *FAST, "--threads", "2")
+        deleter, reader = two_workers(router, p)
+        assert deleter.cmd("delete k") == "DELETED"
+        assert reader.get("a-reader") == []
+        assert p.worker_of("k") != p.worker_of("a-reader"), "the delete and the read on two workers"
+        p.close()
+        assert reader.get("k") == [], "the replica served a value deleted through another worker"
+        got = [t for t, line in r.log if line == b"get k"]
+        assert got and r.mn_answered and got[0] >= r.mn_answered, \
+            "the read reached the replica before the other worker's batch was answered"
+
+        assert r.deleted == ["k"]
+        assert metric(admin, "shoal_router_catchup_timeouts_total") == 0
     finally:
         p.close()
         r.close()
