@@ -3,7 +3,7 @@
  * Each worker thread owns an epoll loop, the client connections it accepted and its own
  * upstream connections to every node (struct upnode), so nothing on the request path is shared
  * between threads except the read-only topology table and whether each node is marked down
- * (failover.h). Counters are per worker and summed when
+ * (failover.h) or being caught up on (catchup.h). Counters are per worker and summed when
  * `stats` or /metrics asks. */
 #ifndef SHOAL_ROUTER_ROUTER_H
 #define SHOAL_ROUTER_ROUTER_H
