@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "router/repairlog.h"
+#include "router/replica.h"
 #include "router/route.h"
 #include "router/upstream.h"
 #include "router/worker.h"
@@ -114,6 +115,9 @@ void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, 
 struct replay_ctx {
     struct rworker *w;
     const uint64_t *since; /* per slot: replay deletes logged at or after; UINT64_MAX: none */
+    struct upnode *owner;  /* a catch-up (catchup.h): the failed primary, else NULL */
+    uint64_t cut;          /* ...its deletes logged at or after this go to their replicas */
+    uint32_t batches;
     uint64_t sent, skipped;
     struct frag **open;   /* per node of the table (w->nmap): its batch being filled */
     uint32_t *nopen;      /* ...and how many deletes it holds */
@@ -132,6 +136,11 @@ static void replay_flush(struct replay_ctx *x, uint32_t i)
         return;
     }
     f->quiet_batch = true;
+    x->batches++;
+    if (x->owner) { /* answered: catchup_batch_done, through replica_frag_done */
+        if (replica_tag(f, x->w->map[i], REPL_CATCHUP, NULL, 0) < 0) x->w->m.out_of_memory++;
+        else x->w->catchup_inflight++; /* before: a failure at once answers it */
+    }
     upnode_submit(x->w->map[i], f);
 }
 
@@ -142,8 +151,17 @@ static void replay_one(void *arg, uint64_t ms, uint16_t slot, const char *key, s
 {
     struct replay_ctx *x = arg;
     struct rworker *w = x->w;
-    if (ms < x->since[slot]) return; /* not promoted, or the new primary has it */
-    uint32_t i = topo_route(w->topo, key, nkey);
+    uint32_t i;
+    if (x->owner) { /* a catch-up: the failed primary's copies-2 keys, to their replicas */
+        if (ms < x->cut) return;
+        uint32_t o = topo_route(w->topo, key, nkey);
+        int64_t r = topo_replica_route(w->topo, key, nkey);
+        if (w->map[o] != x->owner || r < 0 || (uint32_t)r == o) return;
+        i = (uint32_t)r;
+    } else {
+        if (ms < x->since[slot]) return; /* not promoted, or the new primary has it */
+        i = topo_route(w->topo, key, nkey);
+    }
     if (!upnode_up(w->map[i])) { /* its repair covers it, if it ever comes back */
         x->skipped++;
         return;
@@ -159,7 +177,8 @@ static void replay_one(void *arg, uint64_t ms, uint16_t slot, const char *key, s
         x->skipped++;
         return;
     }
-    w->m.replayed_deletes++;
+    if (x->owner) w->m.catchup_deletes++;
+    else w->m.replayed_deletes++;
     x->sent++;
     if (++x->nopen[i] >= DELLOG_BATCH) replay_flush(x, i);
 }
@@ -207,7 +226,7 @@ void dellog_sync(struct rworker *w)
         if (since[i] < oldest) oldest = since[i];
         if (since[i] > newest) newest = since[i];
     }
-    struct replay_ctx x = {w, since, 0, 0, calloc(w->nmap, sizeof *x.open),
+    struct replay_ctx x = {w, since, NULL, 0, 0, 0, 0, calloc(w->nmap, sizeof *x.open),
                            calloc(w->nmap, sizeof *x.nopen)};
     if (x.open == NULL || x.nopen == NULL) {
         w->m.out_of_memory++;
@@ -229,6 +248,28 @@ void dellog_sync(struct rworker *w)
                (unsigned long long)(w->now_ms > oldest ? w->now_ms - oldest : 0),
                (unsigned long long)r->cfg.replay_window_s,
                x.skipped ? " (some skipped: primary down or no memory)" : "");
+}
+
+uint64_t dellog_catchup(struct rworker *w, struct upnode *owner, uint64_t since,
+                        uint32_t *batches)
+{
+    uint64_t window = w->r->cfg.replay_window_s * 1000;
+    uint64_t floor = w->now_ms > window ? w->now_ms - window : 0;
+    struct replay_ctx x = {w, NULL, owner, dellog_cutoff(floor, since), 0, 0, 0,
+                           calloc(w->nmap, sizeof *x.open), calloc(w->nmap, sizeof *x.nopen)};
+    *batches = 0;
+    if (x.open == NULL || x.nopen == NULL) {
+        w->m.out_of_memory++;
+        log_error("worker %d: out of memory sending recent deletes to a failed primary's "
+                  "replicas", w->id);
+    } else if (window && w->dellog.used) {
+        dellog_each(&w->dellog, x.cut, replay_one, &x);
+        for (uint32_t i = 0; i < w->nmap; i++) replay_flush(&x, i);
+    }
+    free(x.open);
+    free(x.nopen);
+    *batches = x.batches;
+    return x.sent;
 }
 
 uint64_t dellog_cutoff(uint64_t floor, uint64_t since)

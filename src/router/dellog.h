@@ -24,6 +24,7 @@
 
 struct router;
 struct rworker;
+struct upnode;
 
 struct dellog {
     uint8_t *buf;       /* a ring of entries: {u64 ms, u16 slot, u8 nkey, key} */
@@ -55,6 +56,13 @@ void dellog_promoted(struct router *r, uint64_t version, const uint16_t *slots, 
 /* At the start of a batch: replay to their new primaries the recent deletes of slots promoted
  * by versions this worker has adopted and not yet replayed for (cheap when none: one load). */
 void dellog_sync(struct rworker *w);
+
+/* A catch-up (catchup.h): send the deletes this worker logged at or after `since` (within the
+ * window) of keys whose owner in its table is `owner` to their slots' replicas (copies-2
+ * namespaces; a replica marked down is skipped), as quiet batches tagged REPL_CATCHUP, counted
+ * in w->catchup_inflight until answered. Returns the deletes sent; *batches the batches. */
+uint64_t dellog_catchup(struct rworker *w, struct upnode *owner, uint64_t since,
+                        uint32_t *batches);
 
 /* Ring internals, for unit tests: append an entry, and walk the live ones oldest first. */
 void dellog_put(struct dellog *l, uint64_t ms, uint16_t slot, const char *key, size_t nkey);

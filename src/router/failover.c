@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "router/catchup.h"
 #include "router/lineedit.h"
 #include "router/outage.h"
 #include "router/policy.h"
@@ -82,7 +83,7 @@ static int32_t failover_ns(const struct rworker *w, const char *key, size_t nkey
 /* Send f, rebuilt for the gutter (or, moved, for wherever its key goes now) into `out`
  * (taken), to `gun`, counted for namespace `ns`. */
 static void failover_send(struct rworker *w, struct frag *f, struct buf *out, struct upnode *gun,
-                          int32_t ns, bool gutter)
+                          int32_t ns, bool gutter, bool replica)
 {
     frag_unkeep(f); /* kept again, if it may be, when it is handed to a connection */
     buf_release(&f->out);
@@ -90,6 +91,7 @@ static void failover_send(struct rworker *w, struct frag *f, struct buf *out, st
     buf_init(out);
     f->failover = FAILOVER_NONE; /* once */
     f->held = false;
+    f->via_replica = replica; /* held while the replica's catch-up runs (catchup.h) */
     f->ns = ns;
     f->pool = gutter ? w->topo->gutter_pool : (int32_t)w->topo->ns[ns].pool;
     upnode_submit(gun, f);
@@ -121,6 +123,9 @@ static struct upnode *failover_dest(struct rworker *w, const struct upnode *from
     if (r >= 0 && w->map[r] != from) {
         *gutter = false;
         *replica = true;
+        /* the owner failed it (or fences): the replica must first have the owner's recent
+         * deletes (catchup.h; once per failure) */
+        catchup_begin(w, w->map[owner]);
         return w->map[r];
     }
     return failover_gutter(w, from, key, nkey);
@@ -174,7 +179,7 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
     if (replica && write) w->m.replica_writes++;
     if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
-    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter);
+    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter, replica);
     return true;
 }
 
@@ -225,7 +230,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
         struct upnode *gun;
         int64_t ttl;
         int32_t ns; /* its first key's namespace */
-        bool gutter;
+        bool gutter, replica; /* replica: one of its keys goes there for its failed owner */
         struct frag *f;
         struct buf out;
     } *groups;
@@ -256,7 +261,8 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
                 groups = more;
                 cap *= 2;
             }
-            groups[g] = (struct group){gun, ttl, failover_ns(w, key, nk), gutter, NULL, {0}};
+            groups[g] = (struct group){gun, ttl, failover_ns(w, key, nk), gutter, false, NULL,
+                                       {0}};
             buf_init(&groups[g].out);
             ngroups++;
             if ((gat ? buf_printf(&groups[g].out, "%s %lld", verb, (long long)ttl)
@@ -270,6 +276,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
             gofcap *= 2;
         }
         gof[nkeys++] = g;
+        groups[g].replica |= replica;
         if (buf_append(&groups[g].out, " ", 1) < 0 || buf_append(&groups[g].out, key, nk) < 0)
             goto out;
     }
@@ -312,7 +319,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
     /* the last submission may complete the request: nothing of it is read after */
     for (uint32_t g = 0; g < ngroups; g++)
         failover_send(w, groups[g].f, &groups[g].out, groups[g].gun, groups[g].ns,
-                      groups[g].gutter);
+                      groups[g].gutter, groups[g].replica);
     ok = true;
 out:
     for (uint32_t g = 0; groups && g < ngroups; g++) buf_release(&groups[g].out);
@@ -464,4 +471,5 @@ void failover_sync(struct rworker *w)
         un->health_seen = e;
         if ((e & 1) != un->down) upnode_adopt(un, e & 1);
     }
+    catchup_sync(w); /* catch-ups other workers started (catchup.h) */
 }

@@ -21,6 +21,8 @@
  * A retry goes, per key, to the gutter pool's node for the key (the same slot rule), with TTLs
  * capped by gutter_ttl, as a request routed there for a node marked down; a multi-key get
  * whose keys have different gutter nodes is split, and merged in key order as any split get.
+ * A retry that goes to a copies-2 key's slot replica first has the owner's recent deletes sent
+ * there (catchup.h), and waits for them.
  * It is the same fragment of the same client request, so the client's replies keep their order,
  * and the requests that were in flight on a connection that broke are retried in the order
  * they were sent, on their client's connection to the gutter node. Once: a retried request

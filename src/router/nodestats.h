@@ -20,6 +20,8 @@ struct buf;
 
 struct nodestat_slot {
     uint64_t requests, errors, timeouts, down;
+    uint64_t catchup_done; /* the node's catch-up episode this worker has finished (catchup.h):
+                            * written by it (release), read by the others (acquire) */
     struct lathist lat; /* reply times (lathist_record) */
 } __attribute__((aligned(64)));
 
@@ -28,6 +30,7 @@ struct nodestat {
     struct nodestat_slot *slots; /* one per worker */
     uint64_t health;             /* shared mark-down epoch, odd while the node is marked down
                                   * (failover.h); atomics only */
+    uint64_t catchup;            /* catch-up episodes started for it (catchup.h); atomics only */
 };
 
 struct nodestats {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "router/catchup.h"
 #include "router/outage.h"
 #include "router/worker.h"
 
@@ -364,6 +365,9 @@ void replica_frag_done(struct frag *f, const char *reply, size_t n, bool failed)
                      "repaired", w->id, un->node.addr);
             repairlog_set_overflow(&un->repair);
         }
+        break;
+    case REPL_CATCHUP:
+        catchup_batch_done(w, failed);
         break;
     case REPL_FLUSH:
         un->repairs_inflight--;

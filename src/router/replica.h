@@ -44,6 +44,8 @@ enum replica_kind {
     REPL_FLUSH,   /* a whole-node repair (flush_all) */
     REPL_FLUSH_ALL, /* a client's flush_all to one node: if it fails, the node is flushed when
                      * it can be repaired */
+    REPL_CATCHUP, /* a batch of a failed primary's recent deletes to its slots' replica
+                   * (catchup.h) */
 };
 
 struct replica_fanout;

@@ -69,6 +69,8 @@ struct frag {
                              * that the slot moved (failover.h, moved-retry); keeps its bytes
                              * as a retryable one does */
     bool moved;             /* ...it was: parked or sent again once already */
+    bool via_replica;       /* sent to a slot's replica in place of its failed primary: held
+                             * while a catch-up runs (catchup.h) */
     uint64_t moved_until_ms; /* set when first parked: its moved-retry window ends
                               * (--moved-wait-ms later); a refusal before then parks it again */
     uint64_t park_version;  /* parked: the topology version its node refused it under */

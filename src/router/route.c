@@ -282,6 +282,7 @@ static void route_forward_to(struct client *c, const struct proto_req *req, cons
     struct frag *f = rq ? frag_create(rq, 0) : NULL;
     if (f == NULL) goto oom;
     f->held = held;
+    f->via_replica = d->replica; /* held while the replica's catch-up runs (catchup.h) */
     if (write && outage_write(f, w->map[owner], un, req->key, req->nkey) < 0)
         goto oom;
     if (write && gutter) route_replica_missed(w, req->key, req->nkey, owner);
@@ -448,6 +449,7 @@ void route_get(struct client *c, const struct proto_req *req, const char *line,
         if (rq->frags[fi]->failover &&
             (gutter || held || topo_pool_of(w->topo, key, nk)->replicated))
             rq->frags[fi]->failover = FAILOVER_NONE;
+        rq->frags[fi]->via_replica |= kr[i].d.replica; /* held during a catch-up */
         rq->keyfrag[i++] = (uint16_t)fi;
         struct buf *o = &rq->frags[fi]->out;
         if (buf_append(o, " ", 1) < 0 || buf_append(o, key, nk) < 0) {

@@ -3,7 +3,7 @@
  * Each worker thread owns an epoll loop, the client connections it accepted and its own
  * upstream connections to every node (struct upnode), so nothing on the request path is shared
  * between threads except the read-only topology table and whether each node is marked down
- * (failover.h). Counters are per worker and summed when
+ * (failover.h) or being caught up on (catchup.h). Counters are per worker and summed when
  * `stats` or /metrics asks. */
 #ifndef SHOAL_ROUTER_ROUTER_H
 #define SHOAL_ROUTER_ROUTER_H
@@ -108,6 +108,10 @@
       "after a promotion only deletes logged since the new primary's replication stamp (the "    \
       "dead primary's clock up to which it applied everything) minus this are replayed: covers " \
       "clock skew between hosts", NULL)                                                          \
+    X(catchup_wait_ms, 0, UINT, "1000", 0, 60000,                                                \
+      "when a copies-2 primary fails, requests routed to its slots' replicas wait at most this " \
+      "long for every worker's catch-up of its recent deletes there (0: they do not wait)",      \
+      NULL)                                                                                      \
     X(replay_log_bytes, 0, SIZE, "8m", 0, 1ull << 34,                                            \
       "memory for the recent-deletes log, all workers together (the oldest are forgotten first)", \
       NULL)                                                                                      \
@@ -119,7 +123,8 @@ struct router_config {
         upstream_conns, upstream_window, upstream_window_bytes, timeout_ms, retry_ms, down_after, probe_ms, repair_log,
         backlog, admin_port, io_uring, buffers_max, partial_timeout_ms, admin_conn_max,
         admin_conn_per_ip, admin_header_timeout, control_wait_ms, control_timeout_ms, control_backoff_max_ms,
-        moved_wait_ms, moved_keep_max, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes;
+        moved_wait_ms, moved_keep_max, report_ms, replay_window_s, replay_margin_ms, replay_log_bytes,
+        catchup_wait_ms;
     const char *listen, *admin_listen, *port_file, *client_id, *control, *auth_file, *token_file;
     const char *topology; /* --config FILE */
 };
@@ -169,6 +174,13 @@ struct router_config {
       "keep their bytes (--moved-keep-max or --buffers-max full): not sent again if refused as " \
       "their slot moved")                                                                         \
     X(replayed_deletes, COUNTER, "recent deletes sent again to a promoted slot's new primary")   \
+    X(catchups, COUNTER, "catch-ups run by a worker: a primary failed, its recent deletes sent " \
+      "to its slots' replicas before they serve its keys (catchup.h)")                            \
+    X(catchup_deletes, COUNTER, "recent deletes sent to a failed primary's slot replicas")       \
+    X(catchup_held, COUNTER, "requests held until every worker's catch-up was answered")         \
+    X(catchup_timeouts, COUNTER, "catch-ups not finished by every worker within "                \
+      "--catchup-wait-ms: the held requests went ahead")                                          \
+    X(catchup_failures, COUNTER, "catch-up batches the replica failed (refused, reset, timed out)") \
     X(down_node_requests, COUNTER, "requests failed at once: node down (or being repaired) and " \
       "no gutter for it")                                                                         \
     X(window_shrinks, COUNTER, "times a node's window was halved after a timeout")               \
@@ -227,6 +239,10 @@ struct rworker {
     struct dellog dellog;       /* its recent deletes (dellog.h) */
     uint64_t promo_seen;        /* router.promo_seq it last replayed for */
     struct frag *parked, *parked_tail; /* waiting for a newer topology (moved-retry, failover.h) */
+    int kickfd;                 /* written to wake it: another worker started a catch-up */
+    uint32_t catchup_inflight;  /* its catch-up batches not answered yet (catchup.h) */
+    uint32_t catchup_waits;     /* nodes whose episode it waits for: requests to replicas held */
+    bool catchup_due;           /* an episode may have ended: poll at once */
     struct router_metrics m __attribute__((aligned(64)));
 };
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "router/catchup.h"
 #include "router/client.h"
 #include "router/failover.h"
 #include "router/replyframe.h"
@@ -40,6 +41,7 @@ static void upnode_mark_down(struct upnode *un, const char *why)
     w->m.nodes_marked_down++;
     log_notice("worker %d: node %s marked down %s; probing every %llu ms", w->id, un->node.addr,
                why, (unsigned long long)w->r->cfg.probe_ms);
+    catchup_begin(w, un); /* its copies-2 keys are read from their replicas from now on */
 }
 
 /* One more consecutive failure; at down_after the node is marked down, for every worker. */
@@ -67,6 +69,7 @@ static void upnode_mark_up(struct upnode *un, const char *why)
 static void upnode_success(struct upnode *un, bool probe)
 {
     un->fails = 0;
+    un->last_reply_ms = un->w->now_ms;
     if (un->down && probe) {
         upnode_mark_up(un, "answers again");
         failover_publish(un, false);
@@ -93,6 +96,7 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
     struct nodestat *ns = nodestats_get(&w->r->nodes, node->addr);
     un->stat = ns ? &ns->slots[w->id] : NULL;
     un->health = ns ? &ns->health : NULL;
+    un->nstat = ns;
     w->health_seen = UINT64_MAX; /* look at its epoch at the next failover_sync */
     un->nconns = (uint32_t)w->r->cfg.upstream_conns;
     un->window = (uint32_t)w->r->cfg.upstream_window;
@@ -114,7 +118,9 @@ struct upnode *upnode_create(struct rworker *w, const struct topo_node *node)
 
 bool upnode_idle(const struct upnode *un)
 {
-    return upqueue_empty(&un->wait) && un->dwait == NULL && un->outstanding == 0;
+    /* nor while the worker waits for its catch-up (catchup.h): that wait ends with it */
+    return upqueue_empty(&un->wait) && un->dwait == NULL && un->outstanding == 0 &&
+           un->held == NULL && un->catchup_wait == 0;
 }
 
 /* f has left a connection's sent queue (answered or failed): it no longer holds its client's
@@ -501,6 +507,7 @@ static void upnode_pump(struct upnode *un)
 void upnode_submit(struct upnode *un, struct frag *f)
 {
     struct rworker *w = un->w;
+    if (catchup_hold(un, f)) return; /* sent when the catch-up of the replica is answered */
     f->next = NULL;
     f->park_version = w->topo ? w->topo->version : 0; /* routed by it (moved-retry) */
     f->deadline_ms = w->now_ms + w->r->cfg.timeout_ms;
@@ -773,6 +780,9 @@ static void upconn_parse(struct upconn *uc)
         }
         uc->rscan = 0;
         upnode_success(un, f->probe);
+        /* it answers: a later failure needs a catch-up of its own (catchup.h); not a fenced
+         * node's refusal, or each read falling back from it would start one */
+        if (!park) un->catchup_spent = false;
         if (!f->probe) {
             uint64_t us = w->now_us - f->sent_us;
             if (un->stat) lathist_record(&un->stat->lat, us);
@@ -969,6 +979,7 @@ void upnode_destroy(struct upnode *un)
         upconn_fail(uc, "was removed from the topology", false);
     }
     upnode_fail_waiting(un, "was removed from the topology", false);
+    catchup_drop_held(un);
     upqueue_free(&un->wait);
     repairlog_free(&un->repair);
     free(un);

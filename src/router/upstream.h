@@ -90,6 +90,15 @@ struct upnode {
     uint64_t *health;               /* its mark-down epoch, shared by the workers (failover.h);
                                      * NULL (no memory): this worker judges it alone */
     uint64_t health_seen;           /* the epoch this worker last acted on */
+    struct nodestat *nstat;         /* its shared entry (health, catch-up); NULL: no memory */
+    /* catch-up of its slots' replicas when it fails (catchup.h) */
+    uint64_t last_reply_ms;         /* when it last answered this worker */
+    bool catchup_spent;             /* an episode was started or joined since it last answered */
+    uint64_t catchup_joined;        /* its episode count this worker last ran its catch-up for */
+    uint64_t catchup_published;     /* ...and has published as done (its nodestat slot) */
+    uint64_t catchup_wait;          /* the episode this worker waits for all to finish; 0: none */
+    uint64_t catchup_until_ms;      /* ...and until when at most */
+    struct frag *held, *held_tail;  /* requests to it held while an episode runs */
     uint64_t next_probe_ms;
     struct repairlog repair;        /* keys of replicated writes it missed (replica.h) */
     uint32_t repairs_inflight;      /* repair requests sent, not yet answered */

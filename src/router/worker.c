@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "router/catchup.h"
 #include "router/client.h"
 #include "router/dellog.h"
 #include "router/failover.h"
@@ -33,7 +34,7 @@ const struct metric_desc router_metric_descs[] = {
 };
 const size_t ROUTER_NMETRICS = sizeof router_metric_descs / sizeof router_metric_descs[0];
 
-static char worker_listen_tag, worker_wake_tag;
+static char worker_listen_tag, worker_wake_tag, worker_kick_tag;
 static const char too_many[] = "ERROR Too many open connections\r\n";
 
 static uint64_t worker_now_us(void)
@@ -202,8 +203,8 @@ static void *worker_main(void *arg)
     uint64_t next_tick = 0;
     for (;;) {
         topo_quiescent(&w->topo_seen); /* holds no topology table while blocked */
-        int timeout = w->dirty || w->dirty_up ? 0 : WORKER_TICK_MS;
-        if (timeout && !w->inflight && !w->parked) { /* idle: until a probe or a repair is due (on a tick) */
+        int timeout = w->dirty || w->dirty_up || w->catchup_due ? 0 : WORKER_TICK_MS;
+        if (timeout && !w->inflight && !w->parked && !w->catchup_waits) { /* idle: until a probe or a repair is due (on a tick) */
             uint64_t idle = upstream_idle_ms(w, 1000);
             if (idle > WORKER_TICK_MS) timeout = (int)idle;
         }
@@ -217,6 +218,7 @@ static void *worker_main(void *arg)
         failover_sync(w); /* mark-downs of other workers, before any request is routed */
         dellog_sync(w);   /* replays after a promotion (needs the table just adopted) */
         if (w->parked) failover_unpark(w, false); /* moved-retry: sent under an older one */
+        catchup_poll(w); /* requests held while replicas catch up (catchup.h) */
         if (k < 0) {
             if (errno == EINTR) continue;
             log_error("worker %d: epoll_wait failed: %s", w->id, strerror(errno));
@@ -225,6 +227,12 @@ static void *worker_main(void *arg)
         for (int i = 0; i < k; i++) {
             void *p = evs[i].data.ptr;
             if (p == &worker_wake_tag) goto out;
+            if (p == &worker_kick_tag) { /* another worker's catch-up: seen at the batch start */
+                uint64_t v;
+                ssize_t n = read(w->kickfd, &v, sizeof v);
+                (void)n;
+                continue;
+            }
             if (p == &worker_listen_tag) worker_accept(w);
             else if (*(int *)p == EV_CLIENT) client_event(p, evs[i].events, ring);
             else upconn_event(p, evs[i].events);
@@ -235,6 +243,7 @@ static void *worker_main(void *arg)
             next_tick = w->now_ms + WORKER_TICK_MS;
             upstream_check_timeouts(w);
             if (w->parked) failover_unpark(w, true); /* those past --moved-wait-ms */
+            catchup_poll(w); /* those past --catchup-wait-ms */
             worker_finish_batch(w);
         }
         client_budget_sweep(w); /* between batches: no client is being serviced */
@@ -277,7 +286,8 @@ int worker_setup(struct router *r, char *err, size_t errlen)
             dellog_init(&w->dellog, r->cfg.replay_log_bytes / r->cfg.threads);
         w->epfd = epoll_create1(EPOLL_CLOEXEC);
         w->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (w->epfd < 0 || w->wakefd < 0) {
+        w->kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->epfd < 0 || w->wakefd < 0 || w->kickfd < 0) {
             snprintf(err, errlen, "cannot create worker event loop: %s", strerror(errno));
             return -1;
         }
@@ -288,8 +298,10 @@ int worker_setup(struct router *r, char *err, size_t errlen)
         struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
                                  .data.ptr = &worker_listen_tag};
         struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &worker_wake_tag};
+        struct epoll_event kev = {.events = EPOLLIN, .data.ptr = &worker_kick_tag};
         if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, r->listen_fd, &ev) < 0 ||
-            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wakefd, &wev) < 0) {
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wakefd, &wev) < 0 ||
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->kickfd, &kev) < 0) {
             snprintf(err, errlen, "cannot register worker fds: %s", strerror(errno));
             return -1;
         }
@@ -316,10 +328,12 @@ void worker_teardown(struct router *r)
         ssize_t wr = write(r->workers[i].wakefd, &one, sizeof one);
         (void)wr;
     }
+    /* all joined before any kick fd closes: a worker may wake the others until it exits */
+    for (uint64_t i = 0; i < r->cfg.threads; i++) pthread_join(r->workers[i].thread, NULL);
     for (uint64_t i = 0; i < r->cfg.threads; i++) {
-        pthread_join(r->workers[i].thread, NULL);
         close(r->workers[i].epfd);
         close(r->workers[i].wakefd);
+        close(r->workers[i].kickfd);
         if (r->workers[i].use_ring) uring_free(&r->workers[i].ring);
     }
     free(r->workers);
