@@ -166,12 +166,10 @@ def test_reads_wait_for_the_catch_up_neither_failed_nor_sent_to_the_gutter(start
         router, admin = follower(control.url, *FAST, "--threads", "1")
         c = router.raw()
         assert c.cmd("delete k") == "DELETED"
-        p.close()
-        t0 = time.monotonic()
+        p.close()  # the router may see it fail (and start the catch-up) before the reads come
         c.send(b"get k\r\nget j\r\n")
         assert c.read_get_reply() == [], "a miss, from the replica once it has the delete"
         assert c.read_get_reply() == [("j", 0, b"kept", None)]
-        assert time.monotonic() - t0 >= 0.35, "the reads waited for the batch's answer"
         assert r.deleted == ["k"]
         gets = [t for t, line in r.log if line.startswith(b"get")]
         assert gets and r.mn_answered and min(gets) >= r.mn_answered, \
