@@ -69,6 +69,10 @@ static void catchup_join(struct rworker *w, struct upnode *p, uint64_t gen)
     w->m.catchups++;
     uint64_t base = p->last_reply_ms ? p->last_reply_ms : w->now_ms;
     uint64_t since = base > r->cfg.replay_margin_ms ? base - r->cfg.replay_margin_ms : 0;
+    /* a primary that fails again soon (flapping, sporadic timeouts): what an earlier catch-up
+     * sent is on the replicas already; sending it again would cost each key a miss more */
+    if (since < p->catchup_sent_ms) since = p->catchup_sent_ms;
+    p->catchup_sent_ms = w->now_ms;
     uint32_t batches = 0;
     uint64_t sent = dellog_catchup(w, p, since, &batches);
     log_notice("worker %d: node %s failed: %llu of its recent deletes (since %llu ms ago) sent "
@@ -167,6 +171,8 @@ void catchup_batch_done(struct rworker *w, bool failed)
 {
     if (failed) {
         w->m.catchup_failures++;
+        /* what it held may not be on its replica: the next catch-up sends the whole margin */
+        for (struct upnode *un = w->upnodes; un; un = un->next) un->catchup_sent_ms = 0;
         log_warn_limited("worker %d: a catch-up batch of recent deletes to a replica failed",
                          w->id);
     }

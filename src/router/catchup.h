@@ -7,7 +7,8 @@
  * would serve the deleted value meanwhile. So when P fails (a request of P's keys is retried on
  * a slot's replica, or P is marked down, whichever comes first), every worker sends the deletes
  * of its recent-deletes log that it routed to P since its last reply from P, less
- * --replay-margin-ms (P's replication lag is assumed below it), to each key's slot replica as
+ * --replay-margin-ms (P's replication lag is assumed below it), and not before its own previous
+ * catch-up for P (a flapping primary: what that one sent is there), to each key's slot replica as
  * quiet `md <key> q` batches closed by `mn` (catchup_deletes; one log line per worker). That
  * is an episode.
  *

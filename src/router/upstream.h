@@ -98,6 +98,7 @@ struct upnode {
     uint64_t catchup_published;     /* ...and has published as done (its nodestat slot) */
     uint64_t catchup_wait;          /* the episode this worker waits for all to finish; 0: none */
     uint64_t catchup_until_ms;      /* ...and until when at most */
+    uint64_t catchup_sent_ms;       /* when this worker last sent its catch-up (0: never) */
     struct frag *held, *held_tail;  /* requests to it held while an episode runs */
     uint64_t next_probe_ms;
     struct repairlog repair;        /* keys of replicated writes it missed (replica.h) */

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fakenode import FakeNode
+from fakenode import FakeNode, Reset
 from mcraw import McRaw, wait_until
 from test_router_failover_replica import (control, doc, follower, held, metric,  # noqa: F401
                                           seed)
@@ -228,6 +228,49 @@ def test_a_worker_reads_the_replica_only_after_another_workers_catch_up_is_answe
 
         assert r.deleted == ["k"]
         assert metric(admin, "shoal_router_catchup_timeouts_total") == 0
+    finally:
+        p.close()
+        r.close()
+
+
+class FlappingPrimary(SilentPrimary):
+    """A SilentPrimary that resets the connection of any `get` of a key starting with "boom"
+    (a primary failing one request, then answering again)."""
+
+    def answer(self, line, rest):
+        w = line.split()
+        if w[0] == b"get" and any(k.startswith(b"boom") for k in w[1:]):
+            raise Reset()
+        return super().answer(line, rest)
+
+
+def test_a_primary_failing_again_soon_has_only_the_newer_deletes_caught_up(control, follower,
+                                                                           start_server):
+    """A primary that fails, answers again and fails once more within --replay-margin-ms: the
+    second catch-up sends only the deletes logged since the first (those are on the replica
+    already; sending them again would cost each of those keys a miss more)."""
+    p = FlappingPrimary({b"k1": b"a", b"k2": b"b"})
+    r = SlowReplica({}, delay=0)
+    g = start_server()
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, *FAST, "--threads", "1")
+        c = router.raw()
+        n = [0]
+
+        def primary_answers():
+            n[0] += 1
+            key = f"up{n[0]}"
+            assert c.get(key) == []
+            return any(key.encode() in line.split()[1:] for _, line in p.seen)
+        assert c.cmd("delete k1") == "DELETED"
+        assert c.get("boom1") == []  # reset by P, answered by the replica after its catch-up
+        wait_until(primary_answers, message="the primary back in use")
+        assert c.cmd("delete k2") == "DELETED"
+        assert c.get("boom2") == []
+        assert r.deleted == ["k1", "k2"], "the second catch-up sent the first one's deletes again"
+        assert metric(admin, "shoal_router_catchups_total") == 2
+        assert metric(admin, "shoal_router_catchup_deletes_total") == 2
     finally:
         p.close()
         r.close()
