@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "node/index.h"
 #include "node/store.h"
+
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 __attribute__((unused)) static struct store *mk(uint64_t mb, uint64_t item_max, uint64_t hash_power, uint64_t sweep_ms)
