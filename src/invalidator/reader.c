@@ -147,7 +147,7 @@ static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, u
     }
     atomic_fetch_add(&inv->figs.transactions, idle ? 0 : 1);
     atomic_fetch_add(&inv->figs.keys, ks->n);
-    atomic_fetch_add(&inv->figs.truncates, ks->nflush ? 1 : 0);
+    atomic_fetch_add(&inv->figs.truncates, ks->truncated ? 1 : 0);
     return 0;
 }
 

@@ -27,6 +27,7 @@ struct keyset {
     const char **flush; /* namespaces a truncate flushes, each once */
     size_t nflush, capflush;
     uint64_t max_inv_id; /* highest invalidation table id inserted */
+    int truncated;       /* a truncate of a mapped table (flush also holds missing keys' flushes) */
     uint32_t *index;     /* open addressing over e (entry + 1; 0 empty), so a key is kept once */
     size_t nindex;       /* a power of two, at least twice n; 0 before the first key */
 };
