@@ -194,6 +194,28 @@ static int take_map(struct reader *r)
     return rows_set_map(r->rows, m);
 }
 
+/* "flush\n<publication>\n<schema>\n<table>": our publication's table's namespaces go into
+ * the transaction's flushes. */
+static int watch_flush(struct reader *r, const struct pgo_msg *m, struct keyset *ks)
+{
+    char buf[800], *f[4];
+    if (m->ncontent >= sizeof buf) return 0;
+    memcpy(buf, m->content, m->ncontent);
+    buf[m->ncontent] = 0;
+    char *s = buf;
+    for (int i = 0; i < 4; i++) {
+        f[i] = s;
+        s = i < 3 ? strchr(s, '\n') : NULL;
+        if (i < 3 && s == NULL) return 0;
+        if (s) *s++ = 0;
+    }
+    if (strcmp(f[0], "flush") || strcmp(f[1], r->inv->opt.publication)) return 0;
+    int n = rows_table_flush(r->rows, f[2], f[3], ks);
+    if (n > 0) log_notice("table %s.%s: %d namespaces flushed (it was out of the publication)",
+                          f[2], f[3], n);
+    return n < 0 ? -1 : 0;
+}
+
 static int on_message(struct reader *r, const uint8_t *p, size_t n)
 {
     struct pgo_msg *m = r->m;
@@ -246,7 +268,12 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
             atomic_fetch_add(&r->inv->figs.aborted_streams, 1);
         }
         return 0;
-    default: /* origin, type, logical message: nothing to invalidate */
+    case PGO_MESSAGE:
+        /* the watcher's flush of a table that was out of the publication (setup.h) */
+        if ((m->flags & 1) && ks && !strcmp(m->nspname, SETUP_MSG_PREFIX))
+            return watch_flush(r, m, ks);
+        return 0;
+    default: /* origin, type, other logical messages: nothing to invalidate */
         return 0;
     }
 }
@@ -286,7 +313,7 @@ static PGconn *connect_stream(struct inv *inv, char *err, size_t errlen)
     char sql[800];
     snprintf(sql, sizeof sql,
              "START_REPLICATION SLOT %s LOGICAL 0/0 (proto_version '2', publication_names %s, "
-             "streaming 'on')",
+             "streaming 'on', messages 'true')",
              slot ? slot : "", pub ? pub : "''");
     PQfreemem(slot);
     PQfreemem(pubid);

@@ -452,6 +452,15 @@ static int inv_row(struct rows *r, const struct rel *rel, const struct pgo_msg *
     return keyset_add(ks, v->data, v->len, intern(r, v->data, v->len));
 }
 
+int rows_table_flush(struct rows *r, const char *schema, const char *name, struct keyset *ks)
+{
+    const struct inv_table *t = inv_config_table(r->map, schema, name);
+    if (t == NULL) return 0;
+    for (size_t j = 0; j < t->nns; j++)
+        if (keyset_flush(ks, t->namespaces[j]) < 0) return -1;
+    return (int)t->nns;
+}
+
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks)
 {
     if (m->kind == PGO_TRUNCATE) {

@@ -51,6 +51,9 @@ void rows_destroy(struct rows **r);
 int rows_set_map(struct rows *r, struct inv_config *map);
 /* A Relation message: remember (or forget) the relation's mapping. 0, or -1 out of memory. */
 int rows_relation(struct rows *r, const struct pgo_msg *m);
+/* Add the namespaces of table schema.name (in the map in use) to ks's flushes, as a truncate of
+ * it would. The number added (0: not mapped), or -1 out of memory. */
+int rows_table_flush(struct rows *r, const char *schema, const char *name, struct keyset *ks);
 /* An Insert, Update, Delete or Truncate: add its keys or flushes to ks. 0; -1 out of memory or
  * a change to a relation no Relation message described (a protocol error). */
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks);

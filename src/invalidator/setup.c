@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "invalidator/invalidator.h"
 #include "common/template.h"
@@ -320,6 +321,92 @@ int setup_prepare(struct inv *inv, char *err, size_t errlen)
     return rc;
 }
 
+/* The publication is checked this often: a table out of it gets no delete at all */
+#define WATCH_MS 1000
+
+/* Writes the watcher's flush of table schema.name into the log (setup.h), in the transaction
+ * open on c if any. */
+static int emit_flush(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                      char *err, size_t errlen)
+{
+    char content[800];
+    snprintf(content, sizeof content, "flush\n%s\n%s\n%s", inv->opt.publication, schema, name);
+    const char *p[2] = {SETUP_MSG_PREFIX, content};
+    PGresult *r = q(c, "SELECT pg_logical_emit_message(true, $1, $2)", 2, p, err, errlen);
+    PQclear(r);
+    return r ? 0 : -1;
+}
+
+/* Every table of the config (and the invalidation table) must be in the publication, or
+ * PostgreSQL sends none of its changes: DROP TABLE takes a table out of it (and sends no
+ * delete for its rows), so does ALTER PUBLICATION ... DROP TABLE, and a table created again
+ * under the same name is a new table outside it. Such a table is prepared as at start and
+ * added back, and its namespaces flushed, in one transaction (so the flush follows every
+ * change that was not sent); one that cannot be added yet (no such table, a column missing)
+ * has its namespaces flushed once, and is retried. `gone[i]`: table i was found out and
+ * flushed already. Tables of --control's map are not watched here. */
+static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
+{
+    char err[600], e2[600];
+    const char *pub = inv->opt.publication;
+    const char *p1[1] = {pub};
+    PGresult *r = q(c,
+                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE "
+                    "pubname = $1",
+                    1, p1, err, sizeof err);
+    if (r == NULL) {
+        log_warn_limited("checking publication %s: %s", pub, err);
+        return;
+    }
+    size_t n = inv->conf.ntables + (inv->conf.inv_name ? 1 : 0);
+    for (size_t i = 0; i < n; i++) {
+        int mapped = i < inv->conf.ntables;
+        const struct inv_table *t = mapped ? &inv->conf.tables[i] : NULL;
+        const char *schema = mapped ? t->schema : inv->conf.inv_schema;
+        const char *name = mapped ? t->name : inv->conf.inv_name;
+        int in = 0;
+        for (int k = 0; k < PQntuples(r) && !in; k++)
+            in = !strcmp(PQgetvalue(r, k, 0), schema) && !strcmp(PQgetvalue(r, k, 1), name);
+        if (in) {
+            gone[i] = 0;
+            continue;
+        }
+        int covered = 1;
+        int ok = exec(c, "BEGIN", err, sizeof err) == 0 &&
+                 (!mapped || check_table(c, t, &covered, err, sizeof err) == 0) &&
+                 (covered || setup_identity_full(inv, c, schema, name, err, sizeof err) == 0) &&
+                 setup_publication_add(inv, c, schema, name, err, sizeof err) == 0 &&
+                 (!mapped || emit_flush(inv, c, schema, name, err, sizeof err) == 0) &&
+                 exec(c, "COMMIT", err, sizeof err) == 0;
+        if (ok) {
+            log_error("table %s.%s was out of publication %s (dropped and created again, or "
+                      "dropped from the publication), so PostgreSQL did not send its changes: "
+                      "added back%s",
+                      schema, name, pub,
+                      mapped ? ", its namespaces flushed"
+                             : " (keys inserted into it meanwhile were not deleted)");
+            gone[i] = 0;
+            continue;
+        }
+        exec(c, "ROLLBACK", e2, sizeof e2);
+        if (gone[i]) {
+            log_warn_limited("table %s.%s is still out of publication %s: %s", schema, name,
+                             pub, err);
+            continue;
+        }
+        /* its rows may be gone without a delete, and its changes are not sent meanwhile */
+        if (mapped && emit_flush(inv, c, schema, name, e2, sizeof e2) < 0) {
+            log_warn_limited("table %s.%s: flushing its namespaces: %s", schema, name, e2);
+            continue;
+        }
+        gone[i] = 1;
+        log_error("table %s.%s is out of publication %s and cannot be added back: %s;%s "
+                  "retrying every second",
+                  schema, name, pub, err, mapped ? " its namespaces flushed;" : "");
+    }
+    PQclear(r);
+}
+
 struct cleaner {
     struct inv *inv;
     pthread_t th;
@@ -333,51 +420,63 @@ static void *cleaner_main(void *arg)
     struct cleaner *cl = arg;
     struct inv *inv = cl->inv;
     PGconn *c = NULL;
-    uint64_t done = 0;
+    uint64_t done = 0, watched = clock_mono_ms();
     char name[600], sql[800], err[600];
+    uint8_t *gone = calloc(inv->conf.ntables + 1, 1);
+    uint64_t wait_ms = inv->opt.cleanup_interval_ms < WATCH_MS ? inv->opt.cleanup_interval_ms
+                                                               : WATCH_MS;
     pthread_mutex_lock(&cl->lock);
     while (!cl->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + inv->opt.cleanup_interval_ms * 1000000ull;
+        uint64_t ns = (uint64_t)ts.tv_nsec + wait_ms * 1000000ull;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
         pthread_cond_timedwait(&cl->wake, &cl->lock, &ts);
         uint64_t upto = atomic_load(&inv->cleanup_upto);
-        if (cl->stop || upto <= done) continue;
+        int clean = inv->conf.inv_name && upto > done;
+        int watch = gone && clock_mono_ms() - watched >= WATCH_MS;
+        if (cl->stop || (!clean && !watch)) continue;
         pthread_mutex_unlock(&cl->lock);
         if (c == NULL || PQstatus(c) != CONNECTION_OK) {
             PQfinish(c);
             c = PQconnectdb(inv->opt.pg);
         }
-        if (PQstatus(c) == CONNECTION_OK &&
-            qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name, sizeof name) == 0) {
-            /* rows are only the carrier of a key into the WAL: once their commit is
-             * confirmed the row has done its work */
-            snprintf(sql, sizeof sql, "DELETE FROM %s WHERE id <= %llu", name,
-                     (unsigned long long)upto);
-            PGresult *r = q(c, sql, 0, NULL, err, sizeof err);
-            if (r) {
-                atomic_fetch_add(&inv->figs.cleaned_rows, strtoull(PQcmdTuples(r), NULL, 10));
-                done = upto;
-            } else {
-                log_warn_limited("cleaning the invalidation table: %s", err);
-            }
-            PQclear(r);
-        } else {
+        if (PQstatus(c) != CONNECTION_OK) {
             log_warn_limited("cleaner: cannot connect: %s", PQerrorMessage(c));
+        } else {
+            if (watch) {
+                watch_tables(inv, c, gone);
+                watched = clock_mono_ms();
+            }
+            if (clean && qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name,
+                                   sizeof name) == 0) {
+                /* rows are only the carrier of a key into the WAL: once their commit is
+                 * confirmed the row has done its work */
+                snprintf(sql, sizeof sql, "DELETE FROM %s WHERE id <= %llu", name,
+                         (unsigned long long)upto);
+                PGresult *r = q(c, sql, 0, NULL, err, sizeof err);
+                if (r) {
+                    atomic_fetch_add(&inv->figs.cleaned_rows,
+                                     strtoull(PQcmdTuples(r), NULL, 10));
+                    done = upto;
+                } else {
+                    log_warn_limited("cleaning the invalidation table: %s", err);
+                }
+                PQclear(r);
+            }
         }
         pthread_mutex_lock(&cl->lock);
     }
     pthread_mutex_unlock(&cl->lock);
     PQfinish(c);
+    free(gone);
     return NULL;
 }
 
 struct cleaner *cleaner_start(struct inv *inv, char *err, size_t errlen)
 {
     err[0] = 0;
-    if (inv->conf.inv_name == NULL) return NULL;
     struct cleaner *cl = calloc(1, sizeof *cl);
     if (cl == NULL) return snprintf(err, errlen, "out of memory"), NULL;
     cl->inv = inv;

@@ -38,9 +38,18 @@ int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const ch
 int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const char *name,
                           char *err, size_t errlen);
 
+/* The logical decoding message (pg_logical_emit_message, transactional) by which the watcher
+ * asks the reader to flush a table's namespaces: prefix SETUP_MSG_PREFIX, content
+ * "flush\n<publication>\n<schema>\n<table>". It is written in the transaction that adds the
+ * table back to the publication, so the flush follows every change PostgreSQL did not send. */
+#define SETUP_MSG_PREFIX "shoal_invalidator"
+
 struct cleaner;
-/* Starts the cleaner when an invalidation table is configured (NULL and no error otherwise,
- * or on failure with err set: check err[0]). */
+/* Starts the cleaner thread: it deletes consumed invalidation table rows (when that table is
+ * configured) and, every second, checks that every table of the config is in the publication
+ * (a table dropped and created again, or dropped from the publication, is not): such a table
+ * is prepared and added back, and its namespaces flushed through the log. NULL on failure with
+ * err set. */
 struct cleaner *cleaner_start(struct inv *inv, char *err, size_t errlen);
 void cleaner_stop(struct cleaner **c);
 

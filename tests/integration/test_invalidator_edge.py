@@ -1,0 +1,372 @@
+"""shoal-invalidator against unusual PostgreSQL data and events: TOASTed values an UPDATE did not
+send, a replica identity or a column changed under a running invalidator, a table dropped and
+made again, values of every shape, subtransactions and two-phase commit, a slot taken away,
+malformed configurations and admin bodies.
+
+Same harness as test_invalidator.py (its fixtures are reused): one PostgreSQL per module, a
+shoal-node per test, each test with its own table, slot and publication. A "marker" is a second
+row updated after the change under test, in a later transaction: once the marker's key is gone,
+delivery has passed the change, so a key still cached then was missed (not merely slow).
+"""
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+from mcraw import http, wait_until
+from pgharness import PgServer, invalidator_binary
+from test_invalidator import ns_node, present, set_keys, start_invalidator  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    # prepared transactions on, for the two-phase commit test
+    server = PgServer.start(tmp_path_factory.mktemp("pg"),
+                            extra_opts="-c max_prepared_transactions=4")
+    yield server
+    server.stop()
+
+
+def wait_gone(node, keys, timeout=3, message="the keys to be deleted"):
+    wait_until(lambda: present(node, keys) == [], timeout=timeout, interval=0.01,
+               message=message)
+
+
+def big(n, seed):
+    """n characters PostgreSQL cannot compress (md5 chains), as an SQL expression."""
+    return (f"(SELECT string_agg(md5('{seed}' || g), '') FROM generate_series(1, {n // 32 + 1}) g)")
+
+
+# ---------------------------------------------------------------------------------------------
+# TOAST: an UPDATE that leaves a TOASTed column alone sends it as 'u' (unchanged)
+
+
+def test_unchanged_toasted_column_key_comes_from_the_full_old_row(pg, start_server,
+                                                                  start_invalidator):
+    """sku is stored out of line (toast_tuple_target 128, a wide row), so an UPDATE of price
+    sends sku as 'u'; REPLICA IDENTITY FULL (made at start: sku is not in the key) gives it."""
+    pg.sql("CREATE TABLE t_toast (id int PRIMARY KEY, sku text, price int, body text) "
+           "WITH (toast_tuple_target = 128);"
+           f"INSERT INTO t_toast VALUES (1, 's' || substr({big(150, 'a')}, 1, 150), 1, "
+           f"{big(4000, 'b')}), (2, 'm', 1, 'x')")
+    sku = pg.value("SELECT sku FROM t_toast WHERE id = 1")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_toast": {"keys": ["t:{sku}"]}})
+    key = f"t:{sku}"
+    assert len(key) < 250
+    set_keys(node, [key, "t:m"])
+    pg.sql("UPDATE t_toast SET price = 2 WHERE id = 1")
+    pg.sql("UPDATE t_toast SET price = 2 WHERE id = 2")
+    wait_gone(node, ["t:m"], message="the marker's key")
+    assert present(node, [key]) == [], "the toasted sku's key was not deleted"
+    assert inv.metrics()["shoal_invalidator_keys_unusable_total"] == 0
+
+
+def test_unchanged_toasted_primary_key_key_is_deleted(pg, start_server, start_invalidator):
+    """The templated column is the primary key (identity DEFAULT kept) and stored out of line:
+    the UPDATE sends it as 'u' in the new row; PostgreSQL logs the old key then (a toasted
+    identity), which gives it."""
+    pg.sql("CREATE TABLE t_toastpk (code text PRIMARY KEY, price int, body text) "
+           "WITH (toast_tuple_target = 128);"
+           f"INSERT INTO t_toastpk VALUES (substr({big(150, 'c')}, 1, 150), 1, "
+           f"{big(4000, 'd')}), ('m', 1, 'x')")
+    code = pg.value("SELECT code FROM t_toastpk WHERE code <> 'm'")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_toastpk": {"keys": ["t:{code}"]}})
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_toastpk'") == "d"
+    set_keys(node, [f"t:{code}", "t:m"])
+    pg.sql("UPDATE t_toastpk SET price = 2 WHERE code <> 'm'")
+    pg.sql("UPDATE t_toastpk SET price = 2 WHERE code = 'm'")
+    wait_gone(node, ["t:m"], message="the marker's key")
+    assert present(node, [f"t:{code}"]) == [], "the toasted key column's key was not deleted"
+    assert inv.metrics()["shoal_invalidator_keys_unusable_total"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the table changed under a running invalidator
+
+
+def test_identity_set_back_to_default_flushes_what_it_cannot_name(pg, start_server,
+                                                                   start_invalidator, tmp_path):
+    """An operator sets the identity back to DEFAULT under a running invalidator: a DELETE then
+    carries sku as NULL, and an UPDATE no old row at all. The old keys cannot be made, so the
+    table's namespace is flushed instead (logged, counted): a key of another namespace stays."""
+    pg.sql("CREATE TABLE t_ident (id int PRIMARY KEY, sku text, price int);"
+           "INSERT INTO t_ident VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 1)")
+    node = ns_node(start_server, tmp_path, "t", "other")
+    inv = start_invalidator(node, {"public.t_ident": {"keys": ["t:{sku}"]}})
+    assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_ident'") == "f"
+    pg.sql("ALTER TABLE t_ident REPLICA IDENTITY DEFAULT")
+    set_keys(node, ["t:a", "other:1"])
+    pg.sql("DELETE FROM t_ident WHERE id = 1")
+    wait_gone(node, ["t:a"], message="the DELETE's key (by a flush of its namespace)")
+    set_keys(node, ["t:c"])
+    pg.sql("UPDATE t_ident SET sku = 'c2' WHERE id = 3")
+    wait_gone(node, ["t:c"], message="the UPDATE's old key (by a flush of its namespace)")
+    assert present(node, ["other:1"]) == ["other:1"]
+    m = inv.metrics()
+    assert m["shoal_invalidator_keys_missing_total"] >= 2
+    assert m["shoal_invalidator_keys_null_total"] == 0
+    assert m["shoal_invalidator_truncates_total"] == 0
+    assert "column sku: the column is not in the replica identity" in inv.stderr_text()
+
+
+def test_templated_column_renamed_flushes_what_it_cannot_name(pg, start_server,
+                                                              start_invalidator, tmp_path):
+    pg.sql("CREATE TABLE t_rename (id int PRIMARY KEY, sku text, price int);"
+           "INSERT INTO t_rename VALUES (1, 'a', 1), (2, 'b', 1)")
+    node = ns_node(start_server, tmp_path, "t", "tid", "other")
+    inv = start_invalidator(node, {"public.t_rename": {"keys": ["t:{sku}", "tid:{id}"]}})
+    pg.sql("ALTER TABLE t_rename RENAME COLUMN sku TO code")
+    set_keys(node, ["t:a", "tid:1", "tid:2", "other:1"])
+    pg.sql("UPDATE t_rename SET price = 2 WHERE id = 1")
+    wait_gone(node, ["t:a", "tid:1"], message="the row's keys (t: by a flush)")
+    assert present(node, ["other:1"]) == ["other:1"]
+    assert inv.metrics()["shoal_invalidator_keys_missing_total"] >= 1
+    assert "column sku: the table has no such column now" in inv.stderr_text()
+
+
+def test_columns_added_and_dropped_while_running(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_cols (a int, id int PRIMARY KEY, sku text, price int);"
+           "INSERT INTO t_cols VALUES (0, 1, 'a', 1), (0, 2, 'b', 1)")
+    node = start_server()
+    start_invalidator(node, {"public.t_cols": {"keys": ["t:{sku}"]}})
+    pg.sql("ALTER TABLE t_cols DROP COLUMN a; ALTER TABLE t_cols ADD COLUMN z int DEFAULT 7")
+    set_keys(node, ["t:a", "t:b"])
+    pg.sql("UPDATE t_cols SET price = 3 WHERE id = 2")
+    wait_gone(node, ["t:b"])
+    pg.sql("ALTER TABLE t_cols ALTER COLUMN sku TYPE varchar(20)")
+    pg.sql("UPDATE t_cols SET price = 3 WHERE id = 1")
+    wait_gone(node, ["t:a"])
+
+
+def test_table_dropped_and_created_again_is_watched_back(pg, start_server, start_invalidator,
+                                                         tmp_path):
+    """DROP TABLE sends no delete for its rows and takes the table out of the publication; the
+    table made again under the same name is a new one outside it. The invalidator notices
+    (within a second), adds it back with the identity its templates need, and flushes the
+    table's namespace: the dropped rows' keys and those of changes PostgreSQL never sent go;
+    changes after that are deletes again."""
+    pg.sql("CREATE TABLE t_drop (id int PRIMARY KEY, sku text, price int);"
+           "INSERT INTO t_drop VALUES (1, 'a', 1), (2, 'b', 1)")
+    node = ns_node(start_server, tmp_path, "t", "other")
+    inv = start_invalidator(node, {"public.t_drop": {"keys": ["t:{sku}"]}})
+    set_keys(node, ["t:a", "t:b", "t:c", "other:1"])
+    pg.sql("DROP TABLE t_drop; CREATE TABLE t_drop (id int PRIMARY KEY, sku text, price int);"
+           "INSERT INTO t_drop VALUES (3, 'c', 1)")
+    pg.sql("UPDATE t_drop SET price = 5 WHERE id = 3")
+    wait_gone(node, ["t:a", "t:b", "t:c"], timeout=5,
+              message="the dropped and the unsent rows' keys (a flush of their namespace)")
+    assert present(node, ["other:1"]) == ["other:1"]
+    wait_until(lambda: pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_drop'")
+               == "f", timeout=5, message="the new table to get identity FULL (sku's old keys)")
+    set_keys(node, ["t:c", "t:c2"])
+    pg.sql("UPDATE t_drop SET sku = 'c2' WHERE id = 3")
+    wait_gone(node, ["t:c", "t:c2"], message="the new table's changes to delete keys again")
+    assert "t_drop was out of publication" in inv.stderr_text()
+
+
+def test_table_dropped_from_the_publication_is_added_back(pg, start_server, start_invalidator,
+                                                          tmp_path):
+    pg.sql("CREATE TABLE t_pub (id int PRIMARY KEY, price int); INSERT INTO t_pub VALUES (1, 1)")
+    node = ns_node(start_server, tmp_path, "t")
+    inv = start_invalidator(node, {"public.t_pub": {"keys": ["t:{id}"]}})
+    pg.sql(f"ALTER PUBLICATION p_{inv.slot[2:]} DROP TABLE t_pub")
+    set_keys(node, ["t:1"])
+    pg.sql("UPDATE t_pub SET price = 5 WHERE id = 1")
+    wait_gone(node, ["t:1"], timeout=5, message="the unsent update's key (by a flush)")
+    wait_until(lambda: pg.value(f"SELECT count(*) FROM pg_publication_tables WHERE "
+                                f"pubname = 'p_{inv.slot[2:]}'") == "1", timeout=5,
+               message="the table back in the publication")
+    set_keys(node, ["t:1"])
+    pg.sql("UPDATE t_pub SET price = 6 WHERE id = 1")
+    wait_gone(node, ["t:1"], message="the next update's key")
+
+
+def test_table_dropped_for_good_flushes_once(pg, start_server, start_invalidator, tmp_path):
+    pg.sql("CREATE TABLE t_gone (id int PRIMARY KEY); INSERT INTO t_gone VALUES (1)")
+    node = ns_node(start_server, tmp_path, "t")
+    inv = start_invalidator(node, {"public.t_gone": {"keys": ["t:{id}"]}})
+    set_keys(node, ["t:1"])
+    pg.sql("DROP TABLE t_gone")
+    wait_gone(node, ["t:1"], timeout=5, message="the dropped rows' keys (by a flush)")
+    set_keys(node, ["t:1"])
+    wait_until(lambda: "cannot be added back" in inv.stderr_text(), timeout=5,
+               message="the error naming the table")
+    flushes = 'shoal_invalidator_cluster_flushes_total{cluster="local"}'
+    n = inv.metrics()[flushes]
+    pg.sql("SELECT pg_sleep(2.5)")  # the watcher's retries (every second) flush nothing more
+    assert inv.metrics()[flushes] == n
+    assert present(node, ["t:1"]) == ["t:1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+
+
+def test_values_of_every_shape(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_vals (id int PRIMARY KEY, s text, n numeric, f float8, ts timestamptz,"
+           " arr int[], b bytea, u text, price int);"
+           "INSERT INTO t_vals VALUES (1, 'x', 1.0, 1, '2026-01-02 03:04:05+00', '{1,2}', "
+           "'\\x00ff', 'é☃', 1),"
+           "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1),"
+           "(3, 'has space', 0, 0, NULL, NULL, NULL, '{}', 1),"
+           f"(4, repeat('k', 300), 0, 0, NULL, NULL, NULL, '', 1)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_vals": {"keys": [
+        "v:s:{s}", "v:n:{n}", "v:f:{f}", "v:arr:{arr}", "v:b:{b}", "v:u:{u}", "v:id:{id}"]}})
+    keys = ["v:s:x", "v:n:1.0", "v:f:1", "v:arr:{1,2}", "v:b:\\x00ff", "v:u:é☃", "v:u:{}",
+            "v:u:", "v:id:1", "v:id:2", "v:id:3", "v:id:4"]
+    set_keys(node, keys)
+    pg.sql("UPDATE t_vals SET price = 2")
+    wait_gone(node, keys)
+    m = inv.metrics()
+    assert m["shoal_invalidator_keys_null_total"] >= 6
+    assert m["shoal_invalidator_keys_unusable_total"] >= 2  # the space and the 300 bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# transactions
+
+
+def test_savepoint_rolled_back_keeps_the_rest(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_sp (id int PRIMARY KEY, price int);"
+           "INSERT INTO t_sp SELECT g, 1 FROM generate_series(1, 3) g")
+    node = start_server()
+    start_invalidator(node, {"public.t_sp": {"keys": ["t:{id}"]}})
+    set_keys(node, ["t:1", "t:2", "t:3"])
+    pg.sql("BEGIN; UPDATE t_sp SET price = 2 WHERE id = 1; SAVEPOINT a;"
+           "UPDATE t_sp SET price = 2 WHERE id = 2; ROLLBACK TO a;"
+           "UPDATE t_sp SET price = 2 WHERE id = 3; COMMIT")
+    wait_gone(node, ["t:1", "t:3"])
+
+
+def test_prepared_transaction_deletes_at_commit_prepared(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_2pc (id int PRIMARY KEY, price int);"
+           "INSERT INTO t_2pc SELECT g, 1 FROM generate_series(1, 3) g")
+    node = start_server()
+    start_invalidator(node, {"public.t_2pc": {"keys": ["t:{id}"]}})
+    set_keys(node, ["t:1", "t:2", "t:3"])
+    pg.sql("BEGIN; UPDATE t_2pc SET price = 2 WHERE id = 1; PREPARE TRANSACTION 'x1'")
+    pg.sql("BEGIN; UPDATE t_2pc SET price = 2 WHERE id = 2; PREPARE TRANSACTION 'x2'")
+    pg.sql("UPDATE t_2pc SET price = 2 WHERE id = 3")
+    wait_gone(node, ["t:3"])
+    assert present(node, ["t:1", "t:2"]) == ["t:1", "t:2"], "a prepared change deleted early"
+    pg.sql("ROLLBACK PREPARED 'x2'")
+    pg.sql("COMMIT PREPARED 'x1'")
+    wait_gone(node, ["t:1"])
+    pg.sql("UPDATE t_2pc SET price = 3 WHERE id = 3")
+    set_keys(node, ["t:3"])
+    pg.sql("UPDATE t_2pc SET price = 4 WHERE id = 3")
+    wait_gone(node, ["t:3"])
+    assert present(node, ["t:2"]) == ["t:2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# events
+
+
+def test_slot_dropped_under_the_invalidator(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_slot (id int PRIMARY KEY, price int); INSERT INTO t_slot VALUES (1, 1)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_slot": {"keys": ["t:{id}"]}},
+                            "--reconnect-max-ms", "2000")
+    # take the slot from under it: end its walsender and drop the slot before it comes back
+    # (it reconnects within 100 ms, so try until a drop wins the race)
+    def drop():
+        rows = pg.sql(f"SELECT pg_terminate_backend(active_pid, 2000) FROM pg_replication_slots "
+                      f"WHERE slot_name = '{inv.slot}' AND active_pid IS NOT NULL;"
+                      f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                      f"WHERE slot_name = '{inv.slot}' AND NOT active")
+        return pg.value(f"SELECT count(*) FROM pg_replication_slots "
+                        f"WHERE slot_name = '{inv.slot}'") == "0"
+    wait_until(drop, timeout=10, interval=0, message="the slot to be dropped")
+    wait_until(lambda: http(inv.admin, "GET", "/healthz")[0] == 503, timeout=5,
+               message="/healthz to say the stream is down")
+    wait_until(lambda: "does not exist" in inv.stderr_text(), timeout=5,
+               message="a log line naming the missing slot")
+    assert inv.proc.poll() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the admin port and the configuration file
+
+
+BAD_CONFIGS = [
+    ("", "config"),
+    ("[]", "object"),
+    ('{"clusters": {}}', "clusters"),
+    ('{"clusters": {"a": {"routers": []}}, "tables": {"t": {"keys": ["k:{id}"]}}}', "routers"),
+    ('{"clusters": {"a": {"routers": ["nohost"]}}, "tables": {"t": {"keys": ["k:{id}"]}}}',
+     "routers"),
+    ('{"clusters": {"a": {"routers": ["h:99999"]}}, "tables": {"t": {"keys": ["k:{id}"]}}}',
+     "routers"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"keys": []}}}', "keys"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"keys": ["const"]}}}', "keys"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"keys": ["{id}"]}}}',
+     "namespaces"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"keys": ["k:{}"]}}}', "keys"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"kyes": ["k:{id}"]}}}', "kyes"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"": {"keys": ["k:{id}"]}}}', "tables"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "invalidation_table": 5}', "invalidation_table"),
+    ('{"clusters": {"a": {"routers": ["h:1"], "replica": 3}}, "invalidation_table": "x"}',
+     "replica"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}}', "tables"),
+    ('{"clusters": {"a": {"routers": ["h:1"]}}, "tables": {"t": {"keys": ["k:{id}"]}}} x',
+     "config"),
+]
+
+
+@pytest.mark.parametrize("text,field", BAD_CONFIGS)
+def test_malformed_config_exits_naming_the_field(tmp_path, text, field):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    r = subprocess.run([str(invalidator_binary()), "--pg", "host=127.0.0.1 port=1", "--config",
+                        str(path)], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert field in r.stderr, r.stderr
+    assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr
+
+
+def raw_http(port, data):
+    """Send raw bytes; what came back before the server closed or 2 s passed (a request whose
+    body never ends may be left waiting: the admin layer's timeouts and limits bound those)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    return out
+                out += d
+        except socket.timeout:
+            return out
+
+
+def test_hostile_admin_bodies_get_400_and_the_daemon_lives(pg, start_server, start_invalidator):
+    pg.sql("CREATE TABLE t_admin (id int PRIMARY KEY)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_admin": {"keys": ["t:{id}"]}})
+    bodies = [b"", b"{", b"null", b"[]", b'"x"', b"{}", b'{"slots": []}',
+              b'{"slots": [-1]}', b'{"slots": ["5-1"]}', b'{"slots": ["0-99999"]}',
+              b'{"slots": ["a-b"]}', b'{"slots": [1.5]}', b'{"slots": [null]}',
+              b'{"slots": [1], "since_s": -1}', b'{"slots": [1], "since_s": 1e300}',
+              b'{"slots": [1], "cluster": "nope"}', b'{"slots": [1], "cluster": 5}',
+              b'{"slots": [1], "extra": 1}', b"[" * 100000 + b"]" * 100000,
+              b'{"slots": [' + b"1," * 200000 + b"1]}", b"\x00\xff" * 1000]
+    for body in bodies:
+        status, text = http(inv.admin, "POST", "/v1/replay", body)
+        assert status in (200, 400, 404, 409, 413), (body[:40], status, text)
+        assert status != 200 or body.startswith(b'{"slots": [1') or body == b'{"slots": []}', \
+            (body[:40], status, text)
+    raw_http(inv.admin, b"POST /v1/replay HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n"
+                        b"\r\n{")
+    raw_http(inv.admin, b"POST /v1/replay HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                        b"\r\nfffffffffffffff\r\n")
+    raw_http(inv.admin, b"GET /../../etc/passwd HTTP/1.0\r\n\r\n")
+    assert http(inv.admin, "GET", "/healthz")[0] == 200
+    assert inv.proc.poll() is None
