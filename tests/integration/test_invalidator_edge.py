@@ -370,3 +370,127 @@ def test_hostile_admin_bodies_get_400_and_the_daemon_lives(pg, start_server, sta
     raw_http(inv.admin, b"GET /../../etc/passwd HTTP/1.0\r\n\r\n")
     assert http(inv.admin, "GET", "/healthz")[0] == 200
     assert inv.proc.poll() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# streamed (large) transactions and crashes
+
+
+def test_column_renamed_in_a_rolled_back_streamed_transaction(pg, start_server,
+                                                              start_invalidator):
+    """A large transaction renames a templated column and is rolled back: the description
+    PostgreSQL sent inside its stream must not stay in use for later transactions."""
+    n = 2000
+    pg.sql(f"CREATE TABLE t_sren (id int PRIMARY KEY, sku text, price int);"
+           f"INSERT INTO t_sren SELECT g, 's' || g, 1 FROM generate_series(1, {n}) g")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_sren": {"keys": ["t:{sku}"]}})
+    pg.sql("BEGIN; ALTER TABLE t_sren RENAME COLUMN sku TO code; UPDATE t_sren SET price = 2;"
+           "ROLLBACK")
+    set_keys(node, ["t:s1", "t:s2"])
+    pg.sql("UPDATE t_sren SET price = 3 WHERE id = 1")
+    wait_gone(node, ["t:s1"])
+    assert present(node, ["t:s2"]) == ["t:s2"], "a flush instead of the row's key"
+    assert inv.metrics()["shoal_invalidator_keys_missing_total"] == 0
+
+
+def test_interleaved_streamed_transactions_one_aborted(pg, start_server, start_invalidator):
+    n = 2000
+    pg.sql(f"CREATE TABLE t_inter (id int PRIMARY KEY, price int);"
+           f"INSERT INTO t_inter SELECT g, 1 FROM generate_series(1, {2 * n}) g")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_inter": {"keys": ["t:{id}"]}})
+    keys = [f"t:{i}" for i in range(1, 2 * n + 1)]
+    set_keys(node, keys)
+    a, b = pg.session(), pg.session()
+    try:
+        a.query("BEGIN")
+        b.query("BEGIN")
+        for lo in range(1, n + 1, 250):  # blocks of each, alternating, each past the memory
+            a.query(f"UPDATE t_inter SET price = 2 WHERE id BETWEEN {lo} AND {lo + 249}")
+            b.query(f"UPDATE t_inter SET price = 2 WHERE id BETWEEN {n + lo} AND {n + lo + 249}")
+        b.query("ROLLBACK")
+        a.query("COMMIT")
+    finally:
+        a.close()
+        b.close()
+    wait_until(lambda: present(node, keys[:n]) == [], timeout=10, interval=0.05,
+               message="the committed transaction's keys")
+    assert len(present(node, keys[n:])) == n
+    assert inv.metrics()["shoal_invalidator_streamed_transactions_total"] >= 1
+
+
+def test_large_prepared_transactions(pg, start_server, start_invalidator):
+    """Past logical_decoding_work_mem a prepared transaction is streamed before its PREPARE;
+    COMMIT PREPARED deletes its keys, ROLLBACK PREPARED none."""
+    n = 2000
+    pg.sql(f"CREATE TABLE t_2pcbig (id int PRIMARY KEY, price int);"
+           f"INSERT INTO t_2pcbig SELECT g, 1 FROM generate_series(1, {2 * n}) g")
+    node = start_server()
+    start_invalidator(node, {"public.t_2pcbig": {"keys": ["t:{id}"]}})
+    keys = [f"t:{i}" for i in range(1, 2 * n + 1)]
+    set_keys(node, keys)
+    pg.sql(f"BEGIN; UPDATE t_2pcbig SET price = 2 WHERE id <= {n}; PREPARE TRANSACTION 'b1'")
+    pg.sql(f"BEGIN; UPDATE t_2pcbig SET price = 2 WHERE id > {n}; PREPARE TRANSACTION 'b2'")
+    pg.sql("ROLLBACK PREPARED 'b2'")
+    pg.sql("COMMIT PREPARED 'b1'")
+    wait_until(lambda: present(node, keys[:n]) == [], timeout=10, interval=0.05,
+               message="the committed prepared transaction's keys")
+    assert len(present(node, keys[n:])) == n
+
+
+def test_postgres_crash_mid_streamed_transaction(pg, start_server, start_invalidator):
+    """PostgreSQL stops at once while a large transaction is being streamed (it never commits):
+    after the restart the stream resumes, and a large transaction then deletes every key."""
+    n = 2000
+    pg.sql(f"CREATE TABLE t_crash (id int PRIMARY KEY, price int);"
+           f"INSERT INTO t_crash SELECT g, 1 FROM generate_series(1, {n}) g")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_crash": {"keys": ["t:{id}"]}},
+                            "--reconnect-max-ms", "200")
+    s = pg.session()
+    s.query("BEGIN")
+    s.query("UPDATE t_crash SET price = 2")
+    wait_until(lambda: inv.metrics()["shoal_invalidator_received_lsn"] > 0, timeout=5)
+    pg.halt()
+    s.close()
+    pg.resume()
+    inv.wait_healthy()
+    keys = [f"t:{i}" for i in range(1, n + 1)]
+    set_keys(node, keys)
+    pg.sql("UPDATE t_crash SET price = 3")
+    wait_until(lambda: present(node, keys) == [], timeout=10, interval=0.05,
+               message="every key of the transaction after the crash")
+
+
+def test_kill9_three_times_under_load_misses_no_key(pg, start_server, start_invalidator):
+    """Single-row and 300-row transactions from two writers; the invalidator is killed with
+    SIGKILL three times along the way and restarted: every updated row's key goes."""
+    n = 3000
+    pg.sql(f"CREATE TABLE t_k9 (id int PRIMARY KEY, price int);"
+           f"INSERT INTO t_k9 SELECT g, 1 FROM generate_series(1, {n}) g")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_k9": {"keys": ["t:{id}"]}})
+    keys = [f"t:{i}" for i in range(1, n + 1)]
+    set_keys(node, keys)
+    singles = "".join(f"UPDATE t_k9 SET price = 2 WHERE id = {i};\n" for i in range(1, n // 2))
+    blocks = "".join(f"UPDATE t_k9 SET price = 2 WHERE id BETWEEN {lo} AND {lo + 299};\n"
+                     for lo in range(n // 2, n + 1, 300))
+    writers = []
+    for script in (singles, blocks):
+        w = subprocess.Popen(["/usr/bin/psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U",
+                              "postgres", "-d", "postgres", "-X", "-q", "-v", "ON_ERROR_STOP=1"],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        w.stdin.write(script)
+        w.stdin.close()
+        writers.append(w)
+    for _ in range(3):
+        wait_until(lambda: inv.metrics()["shoal_invalidator_keys_total"] >= 100, timeout=20,
+                   interval=0.01, message="deletes to flow")
+        inv.kill9()
+        inv = inv.restart()
+    for w in writers:
+        assert w.wait(120) == 0
+    wait_until(lambda: present(node, keys) == [], timeout=20, interval=0.1,
+               message="every updated row's key after three kills")
+    assert inv.stop() is None
