@@ -406,12 +406,21 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
         if (!first) atomic_fetch_add(&inv->figs.reconnects, 1);
         log_notice("streaming from slot %s (publication %s)", inv->opt.slot, inv->opt.publication);
         first = 0;
-        backoff = 100;
         r.in_txn = 0;
         streams_clear(&r);
+        uint64_t began = clock_mono_ms();
         stream(&r);
         PQfinish(r.conn);
         r.conn = NULL;
+        /* a session PostgreSQL ends at once (an error while decoding: the publication dropped,
+         * the slot terminated again and again) is retried after the backoff, not in a loop */
+        if (clock_mono_ms() - began >= 1000) {
+            backoff = 100;
+            continue;
+        }
+        for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
+        backoff = backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
+                                                          : backoff * 2;
     }
     streams_clear(&r);
     keyset_free(&r.cur);

@@ -207,24 +207,30 @@ def test_table_dropped_for_good_flushes_once(pg, start_server, start_invalidator
 
 
 def test_values_of_every_shape(pg, start_server, start_invalidator):
-    pg.sql("CREATE TABLE t_vals (id int PRIMARY KEY, s text, n numeric, f float8, ts timestamptz,"
-           " arr int[], b bytea, u text, price int);"
-           "INSERT INTO t_vals VALUES (1, 'x', 1.0, 1, '2026-01-02 03:04:05+00', '{1,2}', "
-           "'\\x00ff', 'é☃', 1),"
-           "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1),"
-           "(3, 'has space', 0, 0, NULL, NULL, NULL, '{}', 1),"
-           f"(4, repeat('k', 300), 0, 0, NULL, NULL, NULL, '', 1)")
+    """Each value's key is its column's text form as PostgreSQL prints it; NULL gives no key;
+    over 250 bytes, or a space (a timestamp has one), no usable key."""
+    pg.sql("CREATE TYPE pair AS (a int, b text);"
+           "CREATE TABLE t_vals (id int PRIMARY KEY, s text, n numeric, f float8, ts timestamptz,"
+           " arr int[], b bytea, u text, c pair, price int);"
+           "INSERT INTO t_vals VALUES (1, 'x', 1.0, 0.1, '2026-01-02 03:04:05+00', '{1,2}', "
+           "'\\x00ff', 'é☃', ROW(1, 'x'), 1),"
+           "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1),"
+           "(3, 'has space', 0, 1, NULL, NULL, NULL, '{}', NULL, 1),"
+           "(4, repeat('k', 300), 0, 0, NULL, NULL, NULL, '', NULL, 1)")
     node = start_server()
     inv = start_invalidator(node, {"public.t_vals": {"keys": [
-        "v:s:{s}", "v:n:{n}", "v:f:{f}", "v:arr:{arr}", "v:b:{b}", "v:u:{u}", "v:id:{id}"]}})
-    keys = ["v:s:x", "v:n:1.0", "v:f:1", "v:arr:{1,2}", "v:b:\\x00ff", "v:u:é☃", "v:u:{}",
-            "v:u:", "v:id:1", "v:id:2", "v:id:3", "v:id:4"]
+        "v:s:{s}", "v:n:{n}", "v:f:{f}", "v:ts:{ts}", "v:arr:{arr}", "v:b:{b}", "v:u:{u}",
+        "v:c:{c}", "v:id:{id}"]}})
+    keys = ["v:s:x", "v:n:1.0", "v:f:0.1", "v:f:1", "v:arr:{1,2}", "v:b:\\x00ff", "v:u:é☃",
+            "v:u:{}", "v:u:", "v:c:(1,x)", "v:id:1", "v:id:2", "v:id:3", "v:id:4"]
     set_keys(node, keys)
     pg.sql("UPDATE t_vals SET price = 2")
     wait_gone(node, keys)
     m = inv.metrics()
-    assert m["shoal_invalidator_keys_null_total"] >= 6
-    assert m["shoal_invalidator_keys_unusable_total"] >= 2  # the space and the 300 bytes
+    assert m["shoal_invalidator_keys_null_total"] >= 8
+    # the space, the 300 bytes, the timestamp: on the new and the old row
+    assert m["shoal_invalidator_keys_unusable_total"] == 6
+    assert m["shoal_invalidator_keys_missing_total"] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,3 +500,23 @@ def test_kill9_three_times_under_load_misses_no_key(pg, start_server, start_inva
     wait_until(lambda: present(node, keys) == [], timeout=20, interval=0.1,
                message="every updated row's key after three kills")
     assert inv.stop() is None
+
+
+def test_publication_dropped_is_retried_with_backoff_not_in_a_loop(pg, start_server,
+                                                                    start_invalidator):
+    """Dropped publication: PostgreSQL (15) accepts START_REPLICATION and then fails to decode,
+    ending each session at once. The reconnections back off (logged a few times, not
+    hundreds), /healthz says the stream is down, and the process stays up."""
+    pg.sql("CREATE TABLE t_nopub (id int PRIMARY KEY, price int); INSERT INTO t_nopub VALUES (1, 1)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_nopub": {"keys": ["t:{id}"]}},
+                            "--reconnect-max-ms", "1000")
+    pg.sql(f"DROP PUBLICATION p_{inv.slot[2:]}")
+    pg.sql("UPDATE t_nopub SET price = 2")  # a change to decode: the failure comes with it
+    wait_until(lambda: http(inv.admin, "GET", "/healthz")[0] == 503, timeout=5,
+               message="/healthz to say the stream is down")
+    before = inv.stderr_text().count("replication stream ended")
+    pg.sql("SELECT pg_sleep(3)")
+    ended = inv.stderr_text().count("replication stream ended") - before
+    assert ended <= 8, f"{ended} sessions in 3 s: reconnecting in a loop"
+    assert inv.proc.poll() is None
