@@ -136,6 +136,9 @@ static int exec(PGconn *c, const char *sql, char *err, size_t errlen)
     return -1;
 }
 
+static int partitions_identity(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                               char *err, size_t errlen);
+
 int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const char *table,
                         char *err, size_t errlen)
 {
@@ -152,7 +155,35 @@ int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const ch
         return -1;
     }
     log_notice("table %s: replica identity does not cover its key templates: %s", name, sql);
-    return exec(c, sql, err, errlen);
+    if (exec(c, sql, err, errlen) < 0) return -1;
+    return partitions_identity(inv, c, schema, table, err, errlen); /* a partitioned table's */
+}
+
+/* A partitioned table's replica identity is its partitions': each one's WAL carries the old
+ * row per its own identity, while pgoutput (publishing through the root) marks the old row
+ * per the root's, so a root made FULL over DEFAULT partitions would send a "whole" old row
+ * whose non-key columns are NULL. When the root is FULL, every leaf partition is made FULL too
+ * (those created later: by the watcher, within a second). 0, or -1 with err set. */
+static int partitions_identity(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                               char *err, size_t errlen)
+{
+    char qn[600];
+    if (qualified(c, schema, name, qn, sizeof qn) < 0)
+        return snprintf(err, errlen, "out of memory"), -1;
+    const char *p[1] = {qn};
+    PGresult *r = q(c,
+                    "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree($1::regclass) "
+                    "t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = "
+                    "c.relnamespace WHERE t.isleaf AND c.relreplident <> 'f' AND (SELECT "
+                    "relreplident FROM pg_class WHERE oid = $1::regclass) = 'f' AND (SELECT "
+                    "relkind FROM pg_class WHERE oid = $1::regclass) = 'p'",
+                    1, p, err, errlen);
+    if (r == NULL) return -1;
+    int rc = 0;
+    for (int i = 0; i < PQntuples(r) && rc == 0; i++)
+        rc = setup_identity_full(inv, c, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), err, errlen);
+    PQclear(r);
+    return rc;
 }
 
 static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
@@ -164,6 +195,7 @@ static int prepare_tables(struct inv *inv, PGconn *c, char *err, size_t errlen)
         if (check_table(c, t, &covered, err, errlen) < 0) return -1;
         if (!covered && setup_identity_full(inv, c, t->schema, t->name, err, errlen) < 0)
             return -1;
+        if (partitions_identity(inv, c, t->schema, t->name, err, errlen) < 0) return -1;
     }
     if (inv->conf.inv_name) {
         if (qualified(c, inv->conf.inv_schema, inv->conf.inv_name, name, sizeof name) < 0)
@@ -228,7 +260,27 @@ int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const 
 {
     const char *pub = inv->opt.publication;
     const char *p3[3] = {pub, schema, tname};
+    /* a partitioned table's changes come under its partitions' names unless the publication
+     * publishes through the root: the root's name and columns are what the templates map */
     PGresult *r = q(c,
+                    "SELECT 1 FROM pg_publication p, pg_class c JOIN pg_namespace n ON n.oid = "
+                    "c.relnamespace WHERE p.pubname = $1 AND NOT p.pubviaroot AND n.nspname = $2 "
+                    "AND c.relname = $3 AND c.relkind = 'p'",
+                    3, p3, err, errlen);
+    if (r == NULL) return -1;
+    int viaroot = PQntuples(r) > 0;
+    PQclear(r);
+    if (viaroot) {
+        char sql[300];
+        char *qp = PQescapeIdentifier(c, pub, strlen(pub));
+        if (qp == NULL) return snprintf(err, errlen, "out of memory"), -1;
+        snprintf(sql, sizeof sql, "ALTER PUBLICATION %s SET (publish_via_partition_root = true)",
+                 qp);
+        PQfreemem(qp);
+        log_notice("publication %s: %s.%s is partitioned: %s", pub, schema, tname, sql);
+        if (exec(c, sql, err, errlen) < 0) return -1;
+    }
+    r = q(c,
                     "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 "
                     "AND tablename = $3",
                     3, p3, err, errlen);
@@ -369,12 +421,15 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
             in = !strcmp(PQgetvalue(r, k, 0), schema) && !strcmp(PQgetvalue(r, k, 1), name);
         if (in) {
             gone[i] = 0;
+            if (mapped && partitions_identity(inv, c, schema, name, err, sizeof err) < 0)
+                log_warn_limited("table %s.%s: %s", schema, name, err);
             continue;
         }
         int covered = 1;
         int ok = exec(c, "BEGIN", err, sizeof err) == 0 &&
                  (!mapped || check_table(c, t, &covered, err, sizeof err) == 0) &&
                  (covered || setup_identity_full(inv, c, schema, name, err, sizeof err) == 0) &&
+                 (!mapped || partitions_identity(inv, c, schema, name, err, sizeof err) == 0) &&
                  setup_publication_add(inv, c, schema, name, err, sizeof err) == 0 &&
                  (!mapped || emit_flush(inv, c, schema, name, err, sizeof err) == 0) &&
                  exec(c, "COMMIT", err, sizeof err) == 0;

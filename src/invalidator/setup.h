@@ -30,11 +30,12 @@ int setup_table_cols(PGconn *c, const char *schema, const char *name, struct set
 /* Column `col`: 0 absent, 1 present outside the replica identity, 2 inside it (or FULL). */
 int setup_col(const struct setup_cols *sc, const char *col);
 void setup_cols_clear(struct setup_cols *sc);
-/* ALTER the table to REPLICA IDENTITY FULL (logged), or -1 naming the statement to run under
- * --set-replica-identity=false. */
+/* ALTER the table to REPLICA IDENTITY FULL (logged; a partitioned table's leaf partitions
+ * too), or -1 naming the statement to run under --set-replica-identity=false. */
 int setup_identity_full(struct inv *inv, PGconn *c, const char *schema, const char *name,
                         char *err, size_t errlen);
-/* Add the table to --publication unless it is in it. */
+/* Add the table to --publication unless it is in it (a partitioned table: the publication
+ * set to publish through the root first). */
 int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const char *name,
                           char *err, size_t errlen);
 

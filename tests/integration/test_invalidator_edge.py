@@ -520,3 +520,44 @@ def test_publication_dropped_is_retried_with_backoff_not_in_a_loop(pg, start_ser
     ended = inv.stderr_text().count("replication stream ended") - before
     assert ended <= 8, f"{ended} sessions in 3 s: reconnecting in a loop"
     assert inv.proc.poll() is None
+
+
+def test_partitioned_table_changes_give_keys(pg, start_server, start_invalidator):
+    """A partitioned table's changes come under its partitions' names unless the publication
+    publishes through the root (set at start), and each partition's own replica identity
+    decides what its old rows carry: every partition is made FULL, one created later too."""
+    pg.sql("CREATE TABLE t_part (id int, sku text, price int, PRIMARY KEY (id)) "
+           "PARTITION BY RANGE (id);"
+           "CREATE TABLE t_part_1 PARTITION OF t_part FOR VALUES FROM (0) TO (100);"
+           "CREATE TABLE t_part_2 PARTITION OF t_part FOR VALUES FROM (100) TO (200);"
+           "INSERT INTO t_part VALUES (1, 'a', 1), (150, 'b', 1), (2, 'c', 1)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_part": {"keys": ["t:{id}", "s:{sku}"]}})
+    set_keys(node, ["t:1", "t:150", "s:a", "s:b", "s:c", "s:c2"])
+    pg.sql("UPDATE t_part SET price = 2 WHERE id = 1")
+    pg.sql("DELETE FROM t_part WHERE id = 150")
+    pg.sql("UPDATE t_part SET sku = 'c2' WHERE id = 2")
+    wait_gone(node, ["t:1", "t:150", "s:a", "s:b", "s:c", "s:c2"],
+              message="the partitions' changes' keys, old sku included")
+    pg.sql("CREATE TABLE t_part_3 PARTITION OF t_part FOR VALUES FROM (200) TO (300);"
+           "INSERT INTO t_part VALUES (250, 'd', 1)")
+    wait_until(lambda: pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_part_3'")
+               == "f", timeout=5, message="the new partition to be made FULL")
+    set_keys(node, ["s:d", "s:d2"])
+    pg.sql("UPDATE t_part SET sku = 'd2' WHERE id = 250")
+    wait_gone(node, ["s:d", "s:d2"], message="the new partition's old and new sku keys")
+    m = inv.metrics()
+    assert m["shoal_invalidator_keys_missing_total"] == 0
+    assert m['shoal_invalidator_cluster_flushes_total{cluster="local"}'] == 0
+
+
+def test_quoted_names(pg, start_server, start_invalidator):
+    """A table whose name holds a dot and columns with a space and a dot, as PostgreSQL
+    stores them (quoted identifiers)."""
+    pg.sql('CREATE TABLE "Odd.Name" ("Mixed Case" int PRIMARY KEY, "x.y z" text, price int);'
+           'INSERT INTO "Odd.Name" VALUES (1, \'x\', 1)')
+    node = start_server()
+    start_invalidator(node, {"public.Odd.Name": {"keys": ["o:{Mixed Case}", "o:{x.y z}"]}})
+    set_keys(node, ["o:1", "o:x"])
+    pg.sql('UPDATE "Odd.Name" SET price = 2')
+    wait_gone(node, ["o:1", "o:x"])
