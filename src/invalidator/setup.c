@@ -421,7 +421,11 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
             in = !strcmp(PQgetvalue(r, k, 0), schema) && !strcmp(PQgetvalue(r, k, 1), name);
         if (in) {
             gone[i] = 0;
-            if (mapped && partitions_identity(inv, c, schema, name, err, sizeof err) < 0)
+            /* an identity changed back under us (the reader flushes meanwhile) */
+            int cov = 1;
+            if (mapped && (check_table(c, t, &cov, err, sizeof err) < 0 ||
+                           (!cov && setup_identity_full(inv, c, schema, name, err, sizeof err) < 0) ||
+                           partitions_identity(inv, c, schema, name, err, sizeof err) < 0))
                 log_warn_limited("table %s.%s: %s", schema, name, err);
             continue;
         }

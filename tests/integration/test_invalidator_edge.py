@@ -92,18 +92,18 @@ def test_identity_set_back_to_default_flushes_what_it_cannot_name(pg, start_serv
                                                                    start_invalidator, tmp_path):
     """An operator sets the identity back to DEFAULT under a running invalidator: a DELETE then
     carries sku as NULL, and an UPDATE no old row at all. The old keys cannot be made, so the
-    table's namespace is flushed instead (logged, counted): a key of another namespace stays."""
+    table's namespace is flushed instead (logged, counted): a key of another namespace stays.
+    Within a second the identity is FULL again."""
     pg.sql("CREATE TABLE t_ident (id int PRIMARY KEY, sku text, price int);"
            "INSERT INTO t_ident VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 1)")
     node = ns_node(start_server, tmp_path, "t", "other")
     inv = start_invalidator(node, {"public.t_ident": {"keys": ["t:{sku}"]}})
     assert pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_ident'") == "f"
-    pg.sql("ALTER TABLE t_ident REPLICA IDENTITY DEFAULT")
-    set_keys(node, ["t:a", "other:1"])
-    pg.sql("DELETE FROM t_ident WHERE id = 1")
+    set_keys(node, ["t:a", "t:c", "other:1"])
+    # in one session, before the watcher (every second) can set it back
+    pg.sql("ALTER TABLE t_ident REPLICA IDENTITY DEFAULT; DELETE FROM t_ident WHERE id = 1;"
+           "UPDATE t_ident SET sku = 'c2' WHERE id = 3")
     wait_gone(node, ["t:a"], message="the DELETE's key (by a flush of its namespace)")
-    set_keys(node, ["t:c"])
-    pg.sql("UPDATE t_ident SET sku = 'c2' WHERE id = 3")
     wait_gone(node, ["t:c"], message="the UPDATE's old key (by a flush of its namespace)")
     assert present(node, ["other:1"]) == ["other:1"]
     m = inv.metrics()
@@ -111,6 +111,15 @@ def test_identity_set_back_to_default_flushes_what_it_cannot_name(pg, start_serv
     assert m["shoal_invalidator_keys_null_total"] == 0
     assert m["shoal_invalidator_truncates_total"] == 0
     assert "column sku: the column is not in the replica identity" in inv.stderr_text()
+    # and the watcher sets it back to FULL: old keys are deleted again, not flushed
+    wait_until(lambda: pg.value("SELECT relreplident FROM pg_class WHERE relname = 't_ident'")
+               == "f", timeout=5, message="the identity to be made FULL again")
+    missing = inv.metrics()["shoal_invalidator_keys_missing_total"]
+    set_keys(node, ["t:b", "t:bystander"])
+    pg.sql("DELETE FROM t_ident WHERE id = 2")
+    wait_gone(node, ["t:b"])
+    assert present(node, ["t:bystander"]) == ["t:bystander"]
+    assert inv.metrics()["shoal_invalidator_keys_missing_total"] == missing
 
 
 def test_templated_column_renamed_flushes_what_it_cannot_name(pg, start_server,
