@@ -570,3 +570,36 @@ def test_quoted_names(pg, start_server, start_invalidator):
     set_keys(node, ["o:1", "o:x"])
     pg.sql('UPDATE "Odd.Name" SET price = 2')
     wait_gone(node, ["o:1", "o:x"])
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (docs/invalidator.md, Partitioned tables): "
+                   "pgoutput does not send a TRUNCATE of one partition when publishing through "
+                   "the root")
+def test_truncate_of_one_partition_flushes_the_tables_namespace(pg, start_server,
+                                                                start_invalidator, tmp_path):
+    """TRUNCATE of one partition (not of the mapped root) should flush the table's namespace."""
+    pg.sql("CREATE TABLE t_ptrunc (id int PRIMARY KEY, price int) PARTITION BY RANGE (id);"
+           "CREATE TABLE t_ptrunc_1 PARTITION OF t_ptrunc FOR VALUES FROM (0) TO (100);"
+           "CREATE TABLE t_ptrunc_2 PARTITION OF t_ptrunc FOR VALUES FROM (100) TO (200);"
+           "INSERT INTO t_ptrunc VALUES (1, 1), (150, 1)")
+    node = ns_node(start_server, tmp_path, "t", "other")
+    start_invalidator(node, {"public.t_ptrunc": {"keys": ["t:{id}"]}})
+    set_keys(node, ["t:1", "other:1"])
+    pg.sql("TRUNCATE t_ptrunc_1")
+    wait_gone(node, ["t:1"], message="the truncated partition's keys")
+    assert present(node, ["other:1"]) == ["other:1"]
+
+
+def test_invalidation_table_dropped_and_created_again_is_added_back(pg, start_server,
+                                                                     start_invalidator):
+    node = start_server()
+    inv = start_invalidator(node, {}, invalidation_table="public.inv_again")
+    pg.sql("DROP TABLE inv_again; CREATE TABLE inv_again (id bigserial PRIMARY KEY, "
+           "key text NOT NULL)")
+    wait_until(lambda: pg.value("SELECT count(*) FROM pg_publication_tables WHERE "
+                                "tablename = 'inv_again'") == "1", timeout=5,
+               message="the new invalidation table in the publication")
+    set_keys(node, ["user:1"])
+    pg.sql("INSERT INTO inv_again (key) VALUES ('user:1')")
+    wait_gone(node, ["user:1"])
+    assert "inv_again was out of publication" in inv.stderr_text()
