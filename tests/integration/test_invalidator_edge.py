@@ -10,6 +10,7 @@ delivery has passed the change, so a key still cached then was missed (not merel
 """
 
 import json
+import threading
 import socket
 import subprocess
 
@@ -376,6 +377,7 @@ def test_hostile_admin_bodies_get_400_and_the_daemon_lives(pg, start_server, sta
     for body in bodies:
         status, text = http(inv.admin, "POST", "/v1/replay", body)
         assert status in (200, 400, 404, 409, 413), (body[:40], status, text)
+        json.loads(text)  # an error is JSON too
         assert status != 200 or body.startswith(b'{"slots": [1') or body == b'{"slots": []}', \
             (body[:40], status, text)
     raw_http(inv.admin, b"POST /v1/replay HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n"
@@ -603,3 +605,42 @@ def test_invalidation_table_dropped_and_created_again_is_added_back(pg, start_se
     pg.sql("INSERT INTO inv_again (key) VALUES ('user:1')")
     wait_gone(node, ["user:1"])
     assert "inv_again was out of publication" in inv.stderr_text()
+
+
+def test_concurrent_replays_each_get_every_slot_they_name(pg, start_server, start_invalidator):
+    """The admin port answers on a pool of threads: two replay requests at once must not share
+    their working set (each asked for every slot, each must be told every slot)."""
+    pg.sql("CREATE TABLE t_replays (id int PRIMARY KEY)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_replays": {"keys": ["t:{id}"]}})
+    results, errors = [], []
+
+    def client():
+        try:
+            for _ in range(40):
+                results.append(http(inv.admin, "POST", "/v1/replay", {"slots": ["0-16383"]}))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    wrong = [r for r in results if r[0] != 200 or json.loads(r[1])["slots"] != 16384]
+    assert not wrong, f"{len(wrong)} of {len(results)} replies: {wrong[:3]}"
+
+
+def test_replay_refuses_a_negative_since_an_unknown_field_and_bad_json(pg, start_server,
+                                                                       start_invalidator):
+    pg.sql("CREATE TABLE t_replay_bad (id int PRIMARY KEY)")
+    node = start_server()
+    inv = start_invalidator(node, {"public.t_replay_bad": {"keys": ["t:{id}"]}})
+    status, text = http(inv.admin, "POST", "/v1/replay", {"slots": [1], "since_s": -1})
+    assert status == 400 and "since_s" in text, text
+    status, text = http(inv.admin, "POST", "/v1/replay", {"slots": [1], "sinse_s": 5})
+    assert status == 400 and "sinse_s" in text, text
+    status, text = http(inv.admin, "POST", "/v1/replay", b'{"slots": [1]')
+    assert status == 400 and "JSON" in text, text
+    status, text = http(inv.admin, "POST", "/v1/replay", {"slots": ["1-2x"]})
+    assert status == 400, text
