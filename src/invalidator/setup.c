@@ -389,22 +389,48 @@ static int emit_flush(struct inv *inv, PGconn *c, const char *schema, const char
     return r ? 0 : -1;
 }
 
+/* ALTER PUBLICATION ... DROP TABLE schema.name (to add it back whole). */
+static int publication_drop(struct inv *inv, PGconn *c, const char *schema, const char *name,
+                            char *err, size_t errlen)
+{
+    char qn[600], sql[900];
+    char *qp = PQescapeIdentifier(c, inv->opt.publication, strlen(inv->opt.publication));
+    if (qp == NULL || qualified(c, schema, name, qn, sizeof qn) < 0) {
+        PQfreemem(qp);
+        return snprintf(err, errlen, "out of memory"), -1;
+    }
+    snprintf(sql, sizeof sql, "ALTER PUBLICATION %s DROP TABLE %s", qp, qn);
+    PQfreemem(qp);
+    return exec(c, sql, err, errlen);
+}
+
 /* Every table of the config (and the invalidation table) must be in the publication, or
  * PostgreSQL sends none of its changes: DROP TABLE takes a table out of it (and sends no
  * delete for its rows), so does ALTER PUBLICATION ... DROP TABLE, and a table created again
  * under the same name is a new table outside it. Such a table is prepared as at start and
  * added back, and its namespaces flushed, in one transaction (so the flush follows every
  * change that was not sent); one that cannot be added yet (no such table, a column missing)
- * has its namespaces flushed once, and is retried. `gone[i]`: table i was found out and
+ * has its namespaces flushed once, and is retried. A table in it with a row filter or a
+ * column list (PostgreSQL 15: ALTER PUBLICATION ... SET TABLE t WHERE (...) or t (cols)) is
+ * taken out and added back whole the same way. `gone[i]`: table i was found out and
  * flushed already. Tables of --control's map are not watched here. */
 static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
 {
     char err[600], e2[600];
     const char *pub = inv->opt.publication;
     const char *p1[1] = {pub};
+    /* narrowed: in the publication with a row filter or a column list (PostgreSQL 15), so
+     * some of its changes or columns are not sent */
     PGresult *r = q(c,
-                    "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE "
-                    "pubname = $1",
+                    PQserverVersion(c) >= 150000
+                        ? "SELECT n.nspname::text, c.relname::text, (pr.prqual IS NOT NULL OR "
+                          "pr.prattrs IS NOT NULL)::int FROM pg_publication_rel pr JOIN "
+                          "pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = "
+                          "pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE "
+                          "p.pubname = $1 UNION ALL SELECT schemaname::text, tablename::text, 0 "
+                          "FROM pg_publication_tables WHERE pubname = $1"
+                        : "SELECT schemaname::text, tablename::text, 0 FROM "
+                          "pg_publication_tables WHERE pubname = $1",
                     1, p1, err, sizeof err);
     if (r == NULL) {
         log_warn_limited("checking publication %s: %s", pub, err);
@@ -416,10 +442,13 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
         const struct inv_table *t = mapped ? &inv->conf.tables[i] : NULL;
         const char *schema = mapped ? t->schema : inv->conf.inv_schema;
         const char *name = mapped ? t->name : inv->conf.inv_name;
-        int in = 0;
-        for (int k = 0; k < PQntuples(r) && !in; k++)
-            in = !strcmp(PQgetvalue(r, k, 0), schema) && !strcmp(PQgetvalue(r, k, 1), name);
-        if (in) {
+        int in = 0, narrowed = 0;
+        for (int k = 0; k < PQntuples(r); k++)
+            if (!strcmp(PQgetvalue(r, k, 0), schema) && !strcmp(PQgetvalue(r, k, 1), name)) {
+                in = 1;
+                narrowed |= !strcmp(PQgetvalue(r, k, 2), "1");
+            }
+        if (in && !narrowed) {
             gone[i] = 0;
             /* an identity changed back under us (the reader flushes meanwhile) */
             int cov = 1;
@@ -431,6 +460,7 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
         }
         int covered = 1;
         int ok = exec(c, "BEGIN", err, sizeof err) == 0 &&
+                 (!narrowed || publication_drop(inv, c, schema, name, err, sizeof err) == 0) &&
                  (!mapped || check_table(c, t, &covered, err, sizeof err) == 0) &&
                  (covered || setup_identity_full(inv, c, schema, name, err, sizeof err) == 0) &&
                  (!mapped || partitions_identity(inv, c, schema, name, err, sizeof err) == 0) &&
@@ -438,10 +468,11 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
                  (!mapped || emit_flush(inv, c, schema, name, err, sizeof err) == 0) &&
                  exec(c, "COMMIT", err, sizeof err) == 0;
         if (ok) {
-            log_error("table %s.%s was out of publication %s (dropped and created again, or "
-                      "dropped from the publication), so PostgreSQL did not send its changes: "
-                      "added back%s",
-                      schema, name, pub,
+            log_error("table %s.%s was %s publication %s (%s), so PostgreSQL did not send "
+                      "all its changes: added back%s",
+                      schema, name, narrowed ? "narrowed in" : "out of", pub,
+                      narrowed ? "a row filter or a column list"
+                               : "dropped and created again, or dropped from the publication",
                       mapped ? ", its namespaces flushed"
                              : " (keys inserted into it meanwhile were not deleted)");
             gone[i] = 0;

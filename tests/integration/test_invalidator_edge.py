@@ -645,3 +645,25 @@ def test_replay_refuses_a_negative_since_an_unknown_field_and_bad_json(pg, start
     assert status == 400 and "JSON" in text, text
     status, text = http(inv.admin, "POST", "/v1/replay", {"slots": ["1-2x"]})
     assert status == 400, text
+
+
+def test_publication_narrowed_by_a_row_filter_is_restored(pg, start_server, start_invalidator,
+                                                          tmp_path):
+    """A row filter on the publication's table (PostgreSQL 15) means the rows it leaves out
+    are never sent: the watcher adds the table back whole and flushes its namespace."""
+    pg.sql("CREATE TABLE t_filter (id int PRIMARY KEY, price int);"
+           "INSERT INTO t_filter VALUES (1, 1), (2, 50)")
+    node = ns_node(start_server, tmp_path, "t")
+    inv = start_invalidator(node, {"public.t_filter": {"keys": ["t:{id}"]}})
+    pub = f"p_{inv.slot[2:]}"
+    set_keys(node, ["t:1"])
+    pg.sql(f"ALTER PUBLICATION {pub} SET TABLE t_filter WHERE (id > 1);"
+           f"UPDATE t_filter SET price = 2 WHERE id = 1")
+    wait_gone(node, ["t:1"], timeout=5, message="the filtered-out row's key (by a flush)")
+    wait_until(lambda: pg.value(f"SELECT rowfilter IS NULL FROM pg_publication_tables "
+                                f"WHERE pubname = '{pub}'") == "t", timeout=5,
+               message="the table back in the publication without its filter")
+    set_keys(node, ["t:1"])
+    pg.sql("UPDATE t_filter SET price = 3 WHERE id = 1")
+    wait_gone(node, ["t:1"], message="a row the filter left out deletes its key again")
+    assert "narrowed in" in inv.stderr_text()
