@@ -389,6 +389,40 @@ static int emit_flush(struct inv *inv, PGconn *c, const char *schema, const char
     return r ? 0 : -1;
 }
 
+/* The publication must publish every kind of change: `ALTER PUBLICATION ... SET (publish =
+ * 'insert')` stops updates, deletes and truncates reaching the reader. Put back, with a flush
+ * of every config table's namespaces, in one transaction. */
+static void watch_actions(struct inv *inv, PGconn *c)
+{
+    char err[600], e2[600], sql[300];
+    const char *p1[1] = {inv->opt.publication};
+    PGresult *r = q(c,
+                    "SELECT 1 FROM pg_publication WHERE pubname = $1 AND NOT (pubinsert AND "
+                    "pubupdate AND pubdelete AND pubtruncate)",
+                    1, p1, err, sizeof err);
+    int narrowed = r && PQntuples(r) > 0;
+    PQclear(r);
+    if (!narrowed) return;
+    char *qp = PQescapeIdentifier(c, inv->opt.publication, strlen(inv->opt.publication));
+    if (qp == NULL) return;
+    snprintf(sql, sizeof sql,
+             "ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')", qp);
+    PQfreemem(qp);
+    int ok = exec(c, "BEGIN", err, sizeof err) == 0 && exec(c, sql, err, sizeof err) == 0;
+    for (size_t i = 0; ok && i < inv->conf.ntables; i++)
+        ok = emit_flush(inv, c, inv->conf.tables[i].schema, inv->conf.tables[i].name, err,
+                        sizeof err) == 0;
+    if (ok && exec(c, "COMMIT", err, sizeof err) == 0) {
+        log_error("publication %s did not publish every kind of change, so some were not sent: "
+                  "%s, and the tables' namespaces flushed",
+                  inv->opt.publication, sql);
+        return;
+    }
+    exec(c, "ROLLBACK", e2, sizeof e2);
+    log_warn_limited("publication %s does not publish every kind of change: %s",
+                     inv->opt.publication, err);
+}
+
 /* ALTER PUBLICATION ... DROP TABLE schema.name (to add it back whole). */
 static int publication_drop(struct inv *inv, PGconn *c, const char *schema, const char *name,
                             char *err, size_t errlen)
@@ -436,6 +470,7 @@ static void watch_tables(struct inv *inv, PGconn *c, uint8_t *gone)
         log_warn_limited("checking publication %s: %s", pub, err);
         return;
     }
+    watch_actions(inv, c);
     size_t n = inv->conf.ntables + (inv->conf.inv_name ? 1 : 0);
     for (size_t i = 0; i < n; i++) {
         int mapped = i < inv->conf.ntables;

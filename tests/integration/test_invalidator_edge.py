@@ -667,3 +667,23 @@ def test_publication_narrowed_by_a_row_filter_is_restored(pg, start_server, star
     pg.sql("UPDATE t_filter SET price = 3 WHERE id = 1")
     wait_gone(node, ["t:1"], message="a row the filter left out deletes its key again")
     assert "narrowed in" in inv.stderr_text()
+
+
+def test_publication_publishing_inserts_only_is_restored(pg, start_server, start_invalidator,
+                                                         tmp_path):
+    pg.sql("CREATE TABLE t_pubact (id int PRIMARY KEY, price int); INSERT INTO t_pubact "
+           "VALUES (1, 1)")
+    node = ns_node(start_server, tmp_path, "t", "other")
+    inv = start_invalidator(node, {"public.t_pubact": {"keys": ["t:{id}"]}})
+    pub = f"p_{inv.slot[2:]}"
+    set_keys(node, ["t:1", "other:1"])
+    pg.sql(f"ALTER PUBLICATION {pub} SET (publish = 'insert'); "
+           f"UPDATE t_pubact SET price = 2 WHERE id = 1")
+    wait_gone(node, ["t:1"], timeout=5, message="the unsent update's key (by a flush)")
+    assert present(node, ["other:1"]) == ["other:1"]
+    wait_until(lambda: pg.value(f"SELECT pubupdate AND pubdelete AND pubtruncate FROM "
+                                f"pg_publication WHERE pubname = '{pub}'") == "t", timeout=5,
+               message="the publication to publish every kind of change again")
+    set_keys(node, ["t:1"])
+    pg.sql("DELETE FROM t_pubact WHERE id = 1")
+    wait_gone(node, ["t:1"], message="a delete's key")
