@@ -195,13 +195,17 @@ static int take_map(struct reader *r)
 }
 
 /* "flush\n<publication>\n<schema>\n<table>": our publication's table's namespaces go into
- * the transaction's flushes. */
+ * the transaction's flushes; "flushall\n<publication>" (a lost slot): every mapped table's. */
 static int watch_flush(struct reader *r, const struct pgo_msg *m, struct keyset *ks)
 {
     char buf[800], *f[4];
     if (m->ncontent >= sizeof buf) return 0;
     memcpy(buf, m->content, m->ncontent);
     buf[m->ncontent] = 0;
+    if (!strncmp(buf, "flushall\n", 9) && !strcmp(buf + 9, r->inv->opt.publication)) {
+        log_notice("flushing the namespaces of every mapped table (the slot was lost)");
+        return rows_flush_all(r->rows, ks);
+    }
     char *s = buf;
     for (int i = 0; i < 4; i++) {
         f[i] = s;
@@ -396,6 +400,12 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
     while (!atomic_load(&inv->stop)) {
         char e[600];
         r.conn = connect_stream(inv, e, sizeof e);
+        if (r.conn == NULL && (strstr(e, "does not exist") || strstr(e, "can no longer get")) &&
+            strstr(e, "replication slot")) {
+            /* dropped or invalidated under us: made again, its lost commits flushed */
+            char e2[600];
+            if (setup_slot(inv, e2, sizeof e2) < 0) log_warn_limited("%s", e2);
+        }
         if (r.conn == NULL) {
             log_warn_limited("%s (retrying in %u ms)", e, backoff);
             for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);

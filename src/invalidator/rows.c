@@ -461,6 +461,14 @@ int rows_table_flush(struct rows *r, const char *schema, const char *name, struc
     return (int)t->nns;
 }
 
+int rows_flush_all(struct rows *r, struct keyset *ks)
+{
+    for (size_t i = 0; i < r->map->ntables; i++)
+        for (size_t j = 0; j < r->map->tables[i].nns; j++)
+            if (keyset_flush(ks, r->map->tables[i].namespaces[j]) < 0) return -1;
+    return 0;
+}
+
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks)
 {
     if (m->kind == PGO_TRUNCATE) {

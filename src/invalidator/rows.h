@@ -54,6 +54,8 @@ int rows_relation(struct rows *r, const struct pgo_msg *m);
 /* Add the namespaces of table schema.name (in the map in use) to ks's flushes, as a truncate of
  * it would. The number added (0: not mapped), or -1 out of memory. */
 int rows_table_flush(struct rows *r, const char *schema, const char *name, struct keyset *ks);
+/* The namespaces of every table in the map in use, into ks's flushes. 0, or -1 out of memory. */
+int rows_flush_all(struct rows *r, struct keyset *ks);
 /* An Insert, Update, Delete or Truncate: add its keys or flushes to ks. 0; -1 out of memory or
  * a change to a relation no Relation message described (a protocol error). */
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks);

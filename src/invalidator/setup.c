@@ -8,12 +8,16 @@
  * start and names the statement to run. */
 #include "invalidator/setup.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -300,22 +304,71 @@ int setup_publication_add(struct inv *inv, PGconn *c, const char *schema, const 
     return exec(c, sql, err, errlen);
 }
 
-/* The slot, created on a replication connection when missing. */
+/* <spill_dir>/<slot>.slot: an invalidator on this spill directory has read that slot, so a
+ * slot found missing later was lost, not never made. (Slot names are [a-z0-9_].) */
+static int slot_mark_path(struct inv *inv, char *out, size_t cap)
+{
+    return (size_t)snprintf(out, cap, "%s/%s.slot", inv->opt.spill_dir, inv->opt.slot) < cap ? 0
+                                                                                            : -1;
+}
+
+static int slot_mark(struct inv *inv, char *err, size_t errlen)
+{
+    char path[1200];
+    if (slot_mark_path(inv, path, sizeof path) < 0)
+        return snprintf(err, errlen, "spill directory path too long"), -1;
+    if (access(path, F_OK) == 0) return 0;
+    if (mkdir(inv->opt.spill_dir, 0700) < 0 && errno != EEXIST)
+        return snprintf(err, errlen, "spill directory %s: %s", inv->opt.spill_dir,
+                        strerror(errno)), -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int ok = fd >= 0 && write(fd, inv->opt.slot, strlen(inv->opt.slot)) >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    if (!ok) return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    return 0;
+}
+
+/* Writes the message by which the reader flushes the namespaces of every table in its map. */
+static int emit_flush_all(struct inv *inv, PGconn *c, char *err, size_t errlen)
+{
+    char content[300];
+    snprintf(content, sizeof content, "flushall\n%s", inv->opt.publication);
+    const char *p[2] = {SETUP_MSG_PREFIX, content};
+    PGresult *r = q(c, "SELECT pg_logical_emit_message(true, $1, $2)", 2, p, err, errlen);
+    PQclear(r);
+    return r ? 0 : -1;
+}
+
+/* The slot, created on a replication connection when missing. A slot that this spill
+ * directory's invalidator read before and is missing now, or that PostgreSQL invalidated
+ * (wal_status lost: max_slot_wal_keep_size), lost the commits since its confirmed position:
+ * the new slot's first message flushes the namespaces of every mapped table. */
 static int prepare_slot(struct inv *inv, PGconn *c, char *err, size_t errlen)
 {
     const char *p1[1] = {inv->opt.slot};
-    PGresult *r = q(c, "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = $1",
+    PGresult *r = q(c,
+                    "SELECT plugin, slot_type, COALESCE(wal_status, '') FROM "
+                    "pg_replication_slots WHERE slot_name = $1",
                     1, p1, err, errlen);
     if (r == NULL) return -1;
+    int lost = 0;
     if (PQntuples(r) > 0) {
         int ok = !strcmp(PQgetvalue(r, 0, 0), "pgoutput");
+        lost = !strcmp(PQgetvalue(r, 0, 2), "lost");
         PQclear(r);
         if (!ok) {
             snprintf(err, errlen, "replication slot %s exists but is not a pgoutput logical "
                                   "slot: name another with --slot", inv->opt.slot);
             return -1;
         }
-        return 0;
+        if (!lost) return slot_mark(inv, err, errlen);
+        log_error("replication slot %s was invalidated by PostgreSQL (max_slot_wal_keep_size): "
+                  "dropping it", inv->opt.slot);
+        r = q(c, "SELECT pg_drop_replication_slot($1)", 1, p1, err, errlen);
+        if (r == NULL) return -1;
+    } else {
+        char path[1200];
+        lost = slot_mark_path(inv, path, sizeof path) == 0 && access(path, F_OK) == 0;
     }
     PQclear(r);
     PGconn *rc = setup_replication_connect(inv, err, errlen);
@@ -328,7 +381,26 @@ static int prepare_slot(struct inv *inv, PGconn *c, char *err, size_t errlen)
     log_notice("creating replication slot %s", inv->opt.slot);
     int res = exec(rc, sql, err, errlen);
     PQfinish(rc);
-    return res;
+    if (res == 0 && lost) {
+        log_error("replication slot %s was lost (dropped or invalidated): the commits since its "
+                  "last confirmed position will never be sent, so the namespaces of every "
+                  "mapped table are flushed",
+                  inv->opt.slot);
+        res = emit_flush_all(inv, c, err, errlen);
+    }
+    return res < 0 ? -1 : slot_mark(inv, err, errlen);
+}
+
+int setup_slot(struct inv *inv, char *err, size_t errlen)
+{
+    PGconn *c = PQconnectdb(inv->opt.pg);
+    int rc = -1;
+    if (PQstatus(c) != CONNECTION_OK)
+        snprintf(err, errlen, "--pg: cannot connect: %s", PQerrorMessage(c));
+    else
+        rc = prepare_slot(inv, c, err, errlen);
+    PQfinish(c);
+    return rc;
 }
 
 PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen)

@@ -16,6 +16,11 @@ PGconn *setup_replication_connect(struct inv *inv, char *err, size_t errlen);
  * the table, column or object and the fix. */
 int setup_prepare(struct inv *inv, char *err, size_t errlen);
 
+/* The slot again, after the reader found it missing or invalidated: created, and when it was
+ * lost a flush of every mapped table's namespaces written for it (SETUP_MSG_PREFIX,
+ * "flushall\n<publication>"). 0, or -1 with a message. */
+int setup_slot(struct inv *inv, char *err, size_t errlen);
+
 /* The pieces setup_prepare uses, for tables mapped later (--control, ctl.c), on an ordinary
  * connection to --pg: */
 struct setup_cols {

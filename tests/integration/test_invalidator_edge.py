@@ -284,26 +284,51 @@ def test_prepared_transaction_deletes_at_commit_prepared(pg, start_server, start
 # events
 
 
-def test_slot_dropped_under_the_invalidator(pg, start_server, start_invalidator):
+def test_slot_dropped_under_the_invalidator_is_made_again_and_flushed(pg, start_server,
+                                                                      start_invalidator,
+                                                                      tmp_path):
+    """The slot is dropped under a running invalidator: the commits since its confirmed
+    position will never be sent, so it makes the slot again and flushes the namespaces of
+    every mapped table through it; later commits are deletes again."""
     pg.sql("CREATE TABLE t_slot (id int PRIMARY KEY, price int); INSERT INTO t_slot VALUES (1, 1)")
-    node = start_server()
+    node = ns_node(start_server, tmp_path, "t", "other")
     inv = start_invalidator(node, {"public.t_slot": {"keys": ["t:{id}"]}},
                             "--reconnect-max-ms", "2000")
+    set_keys(node, ["t:1", "other:1"])
     # take the slot from under it: end its walsender and drop the slot before it comes back
     # (it reconnects within 100 ms, so try until a drop wins the race)
+
     def drop():
-        rows = pg.sql(f"SELECT pg_terminate_backend(active_pid, 2000) FROM pg_replication_slots "
-                      f"WHERE slot_name = '{inv.slot}' AND active_pid IS NOT NULL;"
-                      f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                      f"WHERE slot_name = '{inv.slot}' AND NOT active")
-        return pg.value(f"SELECT count(*) FROM pg_replication_slots "
-                        f"WHERE slot_name = '{inv.slot}'") == "0"
-    wait_until(drop, timeout=10, interval=0, message="the slot to be dropped")
-    wait_until(lambda: http(inv.admin, "GET", "/healthz")[0] == 503, timeout=5,
-               message="/healthz to say the stream is down")
-    wait_until(lambda: "does not exist" in inv.stderr_text(), timeout=5,
-               message="a log line naming the missing slot")
-    assert inv.proc.poll() is None
+        pg.sql(f"SELECT pg_terminate_backend(active_pid, 2000) FROM pg_replication_slots "
+               f"WHERE slot_name = '{inv.slot}' AND active_pid IS NOT NULL;"
+               f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+               f"WHERE slot_name = '{inv.slot}' AND NOT active")
+        return "replication slot" in inv.stderr_text() and "was lost" in inv.stderr_text()
+    wait_until(drop, timeout=10, interval=0, message="the slot to be dropped and found lost")
+    wait_gone(node, ["t:1"], timeout=5, message="the mapped table's namespace flushed")
+    assert present(node, ["other:1"]) == ["other:1"]
+    inv.wait_healthy()
+    set_keys(node, ["t:1"])
+    pg.sql("UPDATE t_slot SET price = 2")
+    wait_gone(node, ["t:1"], message="a commit after the new slot")
+
+
+def test_slot_lost_while_stopped_is_flushed_at_start(pg, start_server, start_invalidator,
+                                                     tmp_path):
+    pg.sql("CREATE TABLE t_slot2 (id int PRIMARY KEY, price int); "
+           "INSERT INTO t_slot2 VALUES (1, 1)")
+    node = ns_node(start_server, tmp_path, "t")
+    inv = start_invalidator(node, {"public.t_slot2": {"keys": ["t:{id}"]}})
+    inv.kill9()
+    pg.sql(f"SELECT pg_drop_replication_slot('{inv.slot}')")
+    set_keys(node, ["t:1"])
+    pg.sql("UPDATE t_slot2 SET price = 2")  # in no slot: never sent
+    inv2 = inv.restart()
+    try:
+        wait_gone(node, ["t:1"], timeout=5, message="the lost commit's table flushed at start")
+        assert "was lost" in inv2.stderr_text()
+    finally:
+        assert inv2.stop() is None
 
 
 # ---------------------------------------------------------------------------------------------
