@@ -1,4 +1,5 @@
-/* setup.c — PostgreSQL preparation and the invalidation table cleaner (setup.h).
+/* setup.c — PostgreSQL preparation, the invalidation table cleaner, and the watcher that keeps
+ * the config's tables whole in the publication and a lost slot flushed (setup.h).
  *
  * Replica identity: an UPDATE's old row reaches a logical decoder only in the columns of the
  * table's replica identity (and only when one of them changed), a DELETE's likewise. A key
