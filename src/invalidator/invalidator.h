@@ -86,8 +86,10 @@ struct inv_options {
     X(truncates, COUNTER, "truncates of mapped tables (each a namespace flush)")                 \
     X(keys_null, COUNTER, "templates not evaluated because a column was NULL")                   \
     X(keys_unusable, COUNTER,                                                                    \
-      "keys dropped: longer than 250 bytes, holding a space or control byte, or a value not "   \
-      "sent (unchanged TOAST without an old row)")                                               \
+      "keys dropped: longer than 250 bytes, or holding a space or control byte")                 \
+    X(keys_missing, COUNTER,                                                                     \
+      "keys that could not be made, a column's value unknown (column renamed or dropped, "      \
+      "identity no longer FULL, TOAST not sent): the table's namespaces flushed instead")        \
     X(receive_delay_us, COUNTER, "sum over commits of their commit timestamp to their hand-over to " \
                                  "delivery, microseconds (PostgreSQL's decoding and sending, and " \
                                  "the reader's; delivery's part is commit_to_delete minus it)")    \

@@ -85,10 +85,28 @@ static int replay_route(void *ctx, const char *method, const char *rest, const c
     json_t *doc = json_loadb(body, len, 0, &je);
     json_t *slots = json_object_get(doc, "slots"), *since = json_object_get(doc, "since_s");
     json_t *cl = json_object_get(doc, "cluster");
-    const char *bad = NULL;
-    if (!json_is_array(slots)) bad = "\"slots\" must be a list of slot numbers or \"lo-hi\"";
-    else if (since && !json_is_integer(since)) bad = "\"since_s\" must be a number of seconds";
-    else if (cl && !json_is_string(cl)) bad = "\"cluster\" must be a cluster's name";
+    const char *bad = NULL, *key;
+    json_t *val;
+    char unknown[120];
+    json_object_foreach(doc, key, val) {
+        if (strcmp(key, "slots") && strcmp(key, "since_s") && strcmp(key, "cluster")) {
+            /* a typo ("sinse_s") must not quietly widen the replay to its default */
+            char name[64];
+            log_clean(name, sizeof name, key, strlen(key));
+            snprintf(unknown, sizeof unknown, "unknown field \"%s\" (slots, since_s, cluster)",
+                     name);
+            bad = unknown;
+            break;
+        }
+    }
+    if (doc == NULL)
+        bad = "the body is not JSON: POST {\"slots\": [...], \"since_s\": N}";
+    else if (bad == NULL && !json_is_array(slots))
+        bad = "\"slots\" must be a list of slot numbers or \"lo-hi\"";
+    else if (bad == NULL && since && (!json_is_integer(since) || json_integer_value(since) < 0))
+        bad = "\"since_s\" must be a number of seconds, 0 or more";
+    else if (bad == NULL && cl && !json_is_string(cl))
+        bad = "\"cluster\" must be a cluster's name";
     uint16_t *list = NULL;
     size_t n = 0;
     if (bad == NULL && (list = malloc(SLOT_COUNT * sizeof *list)) == NULL) bad = "out of memory";
@@ -97,9 +115,11 @@ static int replay_route(void *ctx, const char *method, const char *rest, const c
     for (size_t i = 0; bad == NULL && i < json_array_size(slots); i++) {
         json_t *e = json_array_get(slots, i);
         long lo, hi;
+        int end = 0;
         if (json_is_integer(e)) {
             lo = hi = (long)json_integer_value(e);
-        } else if (!json_is_string(e) || sscanf(json_string_value(e), "%ld-%ld", &lo, &hi) != 2) {
+        } else if (!json_is_string(e) || sscanf(json_string_value(e), "%ld-%ld%n", &lo, &hi,
+                                                 &end) != 2 || json_string_value(e)[end]) {
             bad = "\"slots\" must be a list of slot numbers or \"lo-hi\"";
             break;
         }
@@ -115,7 +135,12 @@ static int replay_route(void *ctx, const char *method, const char *rest, const c
     }
     int status = 400;
     if (bad) {
-        buf_printf(out, "{\"error\": \"%s\"}\n", bad);
+        /* escaped: the messages quote field names */
+        json_t *e = json_pack("{s:s}", "error", bad);
+        char *t = e ? json_dumps(e, 0) : NULL;
+        buf_printf(out, "%s\n", t ? t : "{}");
+        free(t);
+        json_decref(e);
     } else {
         char err[300];
         long q = deliver_replay(v->d, cl ? json_string_value(cl) : NULL, list, n,

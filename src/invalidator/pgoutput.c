@@ -175,7 +175,8 @@ int pgo_decode(const uint8_t *p, size_t n, int in_stream, struct pgo_msg *m)
         m->flags = rd8(&c);
         m->lsn = rd64(&c);
         m->nspname = rdstr(&c);
-        rdbytes(&c, rd32(&c));
+        m->ncontent = rd32(&c);
+        m->content = rdbytes(&c, m->ncontent);
         break;
     case PGO_RELATION:
         if (in_stream) m->xid = rd32(&c);

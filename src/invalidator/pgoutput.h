@@ -91,6 +91,9 @@ struct pgo_msg {
     char old_kind;
     struct pgo_tuple old;
     struct pgo_tuple new; /* I, U */
+    /* M: the message's content (not NUL-terminated) */
+    const uint8_t *content;
+    uint32_t ncontent;
     /* T */
     uint32_t nrels;
     const uint8_t *relids; /* nrels big-endian int32 relids: pgo_truncate_relid() */

@@ -147,7 +147,7 @@ static int hand_over(struct reader *r, struct keyset *ks, uint64_t commit_lsn, u
     }
     atomic_fetch_add(&inv->figs.transactions, idle ? 0 : 1);
     atomic_fetch_add(&inv->figs.keys, ks->n);
-    atomic_fetch_add(&inv->figs.truncates, ks->nflush ? 1 : 0);
+    atomic_fetch_add(&inv->figs.truncates, ks->truncated ? 1 : 0);
     return 0;
 }
 
@@ -192,6 +192,32 @@ static int take_map(struct reader *r)
     if (m == NULL) return 0;
     log_info("key templates: %zu tables mapped", m->ntables);
     return rows_set_map(r->rows, m);
+}
+
+/* "flush\n<publication>\n<schema>\n<table>": our publication's table's namespaces go into
+ * the transaction's flushes; "flushall\n<publication>" (a lost slot): every mapped table's. */
+static int watch_flush(struct reader *r, const struct pgo_msg *m, struct keyset *ks)
+{
+    char buf[800], *f[4];
+    if (m->ncontent >= sizeof buf) return 0;
+    memcpy(buf, m->content, m->ncontent);
+    buf[m->ncontent] = 0;
+    if (!strncmp(buf, "flushall\n", 9) && !strcmp(buf + 9, r->inv->opt.publication)) {
+        log_notice("flushing the namespaces of every mapped table (the slot was lost)");
+        return rows_flush_all(r->rows, ks);
+    }
+    char *s = buf;
+    for (int i = 0; i < 4; i++) {
+        f[i] = s;
+        s = i < 3 ? strchr(s, '\n') : NULL;
+        if (i < 3 && s == NULL) return 0;
+        if (s) *s++ = 0;
+    }
+    if (strcmp(f[0], "flush") || strcmp(f[1], r->inv->opt.publication)) return 0;
+    int n = rows_table_flush(r->rows, f[2], f[3], ks);
+    if (n > 0) log_notice("table %s.%s: %d namespaces flushed (it was out of the publication)",
+                          f[2], f[3], n);
+    return n < 0 ? -1 : 0;
 }
 
 static int on_message(struct reader *r, const uint8_t *p, size_t n)
@@ -246,7 +272,12 @@ static int on_message(struct reader *r, const uint8_t *p, size_t n)
             atomic_fetch_add(&r->inv->figs.aborted_streams, 1);
         }
         return 0;
-    default: /* origin, type, logical message: nothing to invalidate */
+    case PGO_MESSAGE:
+        /* the watcher's flush of a table that was out of the publication (setup.h) */
+        if ((m->flags & 1) && ks && !strcmp(m->nspname, SETUP_MSG_PREFIX))
+            return watch_flush(r, m, ks);
+        return 0;
+    default: /* origin, type, other logical messages: nothing to invalidate */
         return 0;
     }
 }
@@ -286,7 +317,7 @@ static PGconn *connect_stream(struct inv *inv, char *err, size_t errlen)
     char sql[800];
     snprintf(sql, sizeof sql,
              "START_REPLICATION SLOT %s LOGICAL 0/0 (proto_version '2', publication_names %s, "
-             "streaming 'on')",
+             "streaming 'on', messages 'true')",
              slot ? slot : "", pub ? pub : "''");
     PQfreemem(slot);
     PQfreemem(pubid);
@@ -369,6 +400,12 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
     while (!atomic_load(&inv->stop)) {
         char e[600];
         r.conn = connect_stream(inv, e, sizeof e);
+        if (r.conn == NULL && (strstr(e, "does not exist") || strstr(e, "can no longer get")) &&
+            strstr(e, "replication slot")) {
+            /* dropped or invalidated under us: made again, its lost commits flushed */
+            char e2[600];
+            if (setup_slot(inv, e2, sizeof e2) < 0) log_warn_limited("%s", e2);
+        }
         if (r.conn == NULL) {
             log_warn_limited("%s (retrying in %u ms)", e, backoff);
             for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
@@ -379,12 +416,21 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
         if (!first) atomic_fetch_add(&inv->figs.reconnects, 1);
         log_notice("streaming from slot %s (publication %s)", inv->opt.slot, inv->opt.publication);
         first = 0;
-        backoff = 100;
         r.in_txn = 0;
         streams_clear(&r);
+        uint64_t began = clock_mono_ms();
         stream(&r);
         PQfinish(r.conn);
         r.conn = NULL;
+        /* a session PostgreSQL ends at once (an error while decoding: the publication dropped,
+         * the slot terminated again and again) is retried after the backoff, not in a loop */
+        if (clock_mono_ms() - began >= 1000) {
+            backoff = 100;
+            continue;
+        }
+        for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
+        backoff = backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
+                                                          : backoff * 2;
     }
     streams_clear(&r);
     keyset_free(&r.cur);

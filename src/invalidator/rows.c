@@ -7,12 +7,21 @@
  * no identity column; setup.c makes sure every templated column is in it. A value PostgreSQL
  * did not send (an unchanged TOASTed column, 'u') is taken from the old row when it is there.
  * The invalidation table gives one key per inserted row (its "key" column); its updates and
- * deletes (the cleaner's) give none. */
+ * deletes (the cleaner's) give none.
+ *
+ * A key that cannot be made because its column's value is not known (as opposed to NULL) is a
+ * key that may stay stale: the column was renamed or dropped under a running invalidator, an
+ * UPDATE or DELETE's old row lacks it because the table's replica identity was changed back
+ * from FULL, or an unchanged TOASTed value came without an old row. Such a change flushes the
+ * table's namespaces instead (as a truncate does), counted in keys_missing and logged at error
+ * level once per description of the relation: a wider invalidation than asked, never a
+ * missed one. */
 #include "invalidator/rows.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "invalidator/config.h"
 #include "invalidator/invalidator.h"
 #include "invalidator/pgoutput.h"
@@ -25,12 +34,17 @@ struct rel {
     char *names;               /* "schema\0relname\0col0\0col1\0...": what a new map is
                                   resolved against (rows_set_map) */
     const char **colv;         /* into names */
+    uint8_t *colflags;         /* per column: pgoutput's flags (1: in the replica identity) */
+    char replident;            /* 'd' default, 'f' full, 'i' index, 'n' nothing */
     uint16_t ncols;
     const struct inv_table *t; /* NULL: not mapped (or the invalidation table) */
     int inv;                   /* the invalidation table */
     int keycol, idcol;         /* invalidation table columns, -1 when absent */
     int *refcol;               /* per template, per placeholder: column index or -1 */
     size_t nrefcol;
+    uint8_t *oldok;            /* per template: an UPDATE's or DELETE's old row holds all its
+                                  columns (identity FULL, or each one in the identity) */
+    int warned;                /* a missing value was logged since this description */
 };
 
 struct rows {
@@ -53,6 +67,7 @@ void keyset_reset(struct keyset *ks)
 {
     ks->nbytes = ks->n = ks->nflush = 0;
     ks->max_inv_id = 0;
+    ks->truncated = 0;
     if (ks->nindex > 4096) { /* after a large transaction, do not clear a large index each time */
         free(ks->index);
         ks->index = NULL;
@@ -170,6 +185,8 @@ void rows_destroy(struct rows **pr)
         free(r->rels[i].refcol);
         free(r->rels[i].names);
         free(r->rels[i].colv);
+        free(r->rels[i].colflags);
+        free(r->rels[i].oldok);
     }
     free(r->rels);
     map_free(&r->owned);
@@ -197,8 +214,11 @@ static int colindex(const struct rel *rel, const char *name)
 static int rel_resolve(struct rows *r, struct rel *rel)
 {
     free(rel->refcol);
+    free(rel->oldok);
     rel->refcol = NULL;
+    rel->oldok = NULL;
     rel->nrefcol = 0;
+    rel->warned = 0;
     rel->inv = 0;
     rel->keycol = rel->idcol = -1;
     rel->t = NULL;
@@ -215,10 +235,17 @@ static int rel_resolve(struct rows *r, struct rel *rel)
         size_t n = 0;
         for (size_t k = 0; k < t->nkeys; k++) n += tmpl_nrefs(t->keys[k]);
         rel->refcol = malloc((n ? n : 1) * sizeof *rel->refcol);
-        if (rel->refcol == NULL) return -1;
-        for (size_t k = 0; k < t->nkeys; k++)
-            for (size_t j = 0; j < tmpl_nrefs(t->keys[k]); j++)
-                rel->refcol[rel->nrefcol++] = colindex(rel, tmpl_ref(t->keys[k], j));
+        rel->oldok = malloc(t->nkeys ? t->nkeys : 1);
+        if (rel->refcol == NULL || rel->oldok == NULL) return -1;
+        for (size_t k = 0; k < t->nkeys; k++) {
+            rel->oldok[k] = 1;
+            for (size_t j = 0; j < tmpl_nrefs(t->keys[k]); j++) {
+                int c = colindex(rel, tmpl_ref(t->keys[k], j));
+                rel->refcol[rel->nrefcol++] = c;
+                if (rel->replident != 'f' && (c < 0 || !(rel->colflags[c] & 1)))
+                    rel->oldok[k] = 0;
+            }
+        }
         rel->t = t;
     }
     return 0;
@@ -255,27 +282,37 @@ int rows_relation(struct rows *r, const struct pgo_msg *m)
     for (int i = 0; i < m->ncols; i++) len += strlen(m->cols[i].name) + 1;
     char *names = malloc(len);
     const char **colv = malloc((m->ncols ? m->ncols : 1) * sizeof *colv);
-    if (names == NULL || colv == NULL) {
+    uint8_t *colflags = malloc(m->ncols ? m->ncols : 1);
+    if (names == NULL || colv == NULL || colflags == NULL) {
         free(names);
         free(colv);
+        free(colflags);
         return -1; /* the reader reconnects: PostgreSQL describes the relation again */
     }
     char *w = stpcpy(names, schema) + 1;
     w = stpcpy(w, m->relname) + 1;
     for (int i = 0; i < m->ncols; i++) {
         colv[i] = w;
+        colflags[i] = m->cols[i].flags;
         w = stpcpy(w, m->cols[i].name) + 1;
     }
     free(rel->names);
     free(rel->colv);
+    free(rel->colflags);
     rel->names = names;
     rel->colv = colv;
+    rel->colflags = colflags;
+    rel->replident = m->replident;
     rel->ncols = m->ncols;
     return rel_resolve(r, rel);
 }
 
+/* A template's column whose value is not known: no such column (renamed or dropped), or a
+ * TOASTed value sent as unchanged with no old row to take it from. */
+#define KEY_MISSING (-100)
+
 /* Evaluate template k on `t` (values it lacks, 'u', from `fallback` when given). The key's
- * length, or a TMPL_* code. */
+ * length, a TMPL_* code, or KEY_MISSING. */
 static int eval(const struct tmpl *k, const int *refcol, const struct pgo_tuple *t,
                 const struct pgo_tuple *fallback, char *out)
 {
@@ -284,10 +321,10 @@ static int eval(const struct tmpl *k, const int *refcol, const struct pgo_tuple 
     if (n > 64) return TMPL_TOO_LONG;
     for (size_t i = 0; i < n; i++) {
         int c = refcol[i];
-        if (c < 0 || c >= t->ncols) return TMPL_BAD_BYTE;
+        if (c < 0 || c >= t->ncols) return KEY_MISSING;
         const struct pgo_value *v = &t->vals[c];
         if (v->kind == 'u' && fallback && c < fallback->ncols) v = &fallback->vals[c];
-        if (v->kind == 'u') return TMPL_BAD_BYTE;
+        if (v->kind == 'u') return KEY_MISSING;
         vals[i].null = v->kind == 'n';
         vals[i].p = v->data;
         vals[i].n = v->len;
@@ -297,7 +334,38 @@ static int eval(const struct tmpl *k, const int *refcol, const struct pgo_tuple 
 
 static const char *intern(struct rows *r, const char *key, size_t n);
 
-static int table_keys(struct rows *r, const struct rel *rel, const struct pgo_msg *m,
+/* Template t's key for this change cannot be made (see the head of this file): flush the
+ * table's namespaces in its place. */
+static int missing(struct rows *r, struct rel *rel, const struct tmpl *t, const int *refcol,
+                   struct keyset *ks)
+{
+    FIG_ADD(r, keys_missing, 1);
+    if (!rel->warned) {
+        rel->warned = 1;
+        const char *col = "?", *why = "its value was not sent (an unchanged TOASTed value "
+                                      "without the old row)";
+        for (size_t j = 0; j < tmpl_nrefs(t); j++) {
+            col = tmpl_ref(t, j);
+            if (refcol[j] < 0) {
+                why = "the table has no such column now (renamed or dropped)";
+                break;
+            }
+            if (rel->replident != 'f' && !(rel->colflags[refcol[j]] & 1)) {
+                why = "the column is not in the replica identity now, so an UPDATE or DELETE "
+                      "does not carry its old value (ALTER TABLE ... REPLICA IDENTITY FULL)";
+                break;
+            }
+        }
+        log_error("table %s.%s: template %s: column %s: %s; its changes flush the table's "
+                  "namespaces instead of deleting keys until this is fixed",
+                  rel->names, rel->names + strlen(rel->names) + 1, tmpl_text(t), col, why);
+    }
+    for (size_t j = 0; j < rel->t->nns; j++)
+        if (keyset_flush(ks, rel->t->namespaces[j]) < 0) return -1;
+    return 0;
+}
+
+static int table_keys(struct rows *r, struct rel *rel, const struct pgo_msg *m,
                       struct keyset *ks)
 {
     const struct pgo_tuple *newt = m->kind == PGO_DELETE ? NULL : &m->new;
@@ -308,7 +376,16 @@ static int table_keys(struct rows *r, const struct rel *rel, const struct pgo_ms
         const char *ns = tmpl_namespace(t);
         char a[TMPL_KEY_MAX], b[TMPL_KEY_MAX];
         int la = newt ? eval(t, refcol, newt, oldt, a) : TMPL_NULL - 100;
-        int lb = oldt ? eval(t, refcol, oldt, NULL, b) : TMPL_NULL - 100;
+        /* an UPDATE or DELETE's old key, from an old row that holds its columns: without
+         * one, an UPDATE changed no identity column, which gives the new row's key only when
+         * every templated column is in the identity */
+        int lb = !rel->oldok[k] && m->kind != PGO_INSERT ? KEY_MISSING
+                 : oldt                                  ? eval(t, refcol, oldt, NULL, b)
+                                                         : TMPL_NULL - 100;
+        if (la == KEY_MISSING || lb == KEY_MISSING) {
+            if (missing(r, rel, t, refcol, ks) < 0) return -1;
+            if (lb == KEY_MISSING) lb = TMPL_NULL - 100;
+        }
         refcol += tmpl_nrefs(t);
         int res[2] = {la, lb};
         for (int i = 0; i < 2; i++) {
@@ -375,18 +452,36 @@ static int inv_row(struct rows *r, const struct rel *rel, const struct pgo_msg *
     return keyset_add(ks, v->data, v->len, intern(r, v->data, v->len));
 }
 
+int rows_table_flush(struct rows *r, const char *schema, const char *name, struct keyset *ks)
+{
+    const struct inv_table *t = inv_config_table(r->map, schema, name);
+    if (t == NULL) return 0;
+    for (size_t j = 0; j < t->nns; j++)
+        if (keyset_flush(ks, t->namespaces[j]) < 0) return -1;
+    return (int)t->nns;
+}
+
+int rows_flush_all(struct rows *r, struct keyset *ks)
+{
+    for (size_t i = 0; i < r->map->ntables; i++)
+        for (size_t j = 0; j < r->map->tables[i].nns; j++)
+            if (keyset_flush(ks, r->map->tables[i].namespaces[j]) < 0) return -1;
+    return 0;
+}
+
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks)
 {
     if (m->kind == PGO_TRUNCATE) {
         for (uint32_t i = 0; i < m->nrels; i++) {
             const struct rel *rel = find_rel(r, pgo_truncate_relid(m, i));
             if (rel == NULL || rel->t == NULL) continue;
+            ks->truncated = 1;
             for (size_t j = 0; j < rel->t->nns; j++)
                 if (keyset_flush(ks, rel->t->namespaces[j]) < 0) return -1;
         }
         return 0;
     }
-    const struct rel *rel = find_rel(r, m->relid);
+    struct rel *rel = find_rel(r, m->relid);
     if (rel == NULL) return -1;
     if (rel->inv) return inv_row(r, rel, m, ks);
     if (rel->t == NULL) return 0;

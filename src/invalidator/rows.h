@@ -27,6 +27,7 @@ struct keyset {
     const char **flush; /* namespaces a truncate flushes, each once */
     size_t nflush, capflush;
     uint64_t max_inv_id; /* highest invalidation table id inserted */
+    int truncated;       /* a truncate of a mapped table (flush also holds missing keys' flushes) */
     uint32_t *index;     /* open addressing over e (entry + 1; 0 empty), so a key is kept once */
     size_t nindex;       /* a power of two, at least twice n; 0 before the first key */
 };
@@ -50,6 +51,11 @@ void rows_destroy(struct rows **r);
 int rows_set_map(struct rows *r, struct inv_config *map);
 /* A Relation message: remember (or forget) the relation's mapping. 0, or -1 out of memory. */
 int rows_relation(struct rows *r, const struct pgo_msg *m);
+/* Add the namespaces of table schema.name (in the map in use) to ks's flushes, as a truncate of
+ * it would. The number added (0: not mapped), or -1 out of memory. */
+int rows_table_flush(struct rows *r, const char *schema, const char *name, struct keyset *ks);
+/* The namespaces of every table in the map in use, into ks's flushes. 0, or -1 out of memory. */
+int rows_flush_all(struct rows *r, struct keyset *ks);
 /* An Insert, Update, Delete or Truncate: add its keys or flushes to ks. 0; -1 out of memory or
  * a change to a relation no Relation message described (a protocol error). */
 int rows_change(struct rows *r, const struct pgo_msg *m, struct keyset *ks);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "invalidator/config.h"
+#include "invalidator/invalidator.h"
 #include "invalidator/pgoutput.h"
 #include "invalidator/rows.h"
 #include "common/template.h"
@@ -157,6 +158,7 @@ static void relation(struct rows *r, uint32_t relid, const char *schema, const c
     M->nspname = schema;
     M->relname = name;
     M->ncols = n;
+    M->replident = 'f';
     for (uint16_t i = 0; i < n; i++) M->cols[i].name = cols[i];
     assert_int_equal(rows_relation(r, M), 0);
 }
@@ -215,7 +217,7 @@ static void test_rows_to_keys(void **state)
     assert_string_equal(ks.e[0].ns, "catalog");
 
     /* an update of a templated column sent unchanged and without an old row: no key can be
-     * made for it */
+     * made for it, so the table's namespace is flushed instead */
     keyset_reset(&ks);
     M->old_kind = 0;
     const char *newu[] = {"8", "<u>", "x"};
@@ -223,6 +225,9 @@ static void test_rows_to_keys(void **state)
     assert_int_equal(rows_change(r, M, &ks), 0);
     assert_int_equal(ks.n, 1);
     assert_string_equal(key(&ks, 0), "catalog:product:8");
+    assert_int_equal(ks.nflush, 1);
+    assert_string_equal(ks.flush[0], "catalog");
+    assert_int_equal(ks.truncated, 0);
 
     /* a delete: the old row's keys */
     keyset_reset(&ks);
@@ -271,6 +276,7 @@ static void test_rows_to_keys(void **state)
     assert_int_equal(rows_change(r, M, &ks), 0);
     assert_int_equal(ks.nflush, 1);
     assert_string_equal(ks.flush[0], "catalog");
+    assert_int_equal(ks.truncated, 1);
 
     keyset_free(&ks);
     rows_destroy(&r);
@@ -324,6 +330,79 @@ static void test_new_map_remaps_known_relations(void **state)
     inv_config_free(&c);
 }
 
+/* A templated column whose value cannot be known flushes the table's namespaces in place of
+ * the key: the identity set back from FULL (an UPDATE or DELETE without the column's old
+ * value), and the column renamed away; each counted in keys_missing. */
+static void test_key_of_an_unknown_value_flushes_the_namespace(void **state)
+{
+    const char *doc = "{" CLUSTERS ", \"tables\": {\"public.products\": {\"keys\": "
+                      "[\"catalog:product:{id}\", \"catalog:sku:{sku}\"]}}}";
+    struct inv_config c;
+    char err[600];
+    assert_int_equal(inv_config_parse(doc, strlen(doc), &c, err, sizeof err), 0);
+    M = malloc(sizeof *M);
+    struct inv_figs figs = {0};
+    struct rows *r = rows_create(&c, &figs);
+    const char *cols[] = {"id", "sku"};
+    relation(r, 10, "public", "products", cols, 2);
+    /* described again with identity DEFAULT: only id (the key) is in it */
+    M->replident = 'd';
+    M->cols[0].flags = 1;
+    assert_int_equal(rows_relation(r, M), 0);
+    struct keyset ks = {0};
+
+    /* an insert still makes both keys */
+    memset(&M->old, 0, sizeof M->old);
+    M->kind = PGO_INSERT;
+    M->old_kind = 0;
+    const char *v[] = {"7", "A"}, *k[] = {"7", NULL};
+    tuple(&M->new, v, 2);
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 2);
+    assert_int_equal(ks.nflush, 0);
+
+    /* a delete: the old row holds the key only (sku as NULL): id's key, and a flush for sku's */
+    keyset_reset(&ks);
+    M->kind = PGO_DELETE;
+    M->old_kind = 'K';
+    tuple(&M->old, k, 2);
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 1);
+    assert_string_equal(key(&ks, 0), "catalog:product:7");
+    assert_int_equal(ks.nflush, 1);
+    assert_string_equal(ks.flush[0], "catalog");
+    assert_int_equal(figs.keys_missing, 1);
+    assert_int_equal(figs.keys_null, 0);
+
+    /* an update without an old row: sku's new key, and a flush for its unknown old one */
+    keyset_reset(&ks);
+    M->kind = PGO_UPDATE;
+    M->old_kind = 0;
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 2);
+    assert_int_equal(ks.nflush, 1);
+    assert_int_equal(figs.keys_missing, 2);
+
+    /* sku renamed to code (identity FULL again): no sku key can be made at all */
+    const char *renamed[] = {"id", "code"};
+    relation(r, 10, "public", "products", renamed, 2);
+    keyset_reset(&ks);
+    M->kind = PGO_UPDATE;
+    M->old_kind = 'O';
+    tuple(&M->old, v, 2);
+    tuple(&M->new, v, 2);
+    assert_int_equal(rows_change(r, M, &ks), 0);
+    assert_int_equal(ks.n, 1);
+    assert_string_equal(key(&ks, 0), "catalog:product:7");
+    assert_int_equal(ks.nflush, 1);
+    assert_int_equal(figs.keys_unusable, 0);
+
+    keyset_free(&ks);
+    rows_destroy(&r);
+    free(M);
+    inv_config_free(&c);
+}
+
 static void test_keyset_keeps_a_key_once(void **state)
 {
     struct keyset ks = {0};
@@ -358,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_config_minimal_form),
         cmocka_unit_test(test_rows_to_keys),
         cmocka_unit_test(test_new_map_remaps_known_relations),
+        cmocka_unit_test(test_key_of_an_unknown_value_flushes_the_namespace),
         cmocka_unit_test(test_keyset_keeps_a_key_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
