@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "router/client.h"
 #include "router/dellog.h"
 #include "router/upstream.h"
 #include "router/worker.h"
@@ -125,6 +126,16 @@ static bool catchup_all_done(struct rworker *w, const struct upnode *un, uint64_
     return true;
 }
 
+/* f's bytes, counted in its client's held_req while held (a client gone took its count with
+ * it): the client may read requests again, so it is serviced this pass. */
+static void catchup_unhold(struct frag *f)
+{
+    struct client *c = f->rq ? f->rq->cl : NULL;
+    if (c == NULL) return;
+    c->held_req -= buf_used(&f->out);
+    client_mark_dirty(c);
+}
+
 void catchup_poll(struct rworker *w)
 {
     w->catchup_due = false;
@@ -149,6 +160,7 @@ void catchup_poll(struct rworker *w)
         while (f) {
             struct frag *next = f->next;
             f->next = NULL;
+            catchup_unhold(f);
             upnode_submit(un, f);
             f = next;
         }
@@ -164,6 +176,9 @@ bool catchup_hold(struct upnode *un, struct frag *f)
     else un->held = f;
     un->held_tail = f;
     w->m.catchup_held++;
+    /* its bytes count as its client's until it is sent: a client pipelining 1 MB sets during
+     * a hold was never paused (900 MiB held, --buffers-max 32m) */
+    if (f->rq && f->rq->cl) f->rq->cl->held_req += buf_used(&f->out);
     return true;
 }
 
@@ -189,6 +204,7 @@ void catchup_drop_held(struct upnode *un)
             continue;
         }
         f->next = NULL;
+        catchup_unhold(f);
         frag_complete(f, gone, sizeof gone - 1, true);
     }
     un->held = un->held_tail = NULL;

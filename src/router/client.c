@@ -353,7 +353,7 @@ static void client_process(struct client *c)
     while (!c->closing && !c->dead) {
         /* replies held behind a slower one count too, or a stalled head would let a client
          * that does not read send requests without bound */
-        uint64_t waiting = buf_used(&c->wbuf) + c->held;
+        uint64_t waiting = buf_used(&c->wbuf) + c->held + c->held_req;
         /* ...and, pressed, what its requests in flight cost until answered */
         uint64_t cost = pressed ? (uint64_t)c->npending * CLIENT_PENDING_COST : 0;
         if (c->npending >= cfg->client_pending || waiting + cost > soft) {
