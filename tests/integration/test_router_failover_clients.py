@@ -15,9 +15,10 @@ import pytest
 
 from conftest import pause_server, resume_server
 from mcraw import McRaw, rss_bytes, sanitized, wait_until
-from test_router_catchup import SilentPrimary
-from test_router_failover_replica import (control, doc, follower, held, metric,  # noqa: F401
-                                          seed)
+from fakenode import FakeNode, Reset
+from test_router_catchup import FlappingPrimary, SilentPrimary, SlowReplica
+from test_router_failover_replica import (Fenceable, control, doc, follower, held,  # noqa: F401
+                                          metric, range_of, seed)
 
 pytestmark = pytest.mark.shoal_only
 
@@ -218,3 +219,252 @@ def test_clients_pipelining_large_sets_during_a_hold_are_paused_not_buffered(hol
     resume()
     assert peak - base < (400 if sanitized(pid) else 200) * MIB, \
         f"RSS grew {(peak - base) / MIB:.0f} MiB with {sent} sets held"
+
+
+def get_or_error(c):
+    """A get's reply: its items, or the error line that answered it."""
+    line = c.read_line()
+    if line.startswith(("SERVER_ERROR", "CLIENT_ERROR", "ERROR")):
+        return line
+    items = []
+    while line != "END":
+        _, key, flags, n = line.split(" ")[:4]
+        items.append((key, int(flags), c.read_value(int(n)), None))
+        line = c.read_line()
+    return items
+
+
+class BadReplica(FakeNode):
+    """A replica that answers the catch-up batch wrongly (`mode`: "garbage" answers its `mn`
+    with a line no request explains, "error" with SERVER_ERROR, "close" resets the
+    connection), then serves gets of `items` as memcached does."""
+
+    def __init__(self, items, mode):
+        self.items, self.mode = dict(items), mode
+        self.gets = 0
+        super().__init__()
+
+    def answer(self, line, rest):
+        w = line.split()
+        if w[0] == b"md":
+            return b"", rest
+        if w[0] == b"mn":
+            if self.mode == "close":
+                raise Reset()
+            return (b"WHAT\r\n" if self.mode == "garbage" else b"SERVER_ERROR busy\r\n"), rest
+        if w[0] == b"get":
+            self.gets += 1
+            out = b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(self.items[k]), self.items[k])
+                           for k in w[1:] if k in self.items)
+            return out + b"END\r\n", rest
+        if w[0] == b"version":
+            return b"VERSION fake\r\n", rest
+        return b"ERROR\r\n", rest
+
+
+@pytest.mark.parametrize("mode", ["garbage", "error", "close"])
+def test_replica_answering_the_catch_up_batch_wrongly_ends_the_hold(start_server, control,
+                                                                    follower, mode):
+    """The batch counts as answered when the replica fails it (garbage or a reset: at once; an
+    error line where its MN should be: once --timeout-ms has passed, as any reply that never
+    comes), and the held reads go ahead, to the replica reconnected (one failure does not mark
+    it down at --down-after 3)."""
+    p = SilentPrimary({b"k": b"old", b"j": b"kept"})
+    r = BadReplica({b"j": b"kept"}, mode)
+    g = start_server()
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, "--timeout-ms", "1500", "--retry-ms", "50",
+                                 "--probe-ms", "100", "--catchup-wait-ms", "20000",
+                                 "--threads", "2")
+        c = router.raw()
+        assert c.cmd("delete k") == "DELETED"
+        p.close()
+        t0 = time.monotonic()
+        c.send(b"get j\r\nget j\r\n")
+        first, second = get_or_error(c), get_or_error(c)
+        assert time.monotonic() - t0 < (1.4 if mode != "error" else 5), \
+            "held longer than it took the replica to fail the batch"
+        assert first == second == [("j", 0, b"kept", None)], (first, second)
+        assert metric(admin, "shoal_router_catchup_failures_total") >= 1
+        assert metric(admin, "shoal_router_catchup_timeouts_total") == 0
+        assert c.cmd("version").startswith("VERSION")
+    finally:
+        p.close()
+        r.close()
+
+
+def test_primary_flapping_many_times_a_second_never_strands_a_client(start_server, control,
+                                                                     follower):
+    p = FlappingPrimary({b"k": b"old"})
+    r = SlowReplica({b"j": b"kept"}, delay=0.05)
+    g = start_server()
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, "--timeout-ms", "1000", "--retry-ms", "10",
+                                 "--probe-ms", "10", "--down-after", "1",
+                                 "--catchup-wait-ms", "5000", "--threads", "2")
+        clients = [router.raw() for _ in range(4)]
+        t0 = time.monotonic()
+        for i in range(40):
+            for n, c in enumerate(clients):
+                c.send(b"delete d%d\r\nget boom%d j\r\nget up%d\r\n" % (i, i, i))
+            for c in clients:
+                c.read_line()  # the primary's answer, or the replica's (a fake: ERROR)
+                got = c.read_get_reply()
+                assert got in ([], [("j", 0, b"kept", None)]), got
+                c.read_get_reply()
+        assert time.monotonic() - t0 < 60
+        assert metric(admin, "shoal_router_catchups_total") >= 2
+    finally:
+        p.close()
+        r.close()
+
+
+# ---- moved-retry: requests a fenced owner refused, parked until a newer topology
+
+
+@pytest.fixture
+def fence(start_server, control):
+    """A Fenceable primary F (fenced: refuses everything with `slot moving`) whose one range
+    names a real node A as replica (holding j), and a gutter node; version 1 published."""
+    f = Fenceable(b"SERVER_ERROR slot moving\r\n")
+    a, g = start_server(), start_server()
+    seed(a, {"j": b"kept"})
+    nodes = [f.addr, a]
+    control.publish(doc(1, nodes, [(f.addr, a)], gutter=g, ranges=WHOLE))
+    yield f, a, g, nodes
+    f.close()
+
+
+def test_pipelined_requests_parked_by_a_fence_keep_their_order_after_the_new_owner(
+        fence, control, follower):
+    f, a, g, nodes = fence
+    router, admin = follower(control.url, "--moved-wait-ms", "10000", "--threads", "1")
+    c = router.raw()
+    c.send(b"get j\r\n"
+           b"set n 0 0 1 noreply\r\nx\r\n"
+           b"mg j v q\r\n"
+           b"mg nokey v q\r\n"
+           b"mn\r\n"
+           b"delete gone noreply\r\n"
+           b"get n j\r\n"
+           b"incr nokey 1\r\n"
+           b"version\r\n"
+           b"quit\r\n")
+    wait_until(lambda: len(f.seen) >= 6, message="the requests refused by the fenced owner")
+    control.publish(doc(2, nodes, [(a, None)], gutter=g, ranges=WHOLE))
+    assert c.read_get_reply() == [("j", 0, b"kept", None)]
+    assert c.read_line() == "VA 4"
+    assert c.read_line() == "kept"
+    assert c.read_line() == "MN"
+    assert c.read_get_reply() == [("n", 0, b"x", None), ("j", 0, b"kept", None)]
+    assert c.read_line() == "NOT_FOUND"
+    assert c.read_line().startswith("VERSION")
+    assert c.sock.recv(100) == b""
+
+
+def test_client_gone_while_its_requests_are_parked_costs_nothing(fence, control, follower):
+    f, a, g, nodes = fence
+    router, admin = follower(control.url, "--moved-wait-ms", "10000", "--threads", "1")
+    c = router.raw()
+    big = b"v" * 200_000
+    c.send(b"get j\r\nset big 0 0 %d\r\n%s\r\nget j\r\n" % (len(big), big))
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") >= len(big),
+               message="the large set parked with its bytes")
+    c.sock.close()
+    d = router.raw()
+    assert d.cmd("version").startswith("VERSION")
+    control.publish(doc(2, nodes, [(a, None)], gutter=g, ranges=WHOLE))
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") == 0,
+               message="the kept bytes given back")
+    assert d.get("j") == [("j", 0, b"kept", None)]
+
+
+def test_sigterm_while_requests_are_parked_exits_cleanly(fence, control, follower):
+    f, a, g, nodes = fence
+    router, admin = follower(control.url, "--moved-wait-ms", "10000", "--threads", "1")
+    c = router.raw()
+    big = b"v" * 200_000
+    c.send(b"get j\r\nset big 0 0 %d\r\n%s\r\n" % (len(big), big))
+    wait_until(lambda: metric(admin, "shoal_router_moved_kept_bytes") >= len(big),
+               message="the large set parked with its bytes")
+    router.killed = True
+    router.proc.terminate()
+    router.proc.wait(15)
+    assert router.proc.returncode == 0, router.stderr_text()
+    assert "ERROR: AddressSanitizer" not in router.stderr_text()
+
+
+def test_parked_requests_fall_back_when_their_pool_is_deleted(fence, control, follower):
+    f, a, g, nodes = fence
+    router, admin = follower(control.url, "--moved-wait-ms", "10000", "--threads", "1")
+    c = router.raw()
+    c.send(b"get j\r\nset s 0 0 1\r\nx\r\n")
+    wait_until(lambda: len(f.seen) >= 2, message="refused by the fenced owner")
+    control.publish({"version": 2, "pools": {"other": {"nodes": [f"127.0.0.1:{g.port}"]}},
+                     "namespaces": {"default": {"pool": "other"}}})
+    assert get_or_error(c) in ([], [("j", 0, b"kept", None)])
+    assert c.read_line() in ("STORED", "SERVER_ERROR slot moving")
+    assert c.cmd("version").startswith("VERSION")
+
+
+def test_multi_key_get_over_a_held_replica_a_healthy_node_and_the_gutter_keeps_key_order(
+        start_server, control, follower):
+    """P owns ranges 0 (replica R) and 2 (no replica: the gutter G serves it while P is out), H
+    owns range 1. With P gone and R's catch-up unanswered, one get of keys in all three, and
+    gat, gats, touch, cas, append and incr of range 0's keys behind it, are answered in order
+    once R answers."""
+    p = SilentPrimary()
+    r, h, g = start_server(), start_server(), start_server()
+    keys = {rng: [k for k in (f"x{i}" for i in range(300)) if range_of(k) == rng][:3]
+            for rng in range(3)}
+    k0, k1, k2 = keys[0][0], keys[1][0], keys[2][0]
+    c0, a0, n0 = keys[0][1], keys[0][2], "cnt"
+    seed(r, {k0: b"r0", c0: b"c", a0: b"a", "d0": b"x"})
+    seed(h, {k1: b"h1"})
+    seed(g, {k2: b"g2"})
+    pause = None
+    try:
+        control.publish(doc(1, [p.addr, h, r],
+                            [(p.addr, r), (h, None), (p.addr, None)], gutter=g))
+        router, admin = follower(control.url, *HOLD)
+        c = router.raw()
+        d0 = next(k for k in (f"d{i}" for i in range(300)) if range_of(k) == 0)
+        assert c.cmd(f"delete {d0}") == "NOT_FOUND"  # through P: logged for the catch-up
+        with McRaw("127.0.0.1", r.port) as rc:
+            cas = rc.get(c0, cmd="gets")[0][3]
+        pause_server(r)
+        pause = r
+        p.close()
+        # a cas or append that may have reached P is answered with P's failure, not retried
+        assert c.get(k2) == [(k2, 0, b"g2", None)]  # P fails it: retried on the gutter
+        wait_until(lambda: metric(admin, "shoal_router_nodes_marked_down_total") >= 1,
+                   message="P marked down")
+        c.send(f"get {k0} {k1} {k2} nokey\r\n"
+               f"gat 100 {k0}\r\n"
+               f"gats 100 {k0} {k1}\r\n"
+               f"touch {k0} 100\r\n"
+               f"cas {c0} 0 0 2 {cas}\r\nc2\r\n"
+               f"append {a0} 0 0 2\r\na2\r\n"
+               f"incr {n0} 1\r\n"
+               f"get {c0} {a0}\r\n".encode())
+        wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 1,
+                   message="the reads of P's keys held")
+        time.sleep(0.3)
+        resume_server(r)
+        pause = None
+        assert c.read_get_reply() == [(k0, 0, b"r0", None), (k1, 0, b"h1", None),
+                                      (k2, 0, b"g2", None)]
+        assert c.read_get_reply() == [(k0, 0, b"r0", None)]
+        got = c.read_get_reply()
+        assert [(k, v) for k, _, v, _ in got] == [(k0, b"r0"), (k1, b"h1")]
+        assert c.read_line() == "TOUCHED"
+        assert c.read_line() == "STORED"
+        assert c.read_line() == "STORED"
+        assert c.read_line() in ("NOT_FOUND",)
+        assert c.read_get_reply() == [(c0, 0, b"c2", None), (a0, 0, b"aa2", None)]
+    finally:
+        if pause:
+            resume_server(pause)
+        p.close()
