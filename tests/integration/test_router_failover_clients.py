@@ -6,6 +6,7 @@ The replica is a real shoal-node stopped (SIGSTOP) while the catch-up batch is i
 the hold lasts as long as the test wants; the primary is the catch-up tests' SilentPrimary.
 Skipped when SHOAL_TEST_SERVER=memcached."""
 
+import json
 import os
 import signal
 import socket
@@ -13,9 +14,10 @@ import time
 
 import pytest
 
-from conftest import pause_server, resume_server
+from conftest import _check_survived, _register, pause_server, resume_server
 from mcraw import McRaw, rss_bytes, sanitized, wait_until
 from fakenode import FakeNode, Reset
+from test_router_control_follow import spawn_follower
 from test_router_catchup import FlappingPrimary, SilentPrimary, SlowReplica
 from test_router_failover_replica import (Fenceable, control, doc, follower, held,  # noqa: F401
                                           metric, range_of, seed)
@@ -468,3 +470,120 @@ def test_multi_key_get_over_a_held_replica_a_healthy_node_and_the_gutter_keeps_k
         if pause:
             resume_server(pause)
         p.close()
+
+
+def test_read_retried_on_a_replica_that_fails_during_the_hold_is_answered_by_the_gutter(
+        start_server, control, follower):
+    """P resets a get (retried on the slot's replica R: held for R's catch-up); R resets the
+    catch-up batch and is marked down (--down-after 1). The read, never sent to R, goes on to
+    the gutter as a read R fails does (docs: "A replica that fails the read ... has it retried
+    on the gutter pool as any read"); before, it was answered `node R is down`."""
+    p = FlappingPrimary({b"k": b"old"})
+    r = BadReplica({}, "close")
+    g = start_server()
+    seed(g, {"boom": b"from-gutter"})
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, "--timeout-ms", "3000", "--retry-ms", "50",
+                                 "--probe-ms", "100", "--down-after", "1",
+                                 "--catchup-wait-ms", "5000", "--threads", "1")
+        c = router.raw()
+        assert c.cmd("delete k") == "DELETED"  # logged: the catch-up has a batch to send
+        assert get_or_error(c.send(b"get boom\r\n") or c) == [("boom", 0, b"from-gutter", None)]
+        assert metric(admin, "shoal_router_catchup_failures_total") == 1
+        assert r.gets == 0
+    finally:
+        p.close()
+        r.close()
+
+
+def test_five_hundred_clients_with_held_reads_are_all_answered(holding):
+    start, resume, r, g = holding
+    router, admin, c = start()
+    many = [router.raw() for _ in range(500)]
+    for m in many:
+        m.send(b"get j\r\n")
+    wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 400,
+               message="their reads held")
+    resume()
+    assert c.read_get_reply() == []
+    for m in many:
+        assert m.read_get_reply() == [("j", 0, b"kept", None)]
+
+
+def test_get_line_over_line_max_held_in_parts_is_answered_whole(holding):
+    start, resume, r, g = holding
+    router, admin, c = start()
+    keys = [f"key-{i:06d}" for i in range(8000)] + ["j"]  # 96 KB: routed in parts
+    c.send(("get " + " ".join(keys) + "\r\n").encode())
+    time.sleep(0.3)
+    resume()
+    assert c.read_get_reply() == []
+    assert c.read_get_reply() == [("j", 0, b"kept", None)]
+
+
+def test_sighup_reload_during_a_hold_answers_every_held_request(start_server, tmp_path,
+                                                                 request):
+    p = SilentPrimary({b"k": b"old", b"j": b"kept"})
+    r, g = start_server(), start_server()
+    seed(r, {"k": b"old", "j": b"kept"})
+    d1 = doc(1, [p.addr, r], [(p.addr, r)], gutter=g, ranges=WHOLE)
+    router, admin = spawn_follower(tmp_path, None, *HOLD, config=d1)
+    _register(request.node, router)
+    paused = False
+    try:
+        c = router.raw()
+        assert c.cmd("delete k") == "DELETED"
+        pause_server(r)
+        paused = True
+        p.close()
+        c.send(b"get k\r\nget j\r\n")
+        wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 1,
+                   message="the reads held")
+        path = router.args[router.args.index("--config") + 1]
+        with open(path, "w") as f:
+            json.dump(doc(2, [p.addr, r], [(p.addr, r)], gutter=g, ranges=WHOLE), f)
+        os.kill(router.proc.pid, signal.SIGHUP)
+        wait_until(lambda: "version 2" in router.stderr_text(), message="the reload")
+        resume_server(r)
+        paused = False
+        assert c.read_get_reply() == []
+        assert c.read_get_reply() == [("j", 0, b"kept", None)]
+    finally:
+        if paused:
+            resume_server(r)
+        p.close()
+        _check_survived([router])
+
+
+def test_clients_pipelining_to_a_fenced_owner_are_paused_not_buffered(fence, control, follower):
+    """Sixty clients pipelining 15 KB sets to a fenced owner for 2.5 s, --moved-wait-ms 3000:
+    every parked set keeps its bytes (up to 16 KiB, for its resend), and they count in their
+    client's share, which pauses it, as replies it does not read would; before, the router
+    read on (about 6 MiB of kept requests per client, --buffers-max 32m)."""
+    f, a, g, nodes = fence
+    router, admin = follower(control.url, "--moved-wait-ms", "3000", "--threads", "1",
+                             "--buffers-max", "32m")
+    pid = router.proc.pid
+    base = rss_bytes(pid)
+    value = b"v" * 15000
+    clients = [router.raw() for _ in range(60)]
+    for cl in clients:
+        cl.sock.setblocking(False)
+    bufs = {id(cl): b"" for cl in clients}
+    sent = peak = 0
+    stop = time.monotonic() + 2.5
+    while time.monotonic() < stop and peak - base < 600 * MIB:
+        for cl in clients:
+            if not bufs[id(cl)]:
+                bufs[id(cl)] = b"set s%d 0 0 %d\r\n%s\r\n" % (sent, len(value), value) * 50
+                sent += 50
+            try:
+                n = cl.sock.send(bufs[id(cl)])
+                bufs[id(cl)] = bufs[id(cl)][n:]
+            except (BlockingIOError, OSError):
+                pass
+        peak = max(peak, rss_bytes(pid))
+    grew = (peak - base) / MIB
+    print(f"RSS grew {grew:.0f} MiB")
+    assert grew < (160 if sanitized(pid) else 80), f"RSS grew {grew:.0f} MiB ({sent} sets sent)"
