@@ -37,9 +37,10 @@ struct client {
     struct rreq *head, *tail;     /* requests in flight, in arrival order */
     uint32_t npending;
     uint64_t held;                /* reply bytes kept for requests not yet moved to wbuf */
-    uint64_t held_req;            /* bytes of its requests a catch-up holds unsent (catchup.h):
-                                   * they count as `held` does, so a client pipelining during
-                                   * one is paused instead of piling them up */
+    uint64_t held_req;            /* bytes of its requests a catch-up holds unsent (catchup.h)
+                                   * or a moved-retry keeps parked (failover.c): they count as
+                                   * `held` does, so a client pipelining meanwhile is paused
+                                   * instead of piling them up */
     struct lget lget;             /* a get line over --line-max being routed in parts */
     bool lget_failed;             /* a part of it was answered with an error: drop the rest */
     struct buf lline;             /* the line built for its current part */
