@@ -81,9 +81,14 @@ static void catchup_join(struct rworker *w, struct upnode *p, uint64_t gen)
                p->node.addr, (unsigned long long)sent,
                (unsigned long long)(w->now_ms - since), batches);
     if (r->cfg.catchup_wait_ms && p->stat) {
-        if (p->catchup_wait == 0) w->catchup_waits++;
+        /* an episode joined while this worker still waits for an earlier one waits within the
+         * earlier one's bound: a primary failing again and again faster than its replica
+         * answered the batches held the first request held until the failures stopped */
+        if (p->catchup_wait == 0) {
+            w->catchup_waits++;
+            p->catchup_until_ms = w->now_ms + r->cfg.catchup_wait_ms;
+        }
         p->catchup_wait = gen;
-        p->catchup_until_ms = w->now_ms + r->cfg.catchup_wait_ms;
     }
     if (w->catchup_inflight == 0) catchup_publish(w);
 }

@@ -587,3 +587,49 @@ def test_clients_pipelining_to_a_fenced_owner_are_paused_not_buffered(fence, con
     grew = (peak - base) / MIB
     print(f"RSS grew {grew:.0f} MiB")
     assert grew < (160 if sanitized(pid) else 80), f"RSS grew {grew:.0f} MiB ({sent} sets sent)"
+
+
+def test_a_request_held_through_overlapping_catch_ups_waits_at_most_catchup_wait_ms(
+        start_server, control, follower):
+    """A primary failing a request every 0.15 s, with deletes between, while its replica takes
+    0.3 s to answer each catch-up batch: every failure starts a new catch-up before the last
+    one's batch is answered. The requests held must still go ahead within --catchup-wait-ms
+    (1 s) of the first being held (catchup_timeouts), not once the failures stop: each new
+    catch-up pushed the bound back."""
+    p = FlappingPrimary({})
+    r = SlowReplica({}, delay=0.3)
+    g = start_server()
+    try:
+        control.publish(doc(1, [p.addr, r.addr], [(p.addr, r.addr)], gutter=g, ranges=WHOLE))
+        router, admin = follower(control.url, "--timeout-ms", "10000", "--retry-ms", "10",
+                                 "--probe-ms", "50", "--catchup-wait-ms", "1000",
+                                 "--threads", "1")
+        held_at = released_at = None
+        t_end = time.monotonic() + 3.5
+        clients = []
+        i = 0
+        while time.monotonic() < t_end:
+            c = router.raw()
+            clients.append(c)
+            assert c.cmd(f"delete d{i}") in ("DELETED", "NOT_FOUND")
+            wait_until(lambda: c.get(f"up{i}") == [] and
+                       any(f"up{i}".encode() in line for _, line in p.seen),
+                       message="the primary answering again")
+            c.send(f"get boom{i}\r\n".encode())
+            if held_at is None:
+                wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 1,
+                           message="the first read held")
+                held_at = time.monotonic()
+            if released_at is None and metric(admin,
+                                              "shoal_router_catchup_timeouts_total") >= 1:
+                released_at = time.monotonic()
+            i += 1
+            time.sleep(0.15)
+        assert metric(admin, "shoal_router_catchups_total") >= 10, "catch-ups overlapping"
+        assert released_at is not None and released_at - held_at < 1.8, \
+            "held past --catchup-wait-ms while the primary kept failing"
+        for c in clients:  # each read answered (behind the replica's slow batches)
+            assert c.read_get_reply() == []
+    finally:
+        p.close()
+        r.close()
