@@ -141,6 +141,30 @@ static void catchup_unhold(struct frag *f)
     client_mark_dirty(c);
 }
 
+/* While other episodes still run: send the requests held --catchup-wait-ms already (the
+ * oldest of each node's list: its order is kept). Nodes failing one after another, each
+ * episode starting before the last one ended, held the first request for as long as that
+ * went on. They count as a catch-up not finished in time. */
+static void catchup_release_overdue(struct rworker *w)
+{
+    for (struct upnode *un = w->upnodes; un; un = un->next) {
+        if (un->held == NULL || un->held->deadline_ms > w->now_ms) continue;
+        w->m.catchup_timeouts++;
+        log_warn_limited("worker %d: requests to %s held for --catchup-wait-ms (%llu ms) go "
+                         "ahead while replicas still catch up", w->id, un->node.addr,
+                         (unsigned long long)w->r->cfg.catchup_wait_ms);
+        while (un->held && un->held->deadline_ms <= w->now_ms) {
+            struct frag *f = un->held;
+            un->held = f->next;
+            if (un->held == NULL) un->held_tail = NULL;
+            f->next = NULL;
+            f->via_replica = false; /* not held again by the episodes still running */
+            catchup_unhold(f);
+            upnode_submit(un, f);
+        }
+    }
+}
+
 void catchup_poll(struct rworker *w)
 {
     w->catchup_due = false;
@@ -157,7 +181,10 @@ void catchup_poll(struct rworker *w)
         un->catchup_wait = 0;
         w->catchup_waits--;
     }
-    if (w->catchup_waits) return;
+    if (w->catchup_waits) {
+        catchup_release_overdue(w);
+        return;
+    }
     /* in the order they were held, per node: a client's requests to one node keep theirs */
     for (struct upnode *un = w->upnodes; un; un = un->next) {
         struct frag *f = un->held;
@@ -180,6 +207,7 @@ bool catchup_hold(struct upnode *un, struct frag *f)
     if (un->held_tail) un->held_tail->next = f;
     else un->held = f;
     un->held_tail = f;
+    f->deadline_ms = w->now_ms + w->r->cfg.catchup_wait_ms; /* held at most this long */
     w->m.catchup_held++;
     /* its bytes count as its client's until it is sent: a client pipelining 1 MB sets during
      * a hold was never paused (900 MiB held, --buffers-max 32m) */

@@ -633,3 +633,53 @@ def test_a_request_held_through_overlapping_catch_ups_waits_at_most_catchup_wait
     finally:
         p.close()
         r.close()
+
+
+class MuteReplica(FakeNode):
+    """A replica that never answers a catch-up batch's `mn` (nor anything else): records when
+    each request line arrives."""
+
+    def __init__(self):
+        self.log = []
+        super().__init__()
+
+    def answer(self, line, rest):
+        self.log.append((time.monotonic(), line))
+        return b"", rest
+
+
+def test_a_request_held_while_primaries_fail_one_after_another_waits_at_most_catchup_wait_ms(
+        control, follower):
+    """P1 fails (its replica R1 never answers the catch-up), then P2 0.7 s later (R2 neither):
+    the read of P1's key held from P1's failure goes ahead --catchup-wait-ms (1 s) after it was
+    held, while P2's catch-up still runs; before, it waited for P2's too (and for any other
+    primary's failing before that one ended)."""
+    p1, p2 = SilentPrimary(), SilentPrimary()
+    r1, r2 = MuteReplica(), MuteReplica()
+    k1 = next(k for k in (f"a{i}" for i in range(300)) if range_of(k) == 0)
+    k2 = next(k for k in (f"b{i}" for i in range(300)) if range_of(k) == 1)
+    try:
+        control.publish(doc(1, [p1.addr, p2.addr, r1.addr, r2.addr],
+                            [(p1.addr, r1.addr), (p2.addr, r2.addr), (p1.addr, r1.addr)]))
+        router, admin = follower(control.url, "--timeout-ms", "10000", "--retry-ms", "50",
+                                 "--probe-ms", "100", "--down-after", "1",
+                                 "--catchup-wait-ms", "1000", "--threads", "1")
+        c = router.raw()
+        assert c.cmd(f"delete {k1}") == "NOT_FOUND"  # logged: each catch-up has a batch
+        assert c.cmd(f"delete {k2}") == "NOT_FOUND"
+        p1.close()
+        c.send(f"get {k1}\r\n".encode())
+        wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 1,
+                   message=f"the read of {k1} held")
+        held_at = time.monotonic()
+        time.sleep(0.7)
+        p2.close()
+        d = router.raw()
+        d.send(f"get {k2}\r\n".encode())
+        wait_until(lambda: any(line == f"get {k1}".encode() for _, line in r1.log),
+                   timeout=5, message=f"the read of {k1} sent to R1")
+        sent_at = next(t for t, line in r1.log if line == f"get {k1}".encode())
+        assert sent_at - held_at < 1.5, f"held {sent_at - held_at:.2f} s"
+    finally:
+        for n in (p1, p2, r1, r2):
+            n.close()
