@@ -1,10 +1,15 @@
-"""shoal-router's failover paths against misbehaving clients: requests held while a failed
-copies-2 primary's replica catches up (catchup.h) or parked by a moved-retry (failover.h), and
-what a client that pipelines, disconnects, half-sends or quits meanwhile does to the router.
+"""shoal-router's failover paths against misbehaving clients and nodes: requests held while a
+failed copies-2 primary's replica catches up (catchup.h) or parked by a moved-retry
+(failover.h), and what clients that pipeline (large values too), disconnect, half-close,
+half-send, quit, or come by the hundred do meanwhile; topology changes, SIGHUP and SIGTERM
+during a hold; a replica that fails the catch-up batch; primaries that flap or fail one after
+another (each held request waits at most --catchup-wait-ms).
 
-The replica is a real shoal-node stopped (SIGSTOP) while the catch-up batch is in flight, so
-the hold lasts as long as the test wants; the primary is the catch-up tests' SilentPrimary.
-Skipped when SHOAL_TEST_SERVER=memcached."""
+In the `holding` fixture the replica is a real shoal-node stopped (SIGSTOP) while the catch-up
+batch is in flight, so the hold lasts as long as the test wants; the primary is the catch-up
+tests' SilentPrimary. The `fence` fixture's owner refuses everything with `slot moving`.
+Leaks show on the sanitizer build (ASAN's check at the router's exit). Skipped when
+SHOAL_TEST_SERVER=memcached."""
 
 import json
 import os
@@ -15,11 +20,11 @@ import time
 import pytest
 
 from conftest import _check_survived, _register, pause_server, resume_server
-from mcraw import McRaw, rss_bytes, sanitized, wait_until
 from fakenode import FakeNode, Reset
+from mcraw import McRaw, rss_bytes, sanitized, wait_until
 from test_router_control_follow import spawn_follower
 from test_router_catchup import FlappingPrimary, SilentPrimary, SlowReplica
-from test_router_failover_replica import (Fenceable, control, doc, follower, held,  # noqa: F401
+from test_router_failover_replica import (Fenceable, control, doc, follower,  # noqa: F401
                                           metric, range_of, seed)
 
 pytestmark = pytest.mark.shoal_only
@@ -650,7 +655,7 @@ class MuteReplica(FakeNode):
 
 def test_a_request_held_while_primaries_fail_one_after_another_waits_at_most_catchup_wait_ms(
         control, follower):
-    """P1 fails (its replica R1 never answers the catch-up), then P2 0.7 s later (R2 neither):
+    """P1 fails (its replica R1 never answers the catch-up), then P2 0.8 s later (R2 neither):
     the read of P1's key held from P1's failure goes ahead --catchup-wait-ms (1 s) after it was
     held, while P2's catch-up still runs; before, it waited for P2's too (and for any other
     primary's failing before that one ended)."""
@@ -672,14 +677,14 @@ def test_a_request_held_while_primaries_fail_one_after_another_waits_at_most_cat
         wait_until(lambda: metric(admin, "shoal_router_catchup_held_total") >= 1,
                    message=f"the read of {k1} held")
         held_at = time.monotonic()
-        time.sleep(0.7)
+        time.sleep(0.8)
         p2.close()
         d = router.raw()
         d.send(f"get {k2}\r\n".encode())
         wait_until(lambda: any(line == f"get {k1}".encode() for _, line in r1.log),
                    timeout=5, message=f"the read of {k1} sent to R1")
         sent_at = next(t for t, line in r1.log if line == f"get {k1}".encode())
-        assert sent_at - held_at < 1.5, f"held {sent_at - held_at:.2f} s"
+        assert sent_at - held_at < 1.6, f"held {sent_at - held_at:.2f} s"
     finally:
         for n in (p1, p2, r1, r2):
             n.close()
