@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "router/client.h"
 #include "router/dellog.h"
 #include "router/upstream.h"
 #include "router/worker.h"
@@ -131,16 +130,6 @@ static bool catchup_all_done(struct rworker *w, const struct upnode *un, uint64_
     return true;
 }
 
-/* f's bytes, counted in its client's held_req while held (a client gone took its count with
- * it): the client may read requests again, so it is serviced this pass. */
-static void catchup_unhold(struct frag *f)
-{
-    struct client *c = f->rq ? f->rq->cl : NULL;
-    if (c == NULL) return;
-    c->held_req -= buf_used(&f->out);
-    client_mark_dirty(c);
-}
-
 /* While other episodes still run: send the requests held --catchup-wait-ms already (the
  * oldest of each node's list: its order is kept). Nodes failing one after another, each
  * episode starting before the last one ended, held the first request for as long as that
@@ -159,7 +148,6 @@ static void catchup_release_overdue(struct rworker *w)
             if (un->held == NULL) un->held_tail = NULL;
             f->next = NULL;
             f->via_replica = false; /* not held again by the episodes still running */
-            catchup_unhold(f);
             upnode_submit(un, f);
         }
     }
@@ -192,7 +180,6 @@ void catchup_poll(struct rworker *w)
         while (f) {
             struct frag *next = f->next;
             f->next = NULL;
-            catchup_unhold(f);
             upnode_submit(un, f);
             f = next;
         }
@@ -209,9 +196,6 @@ bool catchup_hold(struct upnode *un, struct frag *f)
     un->held_tail = f;
     f->deadline_ms = w->now_ms + w->r->cfg.catchup_wait_ms; /* held at most this long */
     w->m.catchup_held++;
-    /* its bytes count as its client's until it is sent: a client pipelining 1 MB sets during
-     * a hold was never paused (900 MiB held, --buffers-max 32m) */
-    if (f->rq && f->rq->cl) f->rq->cl->held_req += buf_used(&f->out);
     return true;
 }
 
@@ -237,7 +221,6 @@ void catchup_drop_held(struct upnode *un)
             continue;
         }
         f->next = NULL;
-        catchup_unhold(f);
         frag_complete(f, gone, sizeof gone - 1, true);
     }
     un->held = un->held_tail = NULL;

@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "router/catchup.h"
-#include "router/client.h"
 #include "router/lineedit.h"
 #include "router/outage.h"
 #include "router/policy.h"
@@ -361,23 +360,6 @@ bool failover_is_moved(const char *reply, size_t n)
     return false;
 }
 
-/* A parked fragment's request bytes count in its client's held_req (client.h), as a request
- * held for a catch-up does, so that a client pipelining to a fenced node is paused at its
- * share: 20 clients pipelining 15 KB sets (each parked keeps its bytes, up to 16 KiB) took the
- * router 125 MiB past its start under --buffers-max 32m. A large one kept in the moved-keep
- * budget counts there already. `sign` +1 as it is parked, -1 as it leaves. */
-static void failover_park_account(struct frag *f, int sign)
-{
-    struct client *c = f->rq ? f->rq->cl : NULL;
-    if (c == NULL || f->kept) return;
-    if (sign > 0) {
-        c->held_req += buf_used(&f->out);
-        return;
-    }
-    c->held_req -= buf_used(&f->out);
-    client_mark_dirty(c); /* it may read requests again */
-}
-
 bool failover_park(struct upnode *from, struct frag *f, const char *reply, size_t n)
 {
     struct rworker *w = from->w;
@@ -396,7 +378,6 @@ bool failover_park(struct upnode *from, struct frag *f, const char *reply, size_
     if (w->parked_tail) w->parked_tail->next = f;
     else w->parked = f;
     w->parked_tail = f;
-    failover_park_account(f, 1);
     return true;
 }
 
@@ -448,7 +429,6 @@ void failover_unpark(struct rworker *w, bool expired)
             w->parked_tail = f;
             continue;
         }
-        failover_park_account(f, -1);
         char reply[256];
         size_t n = buf_used(&f->reply) < sizeof reply ? buf_used(&f->reply) : 0;
         memcpy(reply, buf_start(&f->reply), n);

@@ -688,3 +688,44 @@ def test_a_request_held_while_primaries_fail_one_after_another_waits_at_most_cat
     finally:
         for n in (p1, p2, r1, r2):
             n.close()
+
+
+def test_clients_pipelining_large_sets_to_a_stalled_node_are_paused_not_buffered(
+        start_server, control, follower):
+    """A node stalled (SIGSTOP) before any timeout marks it down, its requests waiting to be
+    retried on the gutter: four clients pipelining 1 MB sets to it for 2.5 s. Each request's
+    bytes count in its client's share until answered, so each is paused at a quarter of
+    --out-max; before, only about 3 KB per request counted and the router read on (600 MiB in
+    2.5 s, --buffers-max 32m: up to --client-pending requests per client)."""
+    a, g = start_server(), start_server()
+    control.publish(doc(1, [a], [(a, None)], gutter=g, ranges=WHOLE, copies=1))
+    router, admin = follower(control.url, "--timeout-ms", "3000", "--threads", "1",
+                             "--buffers-max", "32m")
+    pid = router.proc.pid
+    assert router.raw().cmd("version").startswith("VERSION")
+    pause_server(a)
+    try:
+        base = rss_bytes(pid)
+        value = b"v" * 1_000_000
+        clients = [router.raw() for _ in range(4)]
+        for cl in clients:
+            cl.sock.setblocking(False)
+        bufs = {id(cl): b"" for cl in clients}
+        sent = peak = 0
+        stop = time.monotonic() + 2.5
+        while time.monotonic() < stop and peak - base < 600 * MIB:
+            for cl in clients:
+                if not bufs[id(cl)]:
+                    bufs[id(cl)] = b"set s%d 0 0 %d\r\n%s\r\n" % (sent, len(value), value)
+                    sent += 1
+                try:
+                    n = cl.sock.send(bufs[id(cl)])
+                    bufs[id(cl)] = bufs[id(cl)][n:]
+                except (BlockingIOError, OSError):
+                    pass
+            peak = max(peak, rss_bytes(pid))
+        grew = (peak - base) / MIB
+        print(f"RSS grew {grew:.0f} MiB ({sent} sets)")
+        assert grew < (300 if sanitized(pid) else 150), f"RSS grew {grew:.0f} MiB ({sent} sets)"
+    finally:
+        resume_server(a)
