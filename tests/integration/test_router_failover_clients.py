@@ -729,3 +729,19 @@ def test_clients_pipelining_large_sets_to_a_stalled_node_are_paused_not_buffered
         assert grew < (300 if sanitized(pid) else 150), f"RSS grew {grew:.0f} MiB ({sent} sets)"
     finally:
         resume_server(a)
+
+
+def test_client_that_never_reads_its_held_replies_holds_up_no_one_else(holding):
+    start, resume, r, g = holding
+    router, admin, c = start()
+    lazy = router.raw()
+    lazy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    lazy.send(b"get j\r\n" * 2000)
+    time.sleep(0.3)
+    resume()
+    assert c.read_get_reply() == []
+    other = router.raw()
+    for _ in range(20):
+        assert other.get("j") == [("j", 0, b"kept", None)]
+    lazy.sock.close()
+    assert other.cmd("version").startswith("VERSION")
