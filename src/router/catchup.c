@@ -80,9 +80,14 @@ static void catchup_join(struct rworker *w, struct upnode *p, uint64_t gen)
                p->node.addr, (unsigned long long)sent,
                (unsigned long long)(w->now_ms - since), batches);
     if (r->cfg.catchup_wait_ms && p->stat) {
-        if (p->catchup_wait == 0) w->catchup_waits++;
+        /* an episode joined while this worker still waits for an earlier one waits within the
+         * earlier one's bound: a primary failing again and again faster than its replica
+         * answered the batches held the first request held until the failures stopped */
+        if (p->catchup_wait == 0) {
+            w->catchup_waits++;
+            p->catchup_until_ms = w->now_ms + r->cfg.catchup_wait_ms;
+        }
         p->catchup_wait = gen;
-        p->catchup_until_ms = w->now_ms + r->cfg.catchup_wait_ms;
     }
     if (w->catchup_inflight == 0) catchup_publish(w);
 }
@@ -125,6 +130,29 @@ static bool catchup_all_done(struct rworker *w, const struct upnode *un, uint64_
     return true;
 }
 
+/* While other episodes still run: send the requests held --catchup-wait-ms already (the
+ * oldest of each node's list: its order is kept). Nodes failing one after another, each
+ * episode starting before the last one ended, held the first request for as long as that
+ * went on. They count as a catch-up not finished in time. */
+static void catchup_release_overdue(struct rworker *w)
+{
+    for (struct upnode *un = w->upnodes; un; un = un->next) {
+        if (un->held == NULL || un->held->deadline_ms > w->now_ms) continue;
+        w->m.catchup_timeouts++;
+        log_warn_limited("worker %d: requests to %s held for --catchup-wait-ms (%llu ms) go "
+                         "ahead while replicas still catch up", w->id, un->node.addr,
+                         (unsigned long long)w->r->cfg.catchup_wait_ms);
+        while (un->held && un->held->deadline_ms <= w->now_ms) {
+            struct frag *f = un->held;
+            un->held = f->next;
+            if (un->held == NULL) un->held_tail = NULL;
+            f->next = NULL;
+            f->via_replica = false; /* not held again by the episodes still running */
+            upnode_submit(un, f);
+        }
+    }
+}
+
 void catchup_poll(struct rworker *w)
 {
     w->catchup_due = false;
@@ -141,7 +169,10 @@ void catchup_poll(struct rworker *w)
         un->catchup_wait = 0;
         w->catchup_waits--;
     }
-    if (w->catchup_waits) return;
+    if (w->catchup_waits) {
+        catchup_release_overdue(w);
+        return;
+    }
     /* in the order they were held, per node: a client's requests to one node keep theirs */
     for (struct upnode *un = w->upnodes; un; un = un->next) {
         struct frag *f = un->held;
@@ -163,6 +194,7 @@ bool catchup_hold(struct upnode *un, struct frag *f)
     if (un->held_tail) un->held_tail->next = f;
     else un->held = f;
     un->held_tail = f;
+    f->deadline_ms = w->now_ms + w->r->cfg.catchup_wait_ms; /* held at most this long */
     w->m.catchup_held++;
     return true;
 }

@@ -19,7 +19,8 @@
  * order there) is held on the replica's upnode, neither sent nor failed nor sent to the gutter,
  * until every worker has had the `mn` of each of its batches answered (each worker publishes
  * that in its slot of the node's shared figures, nodestats.h), or --catchup-wait-ms has passed
- * (then they go ahead, counted in catchup_timeouts). A batch the replica fails counts as
+ * (then they go ahead, counted in catchup_timeouts): since the worker's wait began, and since
+ * each request was held, whichever comes first (episodes overlapping never extend it). A batch the replica fails counts as
  * answered (catchup_failures): nothing better is known of it.
  *
  * Sharing. The node's episode count is one shared word (nodestat.catchup): the worker that

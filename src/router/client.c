@@ -166,6 +166,7 @@ void client_drain(struct client *c)
         if (c->head == NULL) c->tail = NULL;
         c->npending--;
         c->held -= rq->held_bytes;
+        c->req_bytes -= rq->in_bytes;
         if (rq->lget_part) client_lget_filter(c, rq);
         if (!rq->direct && buf_used(&rq->reply) &&
             buf_append(&c->wbuf, buf_start(&rq->reply), buf_used(&rq->reply)) < 0) {
@@ -353,7 +354,7 @@ static void client_process(struct client *c)
     while (!c->closing && !c->dead) {
         /* replies held behind a slower one count too, or a stalled head would let a client
          * that does not read send requests without bound */
-        uint64_t waiting = buf_used(&c->wbuf) + c->held;
+        uint64_t waiting = buf_used(&c->wbuf) + c->held + c->req_bytes;
         /* ...and, pressed, what its requests in flight cost until answered */
         uint64_t cost = pressed ? (uint64_t)c->npending * CLIENT_PENDING_COST : 0;
         if (c->npending >= cfg->client_pending || waiting + cost > soft) {
@@ -391,8 +392,13 @@ static void client_process(struct client *c)
             c->closing = true;
             return;
         }
+        struct rreq *last = c->tail;
         size_t used = client_run_line(c, start, (size_t)(nl - start), avail);
         if (used == 0) return; /* data block still arriving */
+        if (c->tail && c->tail != last) { /* its bytes live in its fragments until answered */
+            c->tail->in_bytes = used;
+            c->req_bytes += used;
+        }
         buf_consume(&c->rbuf, used);
         c->req_start_ms = c->w->now_ms;
         c->req_need = 0;

@@ -37,6 +37,11 @@ struct client {
     struct rreq *head, *tail;     /* requests in flight, in arrival order */
     uint32_t npending;
     uint64_t held;                /* reply bytes kept for requests not yet moved to wbuf */
+    uint64_t req_bytes;           /* bytes of its requests in flight (line and data, as read)
+                                   * until their replies leave: they count as `held` does, so a
+                                   * client pipelining to a stalled node, or while a catch-up
+                                   * holds its requests or a moved-retry parks them, is paused at
+                                   * its share instead of having the router read on */
     struct lget lget;             /* a get line over --line-max being routed in parts */
     bool lget_failed;             /* a part of it was answered with an error: drop the rest */
     struct buf lline;             /* the line built for its current part */

@@ -19,7 +19,7 @@
 
 void client_budget_account(struct client *c)
 {
-    uint64_t now = (uint64_t)c->rbuf.cap + c->wbuf.cap + c->lline.cap + c->held +
+    uint64_t now = (uint64_t)c->rbuf.cap + c->wbuf.cap + c->lline.cap + c->held + c->req_bytes +
                    (uint64_t)c->npending * CLIENT_PENDING_COST;
     membudget_account(&c->w->r->budget, &c->acct, now);
 }

@@ -81,15 +81,18 @@ static int32_t failover_ns(const struct rworker *w, const char *key, size_t nkey
 }
 
 /* Send f, rebuilt for the gutter (or, moved, for wherever its key goes now) into `out`
- * (taken), to `gun`, counted for namespace `ns`. */
+ * (taken), to `gun`, counted for namespace `ns`. `read`: a read, which a slot's replica that
+ * fails it (or goes down while it is held for the replica's catch-up) sends on to the gutter
+ * as any read (failover_dest never picks the replica again for it); anything else is retried
+ * once. */
 static void failover_send(struct rworker *w, struct frag *f, struct buf *out, struct upnode *gun,
-                          int32_t ns, bool gutter, bool replica)
+                          int32_t ns, bool gutter, bool replica, bool read)
 {
     frag_unkeep(f); /* kept again, if it may be, when it is handed to a connection */
     buf_release(&f->out);
     f->out = *out;
     buf_init(out);
-    f->failover = FAILOVER_NONE; /* once */
+    f->failover = replica && read ? FAILOVER_ANY : FAILOVER_NONE; /* once */
     f->held = false;
     f->via_replica = replica; /* held while the replica's catch-up runs (catchup.h) */
     f->ns = ns;
@@ -179,7 +182,8 @@ static bool failover_one(struct rworker *w, struct upnode *from, struct frag *f,
     if (replica && write) w->m.replica_writes++;
     if (replica && del) route_gutter_delete(w, req, r->line, r->nline);
     w->inflight--; /* upnode_submit counts it again */
-    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter, replica);
+    failover_send(w, f, &out, gun, failover_ns(w, req->key, req->nkey), gutter, replica,
+                  !write && !del);
     return true;
 }
 
@@ -319,7 +323,7 @@ static bool failover_get(struct rworker *w, struct upnode *from, struct frag *f,
     /* the last submission may complete the request: nothing of it is read after */
     for (uint32_t g = 0; g < ngroups; g++)
         failover_send(w, groups[g].f, &groups[g].out, groups[g].gun, groups[g].ns,
-                      groups[g].gutter, groups[g].replica);
+                      groups[g].gutter, groups[g].replica, true);
     ok = true;
 out:
     for (uint32_t g = 0; groups && g < ngroups; g++) buf_release(&groups[g].out);

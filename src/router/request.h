@@ -112,6 +112,7 @@ struct rreq {
     uint16_t nfrags, pending;
     uint64_t start_us;      /* the worker's clock when it was parsed (namespace latency) */
     uint64_t held_bytes;    /* reply bytes it counts in its client's `held` */
+    uint64_t in_bytes;      /* request bytes it counts in its client's `req_bytes` */
     struct frag **frags;    /* nfrags pointers (frag1 for a single fragment) */
     struct frag *frag1;
     struct buf reply;       /* local or merged reply */
