@@ -187,45 +187,49 @@ def test_held_requests_are_answered_after_their_pool_is_deleted(holding, control
     assert c.cmd("version").startswith("VERSION")
 
 
+def pipeline_sets(router, nclients, value, per_write, seconds):
+    """nclients clients of `router` each sending sets of `value` (per_write of them per write)
+    as fast as the router reads them, for `seconds` or until its RSS has grown 600 MiB (enough
+    to fail: spare the machine). Returns (sets sent, MiB the router's RSS grew at its peak)."""
+    pid = router.proc.pid
+    base = rss_bytes(pid)
+    clients = [router.raw() for _ in range(nclients)]
+    for cl in clients:
+        cl.sock.setblocking(False)
+    bufs = {id(cl): b"" for cl in clients}
+    sent = peak = 0
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop and peak - base < 600 * MIB:
+        progressed = False
+        for cl in clients:
+            if not bufs[id(cl)]:
+                bufs[id(cl)] = b"".join(b"set s%d 0 0 %d\r\n%s\r\n" % (sent + i, len(value), value)
+                                        for i in range(per_write))
+                sent += per_write
+            try:
+                n = cl.sock.send(bufs[id(cl)])
+                bufs[id(cl)] = bufs[id(cl)][n:]
+                progressed = True
+            except OSError:  # BlockingIOError too: the router is not reading it
+                pass
+        peak = max(peak, rss_bytes(pid))
+        if not progressed:
+            time.sleep(0.01)
+    grew = (peak - base) / MIB
+    print(f"sent {sent} sets; RSS grew {grew:.0f} MiB")
+    return sent, grew
+
+
 def test_clients_pipelining_large_sets_during_a_hold_are_paused_not_buffered(holding):
     """Four clients sending 1 MB sets as fast as the router reads them while the catch-up
     holds them: each is paused once its held requests reach its share (a quarter of --out-max),
     as for replies it does not read; before, the router read them all (900 MiB in 3 s)."""
     start, resume, r, g = holding
     router, admin, c = start("--buffers-max", "32m")
-    pid = router.proc.pid
-    base = rss_bytes(pid)
-    value = b"v" * (1000 * 1000)
-    clients = [router.raw() for _ in range(4)]
-    peak = 0
-    stop_at = time.monotonic() + 3
-    sent = 0
-    for cl in clients:
-        cl.sock.setblocking(False)
-    bufs = {id(cl): b"" for cl in clients}
-    while time.monotonic() < stop_at:
-        progressed = False
-        for cl in clients:
-            if not bufs[id(cl)]:
-                bufs[id(cl)] = b"set big%d 0 0 %d\r\n%s\r\n" % (sent, len(value), value)
-                sent += 1
-            try:
-                n = cl.sock.send(bufs[id(cl)])
-                bufs[id(cl)] = bufs[id(cl)][n:]
-                progressed = True
-            except BlockingIOError:
-                pass
-            except OSError:
-                pass
-        peak = max(peak, rss_bytes(pid))
-        if peak - base > 600 * MIB:  # enough to fail: spare the machine
-            break
-        if not progressed:
-            time.sleep(0.01)
-    print(f"sent {sent} sets; RSS grew {(peak - base) / MIB:.0f} MiB")
+    sent, grew = pipeline_sets(router, 4, b"v" * 1_000_000, 1, 3)
     resume()
-    assert peak - base < (400 if sanitized(pid) else 200) * MIB, \
-        f"RSS grew {(peak - base) / MIB:.0f} MiB with {sent} sets held"
+    assert grew < (400 if sanitized(router.proc.pid) else 200), \
+        f"RSS grew {grew:.0f} MiB with {sent} sets held"
 
 
 def get_or_error(c):
@@ -569,29 +573,9 @@ def test_clients_pipelining_to_a_fenced_owner_are_paused_not_buffered(fence, con
     f, a, g, nodes = fence
     router, admin = follower(control.url, "--moved-wait-ms", "3000", "--threads", "1",
                              "--buffers-max", "32m")
-    pid = router.proc.pid
-    base = rss_bytes(pid)
-    value = b"v" * 15000
-    clients = [router.raw() for _ in range(60)]
-    for cl in clients:
-        cl.sock.setblocking(False)
-    bufs = {id(cl): b"" for cl in clients}
-    sent = peak = 0
-    stop = time.monotonic() + 2.5
-    while time.monotonic() < stop and peak - base < 600 * MIB:
-        for cl in clients:
-            if not bufs[id(cl)]:
-                bufs[id(cl)] = b"set s%d 0 0 %d\r\n%s\r\n" % (sent, len(value), value) * 50
-                sent += 50
-            try:
-                n = cl.sock.send(bufs[id(cl)])
-                bufs[id(cl)] = bufs[id(cl)][n:]
-            except (BlockingIOError, OSError):
-                pass
-        peak = max(peak, rss_bytes(pid))
-    grew = (peak - base) / MIB
-    print(f"RSS grew {grew:.0f} MiB")
-    assert grew < (160 if sanitized(pid) else 80), f"RSS grew {grew:.0f} MiB ({sent} sets sent)"
+    sent, grew = pipeline_sets(router, 60, b"v" * 15000, 50, 2.5)
+    assert grew < (160 if sanitized(router.proc.pid) else 80), \
+        f"RSS grew {grew:.0f} MiB ({sent} sets sent)"
 
 
 def test_a_request_held_through_overlapping_catch_ups_waits_at_most_catchup_wait_ms(
@@ -701,32 +685,12 @@ def test_clients_pipelining_large_sets_to_a_stalled_node_are_paused_not_buffered
     control.publish(doc(1, [a], [(a, None)], gutter=g, ranges=WHOLE, copies=1))
     router, admin = follower(control.url, "--timeout-ms", "3000", "--threads", "1",
                              "--buffers-max", "32m")
-    pid = router.proc.pid
     assert router.raw().cmd("version").startswith("VERSION")
     pause_server(a)
     try:
-        base = rss_bytes(pid)
-        value = b"v" * 1_000_000
-        clients = [router.raw() for _ in range(4)]
-        for cl in clients:
-            cl.sock.setblocking(False)
-        bufs = {id(cl): b"" for cl in clients}
-        sent = peak = 0
-        stop = time.monotonic() + 2.5
-        while time.monotonic() < stop and peak - base < 600 * MIB:
-            for cl in clients:
-                if not bufs[id(cl)]:
-                    bufs[id(cl)] = b"set s%d 0 0 %d\r\n%s\r\n" % (sent, len(value), value)
-                    sent += 1
-                try:
-                    n = cl.sock.send(bufs[id(cl)])
-                    bufs[id(cl)] = bufs[id(cl)][n:]
-                except (BlockingIOError, OSError):
-                    pass
-            peak = max(peak, rss_bytes(pid))
-        grew = (peak - base) / MIB
-        print(f"RSS grew {grew:.0f} MiB ({sent} sets)")
-        assert grew < (300 if sanitized(pid) else 150), f"RSS grew {grew:.0f} MiB ({sent} sets)"
+        sent, grew = pipeline_sets(router, 4, b"v" * 1_000_000, 1, 2.5)
+        assert grew < (300 if sanitized(router.proc.pid) else 150), \
+            f"RSS grew {grew:.0f} MiB ({sent} sets)"
     finally:
         resume_server(a)
 
