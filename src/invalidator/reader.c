@@ -377,6 +377,15 @@ static void stream(struct reader *r)
     atomic_store(&inv->figs.streaming, 0);
 }
 
+/* Sleep *backoff ms (in 20 ms steps, so a stop is seen), then double it up to
+ * --reconnect-max-ms. */
+static void backoff_wait(struct inv *inv, unsigned *backoff)
+{
+    for (unsigned t = 0; t < *backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
+    *backoff = *backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
+                                                        : *backoff * 2;
+}
+
 int reader_run(struct inv *inv, char *err, size_t errlen)
 {
     struct reader r = {.inv = inv};
@@ -408,9 +417,7 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
         }
         if (r.conn == NULL) {
             log_warn_limited("%s (retrying in %u ms)", e, backoff);
-            for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
-            backoff = backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
-                                                              : backoff * 2;
+            backoff_wait(inv, &backoff);
             continue;
         }
         if (!first) atomic_fetch_add(&inv->figs.reconnects, 1);
@@ -428,9 +435,7 @@ int reader_run(struct inv *inv, char *err, size_t errlen)
             backoff = 100;
             continue;
         }
-        for (unsigned t = 0; t < backoff && !atomic_load(&inv->stop); t += 20) usleep(20000);
-        backoff = backoff * 2 > inv->opt.reconnect_max_ms ? (unsigned)inv->opt.reconnect_max_ms
-                                                          : backoff * 2;
+        backoff_wait(inv, &backoff);
     }
     streams_clear(&r);
     keyset_free(&r.cur);
