@@ -70,7 +70,8 @@ bool proc_alive(pid_t pid, const char *argv0)
 {
     if (pid <= 0) return false;
     int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) return false;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) return false;
     char path[64], buf[PATH_MAX + 1];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
@@ -86,6 +87,9 @@ bool proc_alive(pid_t pid, const char *argv0)
     n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
+    /* A child of ours whose exec is still loading the program has an empty command line for a
+     * moment (the kernel sets it after the point where our exec pipe closes): it is alive. */
+    if (n == 0 && w == 0) return true;
     return strcmp(buf, argv0) == 0;
 }
 
