@@ -115,10 +115,10 @@ static void stats_settings(struct conn *c)
                (unsigned long long)cfg->backlog, (unsigned long long)cfg->store.item_max,
                (unsigned long long)cfg->store.hash_power, (unsigned long long)cfg->line_max,
                (unsigned long long)cfg->out_max);
-    buf_printf(&c->wbuf, "STAT inflight_max %llu\r\nSTAT buffers_max %llu\r\n"
-                         "STAT partial_timeout_ms %llu\r\n",
-               (unsigned long long)cfg->inflight_max, (unsigned long long)cfg->buffers_max,
-               (unsigned long long)cfg->partial_timeout_ms);
+    buf_printf(&c->wbuf, "STAT inflight_max %llu\r\nSTAT inflight_stall_ms %llu\r\n"
+                         "STAT buffers_max %llu\r\nSTAT partial_timeout_ms %llu\r\n",
+               (unsigned long long)cfg->inflight_max, (unsigned long long)cfg->inflight_stall_ms,
+               (unsigned long long)cfg->buffers_max, (unsigned long long)cfg->partial_timeout_ms);
     /* memcached's other settings, as shoal has them (docs/exporter.md); every value is one
      * token, which the exporter's settings parser requires */
     buf_printf(&c->wbuf,

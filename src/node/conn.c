@@ -252,7 +252,7 @@ static void conn_value_done(struct conn *c)
     c->it = NULL;
     if (ok && it == NULL) { /* staged: only now, with every byte here, may the store make room */
         it = cmd_store_alloc(c, &c->preq);
-        if (it) conn_stage_copy(c, it);
+        if (it) conn_stage_copy(c, it, (uint64_t)c->preq.nbytes);
     }
     conn_stage_free(c);
     if (ok && it == NULL) return; /* refused for want of memory, answered */
@@ -260,10 +260,12 @@ static void conn_value_done(struct conn *c)
 }
 
 /* Where the next value bytes go: the item's value (allocated up front) or the staging buffer.
- * False when staging refused the value (answered; the rest is being swallowed). */
-static bool conn_value_room(struct conn *c, char **dst, size_t *len)
+ * `buffered`: value bytes the input buffer holds beyond these. False when staging refused the
+ * value (answered; the rest is being swallowed). */
+static bool conn_value_room(struct conn *c, size_t buffered, char **dst, size_t *len)
 {
-    if (c->it == NULL) return conn_stage_room(c, dst, len);
+    if (c->it == NULL && !conn_stage_room(c, buffered, dst, len)) return false;
+    if (c->it == NULL) return true; /* staged */
     *dst = item_value(c->it) + c->vgot;
     *len = (size_t)((uint64_t)c->preq.nbytes - c->vgot);
     return true;
@@ -280,7 +282,7 @@ static void conn_fill_value(struct conn *c)
         if (c->vgot < nbytes) {
             char *dst;
             size_t room;
-            if (!conn_value_room(c, &dst, &room)) break; /* refused: swallowing the rest */
+            if (!conn_value_room(c, avail - i, &dst, &room)) break; /* refused: swallowing */
             size_t n = room < avail - i ? room : avail - i;
             memcpy(dst, src + i, n);
             c->vgot += n, i += n;
@@ -397,7 +399,7 @@ static int conn_read_target(struct conn *c, char **dst, size_t *len)
         c->vgot < (uint64_t)c->preq.nbytes &&
         (uint64_t)c->preq.nbytes - c->vgot >= CONN_DIRECT_READ) {
         /* a refused value is swallowed through the input buffer */
-        if (conn_value_room(c, dst, len)) return 1;
+        if (conn_value_room(c, 0, dst, len)) return 1;
     }
     if (buf_reserve(&c->rbuf, CONN_READ_CHUNK) < 0) {
         c->w->m.conn_oom++;
@@ -506,6 +508,7 @@ bool conn_event(struct conn *c, uint32_t events, struct uring *r)
             }
             if (uring_recv(r, c->fd, dst, len, c) == 0) {
                 c->ring_direct = direct == 1;
+                c->ring_reading = true;
                 return true;
             }
         }
@@ -518,6 +521,7 @@ bool conn_event(struct conn *c, uint32_t events, struct uring *r)
 bool conn_read_done(struct conn *c, int res, struct uring *r)
 {
     ssize_t n = res;
+    c->ring_reading = false;
     if (res > 0) conn_read_got(c, c->ring_direct, (size_t)res);
     else if (res < 0) n = (res == -EAGAIN || res == -EWOULDBLOCK || res == -EINTR) ? -2 : -1;
     if (!conn_after_read(c, n)) return false;

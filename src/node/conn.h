@@ -49,6 +49,7 @@ struct conn {
     enum conn_state state;
     bool epollout;  /* EPOLLOUT is registered */
     bool paused;    /* EPOLLIN is off while output drains */
+    bool doomed;    /* closed at the worker's next sweep: its staged value was reclaimed */
     struct buf rbuf;
     struct buf wbuf;
     /* storage command in progress (CONN_VALUE): its value goes into `it` when the whole data
@@ -59,6 +60,8 @@ struct conn {
     bool badchunk;     /* the data block was not followed by \r\n */
     uint64_t swallow;  /* bytes left to discard (CONN_SWALLOW) */
     bool ring_direct;  /* the recv queued on the worker's io_uring reads into `it` or `stage` */
+    bool ring_reading; /* a recv is queued on the worker's io_uring and not yet handled */
+    uint64_t stage_busy_ms; /* the batch (now_ms) that found bytes unread in its socket */
     char *pline;       /* copy of the request line the pending request points into */
     size_t plinecap;
     struct proto_req preq;
@@ -104,18 +107,28 @@ bool conn_lget_step(struct conn *c);
 
 /* Staging of values still arriving (conn_stage.c); `c->preq` is the storage command and
  * `c->vgot` < its nbytes. conn_stage_room: where value byte vgot goes and how many bytes may
- * follow it there (*len > 0), allocating a chunk when needed; false when it cannot be had
- * (--inflight-max would be passed, or memory ran out): the command has then been answered
- * `SERVER_ERROR out of memory storing object` and the connection is swallowing the rest of its
- * data block (CONN_SWALLOW). conn_stage_copy: the value is complete, copy it into `it`.
- * conn_stage_free: release the chunks (any time; idempotent). */
-bool conn_stage_room(struct conn *c, char **dst, size_t *len);
-void conn_stage_copy(const struct conn *c, struct item *it);
+ * follow it there (*len > 0), allocating a chunk when needed. With no room under
+ * --inflight-max, a value whose rest has all arrived (`buffered` bytes of it in the input
+ * buffer, the others queued on the socket) moves into its item instead: `c->it` is then set and
+ * *dst, *len are not (the caller takes the item's room). False when no room can be had: the
+ * command has then been answered `SERVER_ERROR out of memory storing object` and the connection
+ * is swallowing the rest of its data block (CONN_SWALLOW). conn_stage_copy: copy the first `n`
+ * value bytes into `it`.
+ * conn_stage_free: release the chunks (any time; idempotent).
+ * conn_stage_reclaim: make room for `need` more staged bytes under `target` by closing this
+ * worker's stalled stagers (conn_stage.c says which); they are destroyed by the worker's next
+ * conn_budget_sweep. Returns how many it closed. */
+bool conn_stage_room(struct conn *c, size_t buffered, char **dst, size_t *len);
+unsigned conn_stage_reclaim(struct worker *w, const struct conn *self, uint64_t need,
+                            uint64_t target);
+void conn_stage_copy(const struct conn *c, struct item *it, uint64_t n);
 void conn_stage_free(struct conn *c);
 
 /* The client-buffer budget (conn_budget.c, common/membudget.h). conn_budget_account: bring the
  * connection's share of the budget up to date (after its buffers may have changed size).
- * conn_budget_sweep: a worker's check after each batch: when the budget is over, close its
+ * conn_budget_sweep: a worker's check after each batch: close the connections whose staged
+ * values were reclaimed, and its stalled stagers while staged values press --inflight-max; when
+ * the budget is over, close its
  * connections that hold the most by the client's doing; close those whose incomplete request
  * saw no byte for --partial-timeout-ms; hand freed memory back. conn_budget_wait_ms: how long
  * the worker may block before the sweep is due again (-1: until an event). */

@@ -90,9 +90,33 @@ static void sweep_idle(struct worker *w)
     }
 }
 
+/* Staged values hold more than 7/8 of --inflight-max: a value that arrives in parts may find no
+ * room. */
+static bool inflight_pressed(const struct node *n)
+{
+    return n->cfg.inflight_stall_ms &&
+           __atomic_load_n(&n->inflight_bytes, __ATOMIC_RELAXED) > n->cfg.inflight_max / 8 * 7;
+}
+
+/* Close the connections conn_stage_reclaim marked, and, while staged values press the cap, this
+ * worker's stalled stagers: a client on another worker may need the room. */
+static void sweep_staged(struct worker *w)
+{
+    struct node *n = w->node;
+    if (inflight_pressed(n)) conn_stage_reclaim(w, NULL, 0, n->cfg.inflight_max / 8 * 7);
+    if (w->doomed) {
+        w->doomed = false;
+        for (struct conn *c = w->conns, *next; c; c = next) {
+            next = c->next;
+            if (c->doomed) conn_destroy(c);
+        }
+    }
+}
+
 void conn_budget_sweep(struct worker *w)
 {
     struct node *n = w->node;
+    sweep_staged(w);
     if (membudget_over(&n->budget)) sweep_over(w);
     if (n->cfg.partial_timeout_ms && w->now_ms >= w->next_idle_ms) {
         sweep_idle(w);
@@ -104,7 +128,8 @@ void conn_budget_sweep(struct worker *w)
 int conn_budget_wait_ms(const struct worker *w)
 {
     const struct node *n = w->node;
-    if (membudget_over(&n->budget)) return MEMBUDGET_SWEEP_OVER_MS;
+    if (membudget_over(&n->budget) || (w->conns && inflight_pressed(n)))
+        return MEMBUDGET_SWEEP_OVER_MS;
     int wait = -1;
     if (n->cfg.partial_timeout_ms && w->conns) {
         uint64_t now = clock_now_ms();

@@ -54,6 +54,9 @@
     X(inflight_max, 0, SIZE, "0", 0, 1ull << 40,                                                 \
       "most bytes of storage values still arriving, staged for all connections together "        \
       "(0: an eighth of -m, at least -I and 1m)", NULL)                                           \
+    X(inflight_stall_ms, 0, UINT, "100", 0, 86400000,                                            \
+      "a value whose staging sent no byte for this long is closed when another needs its room " \
+      "under inflight_max, or while staging holds over 7/8 of it (0: never)", NULL)             \
     X(io_uring, 0, UINT, "1", 0, 1,                                                              \
       "1: batch the reads and sends of all ready connections with io_uring (0: a system call "  \
       "each)", NULL)                                                                             \
@@ -85,7 +88,7 @@
 
 struct node_config {
     uint64_t port, conn_limit, threads, udp_port, verbose, line_max, out_max, backlog,
-        admin_port, lease_keys, inflight_max, io_uring, worker_yield, buffers_max,
+        admin_port, lease_keys, inflight_max, inflight_stall_ms, io_uring, worker_yield, buffers_max,
         partial_timeout_ms, repl_backlog, admin_conn_max, admin_conn_per_ip, admin_header_timeout, control_timeout_ms,
         control_backoff_max_ms, lease_renew_ms;
     const char *listen, *admin_listen, *port_file, *namespaces, *control, *advertise,
@@ -132,6 +135,8 @@ struct node_config {
     X(conn_oom, COUNTER, "connection buffer allocations that failed")                            \
     X(store_inflight_refused, COUNTER,                                                           \
       "stores refused: staging their value would pass inflight_max")                             \
+    X(store_inflight_direct, COUNTER,                                                            \
+      "values staging had no room for that went into their item, the rest having arrived")       \
     X(conns_paused_budget, COUNTER,                                                              \
       "times a connection stopped taking requests because client buffers were over half "       \
       "buffers_max")                                                                             \
@@ -139,6 +144,8 @@ struct node_config {
       "connections closed because client buffers were over buffers_max")                         \
     X(conns_closed_idle, COUNTER,                                                                \
       "connections closed: an incomplete request saw no byte for partial_timeout_ms")            \
+    X(conns_closed_inflight, COUNTER,                                                            \
+      "connections closed: their value stalled while staged values held inflight_max")           \
     /* node-wide, from struct node's budget (node_metrics_sum) */                                \
     X(client_buffer_bytes, GAUGE, "bytes held by client connections' input and output buffers") \
     /* node-wide, from struct node's inflight_bytes (node_metrics_sum): not counted per worker */ \
@@ -188,6 +195,7 @@ struct worker {
     bool use_ring;
     uint64_t now_ms;                /* clock_now_ms() when the batch began */
     uint64_t next_idle_ms;          /* next look for idle incomplete requests (conn_budget.c) */
+    bool doomed;                    /* some connection is marked doomed (conn_stage.c) */
 };
 
 struct node {

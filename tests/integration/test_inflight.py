@@ -159,7 +159,8 @@ def test_bad_terminator_after_a_staged_value_is_refused(server):
 
 def fill_cap(server):
     """Hold a value that stages 507,904 bytes (chunks of 16..256 KiB) and wait for it. At
-    --inflight-max 1m this leaves room for less than another 512 KiB."""
+    --inflight-max 1m this leaves room for less than another 512 KiB. (The refusal tests run
+    with --inflight-stall-ms 0: the held value, stalled, would otherwise give its room.)"""
     h = server.raw()
     h.send(f"set held 0 0 {MB}\r\n".encode() + b"h" * 500_000)
     raw = server.raw()
@@ -179,7 +180,7 @@ def send_over_cap(c, line, block):
 @pytest.mark.shoal_only
 @pytest.mark.parametrize("io_uring", ["1", "0"])
 def test_value_over_the_cap_is_refused_and_swallowed(start_server, io_uring):
-    server = start_server("--inflight-max", "1m", "--io-uring", io_uring)
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "0", "--io-uring", io_uring)
     held = fill_cap(server)
     c = server.raw()
     # a block of commands, then a store: the block must not be read as commands
@@ -197,7 +198,7 @@ def test_value_over_the_cap_is_refused_and_swallowed(start_server, io_uring):
 @pytest.mark.shoal_only
 def test_refused_staged_set_removes_the_old_value(start_server):
     """As when memcached has no memory for a set: a stale value must not survive it."""
-    server = start_server("--inflight-max", "1m")
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "0")
     raw = server.raw()
     assert raw.store("set", "k", "old") == "STORED"
     held = fill_cap(server)
@@ -209,7 +210,7 @@ def test_refused_staged_set_removes_the_old_value(start_server):
 
 @pytest.mark.shoal_only
 def test_refused_staged_ms_answers_the_error(start_server):
-    server = start_server("--inflight-max", "1m")
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "0")
     held = fill_cap(server)
     c = server.raw()
     assert send_over_cap(c, f"ms m {MB} T0", b"m" * MB + b"\r\nmn\r\n") == OOM
@@ -219,7 +220,7 @@ def test_refused_staged_ms_answers_the_error(start_server):
 
 @pytest.mark.shoal_only
 def test_held_value_is_stored_once_finished_after_a_refusal(start_server):
-    server = start_server("--inflight-max", "1m")
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "0")
     held = fill_cap(server)
     c = server.raw()
     assert send_over_cap(c, f"set over 0 0 {MB}", b"o" * MB + b"\r\n") == OOM
@@ -251,7 +252,7 @@ def test_inflight_max_defaults_to_an_eighth_of_memory_at_least_the_item_limit(
 @pytest.mark.shoal_only
 def test_staging_gauge_and_refusals_in_metrics(start_server):
     port = free_port()
-    server = start_server("--inflight-max", "1m", "--admin-port", str(port))
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "0", "--admin-port", str(port))
     wait_until(lambda: accepts(port), message="the admin port")
     held = fill_cap(server)
     c = server.raw()
@@ -262,6 +263,104 @@ def test_staging_gauge_and_refusals_in_metrics(start_server):
     assert values["shoal_node_inflight_bytes"] == "507904"
     assert values["shoal_node_store_inflight_refused_total"] == "1"
     assert "# TYPE shoal_node_inflight_bytes gauge" in body
+    held.close()
+
+
+# -- stalled values give their room: --inflight-stall-ms -----------------------------------------
+
+STALL_MS = 50
+
+
+def stalled(holder):
+    """Let `holder`'s staged value go without a byte past --inflight-stall-ms (STALL_MS): what
+    is awaited is time itself, nothing the server reports."""
+    time.sleep(STALL_MS * 4 / 1000)
+    return holder
+
+
+@pytest.mark.shoal_only
+@pytest.mark.parametrize("io_uring", ["1", "0"])
+def test_a_stalled_value_gives_its_room_to_one_that_arrives(start_server, io_uring):
+    """A value arriving in parts while a stalled one holds the cap is stored, not refused: the
+    stalled client is closed for it (one worker, so both are on the same one: the worker that
+    needs the room closes its own stalled stagers at once)."""
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", str(STALL_MS),
+                          "-t", "1", "--io-uring", io_uring)
+    held = stalled(fill_cap(server))
+    c = server.raw()
+    value = random.Random(4).randbytes(MB)
+    c.send(f"set new 0 0 {MB}\r\n".encode() + value[:600_000])
+    raw = server.raw()
+    wait_until(lambda: staged(raw) > 507_904, message="the new value staged past the held one")
+    c.send(value[600_000:] + b"\r\n")
+    assert c.read_line(timeout=10) == "STORED"
+    assert held.is_closed(timeout=5), "the stalled client must be closed for the room"
+    assert raw.get("new") == [("new", 0, value, None)]
+    st = raw.stats()
+    assert st["conns_closed_inflight"] == "1" and st["store_inflight_refused"] == "0"
+    assert staged(raw) == 0
+    assert "its value has sent no byte for" in server.stderr_text()
+
+
+@pytest.mark.shoal_only
+def test_stalled_values_over_seven_eighths_of_the_cap_are_closed_on_every_worker(start_server):
+    """Two stalled values that stage 1,015,808 bytes of a 1m cap (over 7/8 of it): whatever
+    worker each is on, one is closed (the sweep brings staging back under 7/8), the other is
+    left and can finish its value."""
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", str(STALL_MS))
+    raw = server.raw()
+    holders = []
+    for i in range(2):
+        h = server.raw()
+        h.send(f"set held{i} 0 0 {MB}\r\n".encode() + b"h" * 500_000)
+        holders.append(h)
+    wait_until(lambda: raw.stats()["conns_closed_inflight"] == "1", timeout=10,
+               message="one stalled value closed")
+    assert staged(raw) == 507_904
+    left = [h for h in holders if not h.is_closed(timeout=0.5)]
+    assert len(left) == 1, "exactly one of the two must be closed"
+    left[0].send(b"h" * (MB - 500_000) + b"\r\n")
+    assert left[0].read_line(timeout=10) == "STORED"
+    assert raw.stats()["conns_closed_inflight"] == "1"
+
+
+@pytest.mark.shoal_only
+def test_a_value_stalled_less_than_the_stall_time_keeps_its_room(start_server):
+    """Only a value that sent nothing for --inflight-stall-ms gives its room: the held one here
+    is never quiet that long, so the newcomer is refused as before."""
+    server = start_server("--inflight-max", "1m", "--inflight-stall-ms", "60000", "-t", "1")
+    held = fill_cap(server)
+    c = server.raw()
+    assert send_over_cap(c, f"set over 0 0 {MB}", b"o" * MB + b"\r\n") == OOM
+    held.send(b"h" * (MB - 500_000) + b"\r\n")
+    assert held.read_line(timeout=10) == "STORED"
+    assert server.raw().stats()["conns_closed_inflight"] == "0"
+
+
+@pytest.mark.shoal_only
+@pytest.mark.parametrize("io_uring", ["1", "0"])
+def test_a_staged_value_whose_rest_has_arrived_needs_no_room(start_server, io_uring):
+    """A value staged in part finds no room for its next chunk, but the rest of it has all
+    arrived: it goes into its item, not refused (no stalled value is closed for it here:
+    --inflight-stall-ms 0). The cap is set so that it fits the first two chunks of a 60,000
+    byte value (49,152 bytes) and a held 1 MB value staged whole (1,000,000), and not the
+    10,848 bytes of the last chunk."""
+    server = start_server("--inflight-max", "1050000", "--inflight-stall-ms", "0",
+                          "--io-uring", io_uring)
+    raw = server.raw()
+    value = random.Random(6).randbytes(60_000)
+    c = server.raw()
+    c.send(b"set whole 3 0 60000\r\n" + value[:40_000])
+    wait_until(lambda: staged(raw) == 49_152, message="the first two chunks staged")
+    held = server.raw()
+    held.send(f"set held 0 0 {MB}\r\n".encode() + b"h" * 600_000)
+    wait_until(lambda: staged(raw) == 1_049_152, message="the held value staged whole")
+    c.send(value[40_000:] + b"\r\n")  # one send: all of it is queued on the socket at once
+    assert c.read_line(timeout=10) == "STORED"
+    assert raw.get("whole") == [("whole", 3, value, None)]
+    st = raw.stats()
+    assert st["store_inflight_direct"] == "1" and st["store_inflight_refused"] == "0"
+    assert staged(raw) == 1_000_000, "its staged chunks are freed once it moved"
     held.close()
 
 
