@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import launch_memcached
-from mcraw import McRaw, accepts, free_port, http, wait_until
+from mcraw import accepts, free_port, http, wait_until
 
 OOM = "SERVER_ERROR out of memory storing object"
 MB = 1_000_000
