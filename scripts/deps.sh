@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential pkg-config clang libclang-rt-14-dev
       libxxhash-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libcmocka-dev liburing-dev
-      python3 python3-pytest python3-pymemcache libmemcached-tools memcached nutcracker
+      python3 python3-pytest python3-pytest-xdist python3-pymemcache libmemcached-tools memcached nutcracker
       python3-memcache python3-pylibmc php-cli php-memcached libcache-memcached-perl
       etcd-server postgresql nftables libpq-dev zlib1g-dev libjs-chart.js chromium chromium-driver python3-selenium)
 missing=()

@@ -4,8 +4,10 @@
 # fuzz target. Ends with one line "N passed, N failed". Exit status 0 only if nothing failed.
 #
 # Time: the two integration suites run at once (each waits on sockets and timers far more than
-# it computes), on separate port ranges (tests/integration/ports.py) and temp directories;
-# INTEGRATION_SERIAL=1 runs them one after the other. Unit test binaries run UNIT_JOBS and fuzz
+# it computes), on separate port ranges (tests/integration/ports.py) and temp directories, and
+# each in IT_WORKERS (default 2) pytest-xdist processes, a test file per process at a time
+# (its module fixtures stay shared); INTEGRATION_SERIAL=1 runs the suites one after the other.
+# Tests bound by wall-clock time run after them, alone and in one process. Unit test binaries run UNIT_JOBS and fuzz
 # targets FUZZ_JOBS (default: the CPU count) at a time. Each phase's wall time is printed before the last line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +48,11 @@ PY
   passed=$((passed + t - f - e - s)); failed=$((failed + f + e))
 }
 bindir() { [ "$1" = san ] && echo build-san || echo build; }
-integration() { # variant ports marks tag: the suite's tests selected by the marker expression
-  # against that tree, output to $log/it-$tag.txt and $log/it-$tag.xml
+integration() { # variant ports marks tag [workers]: the suite's tests selected by the marker
+  # expression against that tree, in `workers` xdist processes (default: one, no xdist), output
+  # to $log/it-$tag.txt and $log/it-$tag.xml
+  local par=()
+  [ "${5:-1}" -gt 1 ] && par=(-n "$5" --dist loadfile)
   local b; b="$PWD/$(bindir "$1")/bin"
   # the lossy-link test's 40 s of loss are for confidence in its timing; in the sanitised
   # tree, which looks for memory errors on the same paths, 20 s do
@@ -57,7 +62,7 @@ integration() { # variant ports marks tag: the suite's tests selected by the mar
     SHOAL_BENCH_BIN="$b/shoal-bench" SHOAL_CONTROL_BIN="$b/shoal-control" SHOAL_CLI_BIN="$b/shoal" SHOAL_INVALIDATOR_BIN="$b/shoal-invalidator" \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider --confcutdir=tests \
-    -m "$3" --basetemp="$log/tmp-$4" --durations=10 --junitxml="$log/it-$4.xml" >"$log/it-$4.txt" 2>&1
+    -m "$3" "${par[@]}" --basetemp="$log/tmp-$4" --durations=10 --junitxml="$log/it-$4.xml" >"$log/it-$4.txt" 2>&1
 }
 
 built=()
@@ -102,8 +107,9 @@ took unit
 pids=()
 for variant in "${built[@]}"; do
   if [ "$variant" = san ]; then ports=26000-31999; else ports=20000-25999; fi
-  if [ "${INTEGRATION_SERIAL:-0}" = 1 ]; then integration "$variant" "$ports" "not wallclock" "$variant"
-  else integration "$variant" "$ports" "not wallclock" "$variant" & pids+=($!); fi
+  workers=${IT_WORKERS:-2}
+  if [ "${INTEGRATION_SERIAL:-0}" = 1 ]; then integration "$variant" "$ports" "not wallclock" "$variant" "$workers"
+  else integration "$variant" "$ports" "not wallclock" "$variant" "$workers" & pids+=($!); fi
 done
 [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
 for variant in "${built[@]}"; do
