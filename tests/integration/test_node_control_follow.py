@@ -400,4 +400,5 @@ def test_node_follows_the_next_control_url_when_one_does_not_answer(start_contro
     first.stop()
     wait_until(lambda: (node_ns(a, "fromsecond") or {}).get("max_ttl") == 100, timeout=5,
                message="the namespace from the next member once the first is gone")
-    assert node_version(a) == 2
+    # its version is published once the whole document is applied, just after its namespaces
+    wait_until(lambda: node_version(a) == 2, timeout=5, message="version 2 published")
