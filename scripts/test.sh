@@ -8,14 +8,17 @@
 # IT_WORKERS=N runs each in N pytest-xdist processes, a test file per process at a time (its
 # module fixtures stay shared): measured, two each brought the phase from 1453 s to 1183 s,
 # but with both CPUs saturated two load-sensitive tests timed out (a thousand replication
-# handshakes, a hundred never-reading clients), so the default is one. INTEGRATION_SERIAL=1 runs the suites one after the other. Tests bound by
-# wall-clock time run after them, alone and in one process.
+# handshakes, a hundred never-reading clients), so the default is one. INTEGRATION_SERIAL=1
+# runs the suites one after the other. Tests bound by wall-clock time run after them, alone
+# and in one process.
 #
 # The sanitized tree skips SAN_SKIP: files whose time goes to other programs (PostgreSQL,
 # etcd, Chromium, memcached and the client tools compared against) or to a benchmark, whose
 # paths through shoal's code the rest of the sanitized suite, the sanitized unit tests and the
-# fuzz targets already take. They run in the normal tree. Unit test binaries run UNIT_JOBS and fuzz
-# targets FUZZ_JOBS (default: the CPU count) at a time. Each phase's wall time is printed before the last line.
+# fuzz targets already take. They run in the normal tree.
+#
+# Unit test binaries run UNIT_JOBS and fuzz targets FUZZ_JOBS (default: the CPU count) at a
+# time. Each phase's wall time is printed before the last line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -121,9 +124,9 @@ done
 took unit
 
 pids=()
+workers=${IT_WORKERS:-1}
 for variant in "${built[@]}"; do
   if [ "$variant" = san ]; then ports=26000-31999; else ports=20000-25999; fi
-  workers=${IT_WORKERS:-1}
   if [ "${INTEGRATION_SERIAL:-0}" = 1 ]; then integration "$variant" "$ports" "not wallclock" "$variant" "$workers"
   else integration "$variant" "$ports" "not wallclock" "$variant" "$workers" & pids+=($!); fi
 done

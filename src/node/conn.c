@@ -125,14 +125,18 @@ static int conn_keep_request(struct conn *c, const char *line, size_t len, struc
     return 0;
 }
 
+size_t conn_socket_queued(const struct conn *c)
+{
+    int queued = 0;
+    return ioctl(c->fd, FIONREAD, &queued) == 0 && queued > 0 ? (size_t)queued : 0;
+}
+
 /* Has the rest of a data block, `missing` bytes, already reached the socket's receive queue?
  * Then it is received, if not yet read, and may take item memory now. Asked only of blocks
  * large enough for a direct read (the system call is not worth it for less). */
 static bool conn_block_queued(const struct conn *c, size_t missing)
 {
-    int queued = 0;
-    return missing >= CONN_DIRECT_READ && ioctl(c->fd, FIONREAD, &queued) == 0 &&
-           (size_t)queued >= missing;
+    return missing >= CONN_DIRECT_READ && conn_socket_queued(c) >= missing;
 }
 
 /* Parse and run one request line. `avail` is what the input buffer holds from the line's start

@@ -90,6 +90,8 @@ bool conn_read_done(struct conn *c, int res, struct uring *r);
 void conn_send_done(struct conn *c, int res);
 /* Close the socket, free buffers and any value being received, unlink from the worker. */
 void conn_destroy(struct conn *c);
+/* Bytes its client sent that wait unread in the socket's receive queue (FIONREAD; 0 on error). */
+size_t conn_socket_queued(const struct conn *c);
 
 /* Reply helpers for command handlers: append to the output buffer. Allocation failure marks
  * the connection for closing (the reply stream would otherwise be corrupt). */

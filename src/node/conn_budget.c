@@ -90,12 +90,14 @@ static void sweep_idle(struct worker *w)
     }
 }
 
-/* Staged values hold more than 7/8 of --inflight-max: a value that arrives in parts may find no
- * room. */
+/* What staging is brought back under while stalled stagers are closed: 7/8 of --inflight-max. */
+static uint64_t inflight_target(const struct node *n) { return n->cfg.inflight_max / 8 * 7; }
+
+/* Staged values hold more than inflight_target: a value that arrives in parts may find no room. */
 static bool inflight_pressed(const struct node *n)
 {
     return n->cfg.inflight_stall_ms &&
-           __atomic_load_n(&n->inflight_bytes, __ATOMIC_RELAXED) > n->cfg.inflight_max / 8 * 7;
+           __atomic_load_n(&n->inflight_bytes, __ATOMIC_RELAXED) > inflight_target(n);
 }
 
 /* Close the connections conn_stage_reclaim marked, and, while staged values press the cap, this
@@ -103,7 +105,7 @@ static bool inflight_pressed(const struct node *n)
 static void sweep_staged(struct worker *w)
 {
     struct node *n = w->node;
-    if (inflight_pressed(n)) conn_stage_reclaim(w, NULL, 0, n->cfg.inflight_max / 8 * 7);
+    if (inflight_pressed(n)) conn_stage_reclaim(w, NULL, 0, inflight_target(n));
     if (w->doomed) {
         w->doomed = false;
         for (struct conn *c = w->conns, *next; c; c = next) {

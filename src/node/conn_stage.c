@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 
 #include "common/log.h"
 #include "node/cmd.h"
@@ -57,15 +56,21 @@ void conn_stage_free(struct conn *c)
     c->stage.bytes = 0;
 }
 
-/* Refuse the value being received: answer as memcached does when it has no memory for a
- * store, drop the staged bytes and swallow the rest of the data block. */
-static void stage_refuse(struct conn *c)
+/* Drop the staged bytes and swallow the rest of the data block (the command is answered). */
+static void stage_swallow(struct conn *c)
 {
     conn_stage_free(c);
-    cmd_store_refuse(c, &c->preq, "SERVER_ERROR out of memory storing object\r\n");
     c->swallow = (uint64_t)c->preq.nbytes + 2 - c->vgot;
     c->badchunk = false;
     c->state = CONN_SWALLOW;
+}
+
+/* Refuse the value being received: answer as memcached does when it has no memory for a
+ * store, then swallow it. */
+static void stage_refuse(struct conn *c)
+{
+    cmd_store_refuse(c, &c->preq, "SERVER_ERROR out of memory storing object\r\n");
+    stage_swallow(c);
 }
 
 /* A connection whose staged value saw no byte for --inflight-stall-ms (at the batch's time),
@@ -81,12 +86,9 @@ static bool stage_stalled(const struct conn *c, uint64_t now, uint64_t stall_ms)
  * over for the rest of the batch. */
 static bool stage_quiet(struct conn *c, uint64_t now)
 {
-    int pending = 0;
-    if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0) {
-        c->stage_busy_ms = now;
-        return false;
-    }
-    return true;
+    if (conn_socket_queued(c) == 0) return true;
+    c->stage_busy_ms = now;
+    return false;
 }
 
 /* One line for the connections a reclaim closed: under an attack there are hundreds. */
@@ -159,22 +161,15 @@ static bool stage_take(struct conn *c, uint64_t clen)
 static bool stage_to_item(struct conn *c, size_t buffered)
 {
     uint64_t left = (uint64_t)c->preq.nbytes - c->vgot;
-    int queued = 0;
-    if (left > buffered &&
-        (ioctl(c->fd, FIONREAD, &queued) != 0 || (uint64_t)queued < left - buffered))
-        return false;
+    if (left > buffered && conn_socket_queued(c) < left - buffered) return false;
     struct item *it = cmd_store_alloc(c, &c->preq); /* answers when it fails */
-    if (it != NULL) {
-        conn_stage_copy(c, it, c->vgot);
-        c->w->m.store_inflight_direct++;
-    }
-    conn_stage_free(c);
     if (it == NULL) {
-        c->swallow = (uint64_t)c->preq.nbytes + 2 - c->vgot;
-        c->badchunk = false;
-        c->state = CONN_SWALLOW;
+        stage_swallow(c);
         return false;
     }
+    conn_stage_copy(c, it, c->vgot);
+    c->w->m.store_inflight_direct++;
+    conn_stage_free(c);
     c->it = it;
     return true;
 }
